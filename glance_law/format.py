@@ -1,0 +1,205 @@
+"""The report layer: every table the toolkit prints goes through :func:`render`.
+
+Result objects hand a flat frame (one column per number, intervals as
+``name``, ``name_lo``, ``name_hi``) to :func:`render`, which produces text,
+Markdown, LaTeX (booktabs), HTML, JSON or CSV. Human formats fold each
+interval triple into one ``est [lo, hi]`` cell; machine formats (JSON, CSV)
+keep the flat columns so other tools can read them. Output is deterministic:
+the same frame gives the same bytes.
+"""
+from __future__ import annotations
+
+import html as _html
+import json
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+FORMATS = ("text", "markdown", "latex", "html", "json", "csv")
+HUMAN = ("text", "markdown", "latex", "html")
+
+
+def _is_missing(v) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_pvalue(name: str) -> bool:
+    n = name.lower()
+    return n == "p" or n.startswith("p_") and not n.startswith("p_ge") or n.endswith("_p") or "pvalue" in n \
+        or n.startswith("lrt_p")
+
+
+def fmt_number(v, name: str = "", digits: int = 3) -> str:
+    """One number as a human cell: ints plainly, p-values in scientific notation when small,
+    other floats with ``digits`` decimals (fewer for large magnitudes)."""
+    if _is_missing(v):
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        x = float(v)
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        if _is_pvalue(name) and 0 < abs(x) < 1e-3:
+            return f"{x:.1e}"
+        if x != 0 and abs(x) >= 1e5:
+            return f"{x:.3g}"
+        if abs(x) >= 100:
+            return f"{x:.1f}"
+        return f"{x:.{digits}f}"
+    return str(v)
+
+
+def interval_groups(columns: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """Map ``name`` to ``(name_lo, name_hi)`` for every complete interval triple."""
+    cols = set(columns)
+    return {c: (f"{c}_lo", f"{c}_hi") for c in columns if f"{c}_lo" in cols and f"{c}_hi" in cols}
+
+
+def display_frame(frame: pd.DataFrame, digits: int = 3, intervals: bool = True) -> pd.DataFrame:
+    """Strings for human formats, with interval triples folded into one cell."""
+    groups = interval_groups(list(frame.columns)) if intervals else {}
+    hidden = {c for pair in groups.values() for c in pair}
+    out = {}
+    for c in frame.columns:
+        if c in hidden:
+            continue
+        vals = frame[c].tolist()
+        if c in groups:
+            lo, hi = groups[c]
+            cells = []
+            for v, a, b in zip(vals, frame[lo].tolist(), frame[hi].tolist()):
+                s = fmt_number(v, c, digits)
+                if not (_is_missing(a) and _is_missing(b)):
+                    s += f" [{fmt_number(a, c, digits)}, {fmt_number(b, c, digits)}]"
+                cells.append(s)
+            out[c] = cells
+        else:
+            out[c] = [fmt_number(v, c, digits) for v in vals]
+    return pd.DataFrame(out, columns=list(out))
+
+
+def _text(df: pd.DataFrame, title, notes) -> str:
+    cols = list(df.columns)
+    widths = [max([len(str(c))] + [len(str(v)) for v in df[c]]) for c in cols]
+    left = [i == 0 or not any(ch.isdigit() for ch in "".join(df[c].astype(str))) for i, c in enumerate(cols)]
+
+    def line(vals):
+        return "  ".join(str(v).ljust(w) if l else str(v).rjust(w) for v, w, l in zip(vals, widths, left)).rstrip()
+
+    rows = [line(cols), line(["-" * w for w in widths])] + [line(r) for r in df.itertuples(index=False)]
+    head = [title, ""] if title else []
+    tail = [""] + [f"note: {n}" for n in notes] if notes else []
+    return "\n".join(head + rows + tail) + "\n"
+
+
+def _md_escape(s: str) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def _markdown(df: pd.DataFrame, title, notes) -> str:
+    cols = list(df.columns)
+    out = []
+    if title:
+        out += [f"**{title}**", ""]
+    out.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
+    out.append("|" + "|".join(":---" if i == 0 else "---:" for i in range(len(cols))) + "|")
+    for r in df.itertuples(index=False):
+        out.append("| " + " | ".join(_md_escape(v) for v in r) + " |")
+    if notes:
+        out.append("")
+        out += [f"- {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+_LATEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+              "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(s) -> str:
+    return "".join(_LATEX_ESC.get(ch, ch) for ch in str(s))
+
+
+def _latex(df: pd.DataFrame, title, notes) -> str:
+    cols = list(df.columns)
+    spec = "l" + "r" * (len(cols) - 1)
+    out = []
+    if title:
+        out.append(f"% {latex_escape(title)}")
+    out += [rf"\begin{{tabular}}{{{spec}}}", r"\toprule",
+            " & ".join(latex_escape(c) for c in cols) + r" \\", r"\midrule"]
+    for r in df.itertuples(index=False):
+        out.append(" & ".join(latex_escape(v) for v in r) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}"]
+    out += [f"% note: {latex_escape(n)}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def _html_table(df: pd.DataFrame, title, notes) -> str:
+    e = _html.escape
+    out = ['<table class="glance-table">']
+    if title:
+        out.append(f"<caption>{e(str(title))}</caption>")
+    out.append("<thead><tr>" + "".join(f"<th>{e(str(c))}</th>" for c in df.columns) + "</tr></thead>")
+    out.append("<tbody>")
+    for r in df.itertuples(index=False):
+        out.append("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in r) + "</tr>")
+    out.append("</tbody></table>")
+    if notes:
+        out.append("<ul>" + "".join(f"<li>{e(str(n))}</li>" for n in notes) + "</ul>")
+    return "\n".join(out) + "\n"
+
+
+def to_jsonable(v):
+    if _is_missing(v) and not isinstance(v, (list, tuple, np.ndarray)):
+        return None
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        x = float(v)
+        return x if math.isfinite(x) else None
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [to_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): to_jsonable(x) for k, x in v.items()}
+    return v if isinstance(v, (int, str)) else str(v)
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    return [{str(k): to_jsonable(v) for k, v in zip(frame.columns, row)}
+            for row in frame.itertuples(index=False, name=None)]
+
+
+def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
+           notes: Iterable[str] = (), digits: int = 3, intervals: bool = True) -> str:
+    """Render one table in ``fmt`` (one of :data:`FORMATS`)."""
+    notes = [str(n) for n in notes]
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if fmt == "json":
+        return json.dumps(records(frame), indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        return frame.to_csv(index=False, lineterminator="\n")
+    df = display_frame(frame, digits, intervals)
+    return {"text": _text, "markdown": _markdown, "latex": _latex, "html": _html_table}[fmt](df, title, notes)
+
+
+def render_many(sections: Sequence[tuple[str, pd.DataFrame, Sequence[str]]], fmt: str = "text",
+                digits: int = 3) -> str:
+    """Several titled tables in one document. JSON: an object keyed by section title."""
+    if fmt == "json":
+        return json.dumps({t: records(f) for t, f, _ in sections}, indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        return "\n".join(f"# {t}\n" + f.to_csv(index=False, lineterminator="\n") for t, f, _ in sections)
+    return "\n".join(render(f, fmt, t, n, digits) for t, f, n in sections)

@@ -1,0 +1,53 @@
+"""Frozen result objects (statsmodels/lifelines style).
+
+Every statistic returns a frozen dataclass deriving from :class:`Result`. A
+subclass supplies ``to_frame()`` (one flat row per group, intervals as
+``x, x_lo, x_hi``) and a ``title``; the base class gives ``summary()`` in every
+format, ``to_latex()``, ``to_markdown()``, ``to_json()``, ``_repr_html_`` for
+notebooks and a readable ``repr``. Formatting itself lives in
+:mod:`glance_law.format`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pandas as pd
+
+from . import format as _fmt
+
+
+@dataclass(frozen=True)
+class Result:
+    """Base class: subclasses implement :meth:`to_frame` and set ``title``."""
+
+    title: ClassVar[str] = "result"
+
+    def to_frame(self) -> pd.DataFrame:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Caveats printed under the table (skipped inputs, exclusions, method notes)."""
+        return ()
+
+    def summary(self, fmt: str = "text", digits: int = 3) -> str:
+        return _fmt.render(self.to_frame(), fmt, self.title, self.notes, digits)
+
+    def to_latex(self, digits: int = 3) -> str:
+        return self.summary("latex", digits)
+
+    def to_markdown(self, digits: int = 3) -> str:
+        return self.summary("markdown", digits)
+
+    def to_json(self) -> str:
+        return self.summary("json")
+
+    def _repr_html_(self) -> str:
+        return self.summary("html")
+
+    def __str__(self) -> str:
+        return self.summary("text")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}>\n{self.summary('text')}"

@@ -1,0 +1,1 @@
+"""glance_log: a round logger for speculative decoders (torch/transformers)."""
