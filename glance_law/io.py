@@ -30,10 +30,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema as S
+from .errors import GlanceError
 from ._version import __version__
 
 
-class LogError(ValueError):
+class LogError(GlanceError):
     """A log file violates the contract. ``str()`` is one line: file, column, problem, fix."""
 
     def __init__(self, path, problem: str, fix: str = "", column: str | None = None):
