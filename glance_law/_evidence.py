@@ -1,0 +1,127 @@
+"""Shared plumbing of the evidence analyses (offsets, probe, order, transfer, audit, timing).
+
+Private helpers only: input checks that raise :class:`MissingColumnError` naming the
+logger flag, the round filters every analysis applies (and counts, so nothing is dropped
+silently), the law fit with its prompt-clustered (CR1) covariance, per-cluster sums for
+the fast prompt-level bootstrap, and the reading of the prompt files that sit next to the
+round logs. No statistics beyond those live here.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import law as _law
+from .cluster import cluster_codes, cr1_covariance
+from .errors import GlanceError, MissingColumnError
+from .schema import SUPPLIED_BY
+
+GROUP_ALL = "pooled"
+
+
+def as_frame(rounds) -> pd.DataFrame:
+    """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`."""
+    frame = getattr(rounds, "frame", rounds)
+    if not isinstance(frame, pd.DataFrame):
+        raise GlanceError("expected a rounds DataFrame or a LogSet from glance_law.read_logs")
+    return frame
+
+
+def require(frame: pd.DataFrame, columns: Iterable[str], analysis: str) -> None:
+    """Raise MissingColumnError for the first column the frame lacks (or holds only nulls)."""
+    for c in columns:
+        if c not in frame.columns or (len(frame) and frame[c].isna().all()):
+            raise MissingColumnError(f"the '{c}' column", analysis, SUPPLIED_BY.get(c))
+
+
+def speculative_rounds(frame: pd.DataFrame, notes: list[str], conditions: Sequence[str] | None = ("matched",),
+                       drafters: Sequence[str] | None = None) -> pd.DataFrame:
+    """Rounds that carry a draft (horizon > 0) in the given conditions; every exclusion is noted."""
+    n0 = len(frame)
+    keep = np.ones(n0, dtype=bool)
+    if "horizon" in frame.columns:
+        ar = frame["horizon"].to_numpy() <= 0
+        if ar.any():
+            notes.append(f"{int(ar.sum())} round(s) with horizon 0 (autoregressive, nothing drafted) excluded")
+        keep &= ~ar
+    if conditions is not None and "condition" in frame.columns:
+        cond = frame["condition"].astype(str).to_numpy()
+        other = keep & ~np.isin(cond, list(conditions))
+        if other.any():
+            names = ", ".join(sorted(set(cond[other])))
+            notes.append(f"{int(other.sum())} round(s) in condition(s) {names} excluded "
+                         f"(this analysis uses {', '.join(conditions)})")
+        keep &= ~other
+    if drafters is not None and "drafter" in frame.columns:
+        d = frame["drafter"].astype(str).to_numpy()
+        other = keep & ~np.isin(d, list(drafters))
+        if other.any():
+            notes.append(f"{int(other.sum())} round(s) of other drafters excluded")
+        keep &= ~other
+    out = frame.loc[keep]
+    return out.reset_index(drop=True) if not keep.all() else out
+
+
+def arm_columns(frame: pd.DataFrame, by: Sequence[str] | str | None) -> list[str]:
+    """Grouping columns: ``by`` (default task), preceded by ``drafter`` when the rows mix
+    several drafters - rounds of different decoders are never pooled into one fit. Runs
+    (run_id) are not split: shards of one configuration logged separately pool, and a
+    probe's matched and mismatched runs pair across run ids."""
+    if by is None:
+        by = ["task"]
+    elif isinstance(by, str):
+        by = [by]
+    by = list(by)
+    lead = []
+    if "drafter" in frame.columns and "drafter" not in by and frame["drafter"].astype(str).nunique() > 1:
+        lead.append("drafter")
+    for c in by:
+        if c not in frame.columns:
+            raise GlanceError(f"cannot group by '{c}': the logs have no such column")
+    return lead + by
+
+
+def group_items(frame: pd.DataFrame, cols: Sequence[str]):
+    """Iterate (key_dict, sub_frame) over the groups in sorted order (observed groups only)."""
+    if not cols:
+        yield {}, frame
+        return
+    keys = [frame[c].astype(str) for c in cols]
+    for key, sub in frame.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield dict(zip(cols, key)), sub
+
+
+def clusters(frame: pd.DataFrame) -> tuple[np.ndarray, int]:
+    return cluster_codes(frame)
+
+
+def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None):
+    """MLE (b0, b1) of the affine-logit law and its CR1 prompt-clustered covariance.
+
+    The point estimate is the exact truncated-geometric MLE of
+    :func:`glance_law.law.fit_affine_logit` (the same estimator as ``fit_law(method="mle")``);
+    the covariance is the sandwich I^-1 (sum_g u_g u_g^T) I^-1 * G/(G-1).
+    """
+    b, info, _ = _law.fit_affine_logit(H, a, L, weight=weight)
+    scores, info = _law.score_and_information(b, H, a, L, weight)
+    cov = cr1_covariance(scores, np.linalg.inv(info), codes, G)
+    return b, cov, scores, info
+
+
+def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The prompt files among the inputs of a LogSet (they are listed in ``LogSet.other``)."""
+    from .io import read_logs  # I/O stays in glance_law.io
+
+    paths = [f.path for f in getattr(logs, "other", ()) if f.kind == "prompts"]
+    if not paths:
+        raise MissingColumnError("prompt files (kind=prompts)", analysis,
+                                 "glance-log, which writes prompts-*.parquet next to the round files; "
+                                 "pass them too")
+    return read_logs(paths, kind="prompts", columns=columns).frame
+
+
+def fmt_group(key: dict) -> str:
+    return "/".join(str(v) for v in key.values()) or GROUP_ALL

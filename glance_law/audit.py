@@ -1,0 +1,263 @@
+"""The lossless audit with the tie-aware gate.
+
+A greedy speculative decoder must commit exactly the target's greedy sequence
+(Theorem 1); in finite precision it can only diverge where the target's top-1/top-2
+logit margin is below the arithmetic's perturbation - a near-tie. Per prompt of a
+speculative arm (drafter other than ``ar``, condition ``matched``) the audit takes
+
+* the logger's own audit when present (prompt files: ``greedy_match``,
+  ``first_divergence``, ``divergence_margin``, filled by ``glance-log --audit``), else
+* a comparison of the committed tokens with the autoregressive arm's tokens for the
+  same (task, prompt_id) (prompt ``tokens``, or the rounds' ``committed`` lists in round
+  order) when both arms are logged (``glance-log --baseline``).
+
+When both are available they are cross-checked and disagreements are counted in the
+notes. The margin of a divergence is the logged ``divergence_margin`` (the margin at the
+divergent token itself) when present, else the ``min_path_margin`` of the speculative
+round that committed that token. The latter is the smallest margin along the round's
+committed path, so it bounds the divergent token's margin from below: a value above the
+threshold proves a wide-margin divergence, a value below it flags the round (the paper's
+round-level tie-aware gate). A divergence is a **near-tie** when its margin is below
+``threshold`` logits, **wide** otherwise, **unknown** without a margin. Verdict per task:
+``lossless`` (no divergence), ``lossless up to ties`` (every divergence a near-tie),
+``NOT lossless`` (a wide-margin divergence: a real bug), ``unverified`` (divergences
+without margins).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from . import _evidence as E
+from .errors import GlanceError, MissingColumnError
+from .results import Result
+from .schema import SUPPLIED_BY
+
+__all__ = ["DEFAULT_TIE_THRESHOLD", "first_divergence", "audit", "AuditResult", "AuditDivergences",
+           "cli_section", "add_cli_arguments"]
+
+ANALYSIS = "the lossless audit"
+#: Default near-tie threshold (logits): bf16 rounding of logits of magnitude 10-30 is
+#: 0.03-0.125, so margins under 0.1 can flip between packed and unpacked kernels.
+DEFAULT_TIE_THRESHOLD = 0.1
+
+
+def first_divergence(a, b) -> int:
+    """Index of the first differing token of two sequences (-1 when equal; the shorter
+    length when one is a strict prefix of the other)."""
+    a = np.asarray(a if a is not None else [], dtype=np.int64)
+    b = np.asarray(b if b is not None else [], dtype=np.int64)
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    if diff.size:
+        return int(diff[0])
+    return -1 if len(a) == len(b) else n
+
+
+@dataclass(frozen=True, eq=False)
+class AuditDivergences(Result):
+    """One row per divergent prompt."""
+
+    title: ClassVar[str] = "Lossless audit: divergences and their margins"
+    frame: pd.DataFrame
+    extra_notes: tuple[str, ...] = field(default=())
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.frame.copy()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.extra_notes
+
+
+@dataclass(frozen=True, eq=False)
+class AuditResult(Result):
+    """Per (drafter, task): audited prompts, greedy-equal prompts, divergences by margin class."""
+
+    title: ClassVar[str] = "Lossless audit: speculative output vs greedy decoding (tie-aware)"
+    frame: pd.DataFrame
+    divergence_frame: pd.DataFrame
+    threshold: float = DEFAULT_TIE_THRESHOLD
+    extra_notes: tuple[str, ...] = field(default=())
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.frame.copy()
+
+    def divergences(self) -> AuditDivergences:
+        return AuditDivergences(self.divergence_frame,
+                                (f"near_tie: margin < {self.threshold:g} logits (the tie-aware gate)",))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.extra_notes
+
+
+def _norm(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    for c in ("task", "prompt_id", "drafter", "condition", "run_id"):
+        if c in out.columns:
+            out[c] = out[c].astype(str)
+    if "condition" not in out.columns:
+        out["condition"] = "matched"
+    if "drafter" not in out.columns:
+        out["drafter"] = "unknown"
+    return out
+
+
+def _streams_from_rounds(rounds: pd.DataFrame | None) -> dict:
+    """(drafter, task, prompt_id) -> committed token stream from the rounds' ``committed`` lists."""
+    if rounds is None or "committed" not in rounds.columns:
+        return {}
+    r = _norm(rounds)
+    r = r.loc[r["condition"] == "matched"]
+    out = {}
+    for key, sub in r.sort_values("round").groupby(["drafter", "task", "prompt_id"], sort=False):
+        vals = sub["committed"].tolist()
+        if any(v is None for v in vals):
+            continue
+        out[key] = np.concatenate([np.asarray(v, dtype=np.int64) for v in vals]) if vals else np.zeros(0, np.int64)
+    return out
+
+
+def _round_margin(rounds: pd.DataFrame | None, drafter, task, pid, pos) -> float:
+    """min_path_margin of the speculative round that committed generated token ``pos``."""
+    if rounds is None or "min_path_margin" not in rounds.columns:
+        return np.nan
+    sub = rounds.loc[(rounds["drafter"] == drafter) & (rounds["task"] == task) &
+                     (rounds["prompt_id"] == pid) & (rounds["condition"] == "matched")].sort_values("round")
+    if not len(sub):
+        return np.nan
+    n_commit = sub["accepted"].to_numpy(np.int64) + 1
+    if "position" in sub.columns and sub["position"].notna().all():
+        start = sub["position"].to_numpy(np.int64)
+    else:
+        start = np.r_[0, np.cumsum(n_commit)[:-1]]
+    hit = np.flatnonzero((start <= pos) & (pos < start + n_commit))
+    if not hit.size:
+        return np.nan
+    v = sub["min_path_margin"].to_numpy(float)[hit[0]]
+    return float(v) if np.isfinite(v) else np.nan
+
+
+def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
+          threshold: float = DEFAULT_TIE_THRESHOLD) -> AuditResult:
+    """Per-task lossless audit with near-tie labelling (see the module docstring)."""
+    if threshold < 0:
+        raise GlanceError("the near-tie threshold must be >= 0 logits")
+    if prompts is None or not len(prompts):
+        raise MissingColumnError("prompt files (kind=prompts)", ANALYSIS, "glance-log --audit")
+    P = _norm(prompts)
+    R = _norm(rounds) if rounds is not None else None
+    notes: list[str] = []
+    spec = P.loc[(P["drafter"] != "ar") & (P["condition"] == "matched")]
+    if not len(spec):
+        raise MissingColumnError("prompts of a speculative arm (drafter other than ar)", ANALYSIS, "glance-log")
+    ar = P.loc[(P["drafter"] == "ar") & (P["condition"] == "matched")]
+    has_logged = "greedy_match" in spec.columns and spec["greedy_match"].notna().any()
+    ar_tokens = {}
+    if "tokens" in ar.columns:
+        dup = ar.duplicated(["task", "prompt_id"])
+        if dup.any():
+            notes.append(f"{int(dup.sum())} repeated autoregressive prompt(s): the first is the reference")
+        for row in ar.loc[~dup].itertuples(index=False):
+            if row.tokens is not None:
+                ar_tokens[(row.task, row.prompt_id)] = np.asarray(row.tokens, dtype=np.int64)
+    if not has_logged and not ar_tokens:
+        raise MissingColumnError("either greedy_match (the logger's audit) or the autoregressive arm's tokens",
+                                 ANALYSIS, f"{SUPPLIED_BY['greedy_match']} or {SUPPLIED_BY['drafter=ar']}")
+    streams = _streams_from_rounds(R)
+    per_prompt = []
+    n_disagree = 0
+    for row in spec.to_dict("records"):
+        key = (row["task"], row["prompt_id"])
+        logged = row.get("greedy_match")
+        logged = None if logged is None or (isinstance(logged, float) and np.isnan(logged)) or pd.isna(logged) \
+            else bool(logged)
+        tok = row.get("tokens")
+        if tok is None or (not isinstance(tok, (list, np.ndarray)) and pd.isna(tok)):
+            tok = streams.get((row["drafter"], row["task"], row["prompt_id"]))
+        tok_div = first_divergence(tok, ar_tokens[key]) if tok is not None and key in ar_tokens else None
+        if logged is not None:
+            equal = logged
+            fd = row.get("first_divergence")
+            div = None if equal else (int(fd) if fd is not None and not pd.isna(fd) else tok_div)
+            source = "logged audit"
+            if tok_div is not None and (tok_div == -1) != equal:
+                n_disagree += 1
+        elif tok_div is not None:
+            equal = tok_div == -1
+            div = None if equal else tok_div
+            source = "tokens vs ar arm"
+        else:
+            per_prompt.append({**{k: row[k] for k in ("drafter", "task", "prompt_id")}, "audited": False})
+            continue
+        margin, msource = np.nan, ""
+        if not equal:
+            dm = row.get("divergence_margin")
+            if dm is not None and not pd.isna(dm):
+                margin, msource = float(dm), "divergence_margin"
+            elif div is not None:
+                margin = _round_margin(R, row["drafter"], row["task"], row["prompt_id"], div)
+                msource = "round min_path_margin" if np.isfinite(margin) else ""
+        label = "" if equal else ("unknown" if not np.isfinite(margin) else
+                                  ("near-tie" if margin < threshold else "wide"))
+        per_prompt.append({"drafter": row["drafter"], "task": row["task"], "prompt_id": row["prompt_id"],
+                           "audited": True, "equal": equal, "first_divergence": div, "margin": margin,
+                           "margin_source": msource, "label": label, "source": source})
+    pp = pd.DataFrame(per_prompt)
+    if n_disagree:
+        notes.append(f"{n_disagree} prompt(s) where the logged audit and the token comparison disagree "
+                     "(the logged audit is reported)")
+    rows = []
+    lead = ["drafter"] if pp["drafter"].nunique() > 1 else []
+    for key, sub in pp.groupby(lead + ["task"], sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        aud = sub.loc[sub["audited"] == True]  # noqa: E712
+        div = aud.loc[aud["equal"] == False]  # noqa: E712
+        n_tie = int((div["label"] == "near-tie").sum())
+        n_wide = int((div["label"] == "wide").sum())
+        n_unk = int((div["label"] == "unknown").sum())
+        pos = pd.to_numeric(div["first_divergence"], errors="coerce").dropna()
+        if not len(aud):
+            verdict = "not audited"
+        elif not len(div):
+            verdict = "lossless"
+        elif n_wide:
+            verdict = "NOT lossless"
+        elif n_unk:
+            verdict = "unverified"
+        else:
+            verdict = "lossless up to ties"
+        rows.append({**dict(zip(lead + ["task"], key)), "prompts": len(sub), "audited": len(aud),
+                     "equal": int((aud["equal"] == True).sum()),  # noqa: E712
+                     "equal_share": float((aud["equal"] == True).mean()) if len(aud) else np.nan,  # noqa: E712
+                     "divergences": len(div), "near_tie": n_tie, "wide": n_wide, "unknown_margin": n_unk,
+                     "first_divergence_min": int(pos.min()) if len(pos) else None,
+                     "first_divergence_median": float(pos.median()) if len(pos) else np.nan,
+                     "verdict": verdict})
+    n_not = int((pp["audited"] == False).sum())  # noqa: E712
+    if n_not:
+        notes.append(f"{n_not} prompt(s) neither audited by the logger nor pairable with an ar arm's tokens "
+                     "(counted in prompts, not in audited)")
+    notes.append(f"near_tie: divergence margin < {threshold:g} logits (top-1 minus top-2 of the target); "
+                 "wide-margin divergences break Theorem 1 and indicate a decoder bug")
+    divs = pp.loc[(pp["audited"] == True) & (pp["equal"] == False)] if "equal" in pp.columns else pp.iloc[0:0]  # noqa: E712
+    divs = divs.drop(columns=[c for c in ("audited", "equal") if c in divs.columns]).reset_index(drop=True)
+    return AuditResult(pd.DataFrame(rows), divs, float(threshold), tuple(notes))
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("lossless audit (--audit)")
+    g.add_argument("--tie-threshold", type=float, default=DEFAULT_TIE_THRESHOLD, metavar="LOGITS",
+                   help="a divergence whose target top-1/top-2 margin is below this is a near-tie "
+                        f"(default {DEFAULT_TIE_THRESHOLD:g})")
+
+
+def cli_section(logs, args: argparse.Namespace) -> list[Result]:
+    prompts = E.prompt_table(logs, ANALYSIS)
+    res = audit(prompts, E.as_frame(logs), float(getattr(args, "tie_threshold", DEFAULT_TIE_THRESHOLD)))
+    return [res, res.divergences()]

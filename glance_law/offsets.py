@@ -1,0 +1,456 @@
+"""Per-offset analysis of the ``match`` vectors: marginal laws, conditional hazards,
+a test of Assumption 2, and run-length survival by entropy decile.
+
+``match[i, j-1]`` is 1 when the drafter's top-1 at offset j equals the target's token
+there, 0 when not, -1 when unknown (past the end of generation). Let ``R_i`` be the
+leading run of ones (the top-1 chain's run length).
+
+* **Offset law** (:func:`offset_law`): for every offset j a logistic regression of
+  ``match_j`` on the root entropy, ``logit p_m,j(H) = b0_j - b1_j H`` (exact MLE), with
+  CR1 prompt-clustered intervals (t with G-1 df), and the marginal match rate.
+* **Hazards** (:func:`offset_hazards`): per entropy bin and offset, the conditional hazard
+  ``P(match_j = 1 | match_1..j-1 = 1)`` next to the marginal ``P(match_j = 1)``, both as
+  ratio estimators with CR1 intervals.
+* **Assumption 2** (:func:`assumption2_test`): the survival the marginal hazards imply,
+  ``S_i(l) = prod_{j<=l} p_m,j(H_i)``, against the empirical ``1[R_i >= l]`` (a round
+  whose run is cut by unknown offsets counts only at the l it determines). The
+  difference ``D(l)`` and the mean-run difference ``sum_l D(l)`` get a CR1 interval from
+  the stacked estimating equations: the per-round influence of ``D(l)`` includes the
+  estimation error of every offset fit (delta method through ``dS/db_j``).
+* **Survival** (:func:`run_survival`): empirical ``P(a >= l)`` of the accepted length
+  by entropy decile, with CR1 intervals, against the law's truncated geometric (averaged
+  over the decile's rounds) and, in the floor regime, the two-state model of
+  :mod:`glance_law.tail` when it is available.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import ClassVar, Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import special, stats
+
+from . import _evidence as E
+from . import law as _law
+from .cluster import clustered_mean, cr1_covariance, t_crit
+from .errors import GlanceError
+from .results import Result
+
+__all__ = ["match_matrix", "leading_runs", "decile_bins", "offset_law", "offset_hazards",
+           "assumption2_test", "run_survival", "OffsetLaw", "OffsetHazards", "Assumption2Test",
+           "RunSurvival", "cli_section", "add_cli_arguments"]
+
+ANALYSIS = "the per-offset analysis"
+
+
+# --------------------------------------------------------------------------
+# pure numpy helpers
+# --------------------------------------------------------------------------
+
+def match_matrix(values) -> np.ndarray:
+    """(n, Lmax) int8 matrix of per-offset matches, padded with -1 (unknown)."""
+    rows = [np.asarray([] if v is None else v, dtype=np.int8).ravel() for v in values]
+    n = len(rows)
+    width = max((len(r) for r in rows), default=0)
+    out = np.full((n, width), -1, dtype=np.int8)
+    for i, r in enumerate(rows):
+        out[i, :len(r)] = r
+    return out
+
+
+def leading_runs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Leading run of ones ``R`` per row and whether the run's end was observed (a 0 follows).
+
+    A run followed by -1 (unknown) or by the end of the vector is right-censored at R.
+    """
+    M = np.asarray(M)
+    n, L = M.shape
+    not_one = M != 1
+    has = not_one.any(axis=1)
+    R = np.where(has, not_one.argmax(axis=1), L).astype(np.int64)
+    ended = np.zeros(n, dtype=bool)
+    idx = np.flatnonzero(has)
+    ended[idx] = M[idx, R[idx]] == 0
+    return R, ended
+
+
+def decile_bins(H: np.ndarray, n_bins: int = 10) -> np.ndarray:
+    """Equal-count entropy bins 0..n_bins-1 (stable rank order; ties split deterministically)."""
+    H = np.asarray(H, dtype=np.float64)
+    n = len(H)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(H, kind="stable")
+    b = np.empty(n, dtype=np.int64)
+    b[order] = (np.arange(n) * int(n_bins)) // n
+    return b
+
+
+def _offset_fits(H, M, codes, G):
+    """Logistic fit of match_j on H for every offset: b (L,2), cov (L,2,2), influence (n,L,2)."""
+    n, L = M.shape
+    b = np.full((L, 2), np.nan)
+    cov = np.full((L, 2, 2), np.nan)
+    infl = np.zeros((n, L, 2))
+    for j in range(L):
+        known = M[:, j] >= 0
+        y = M[known, j].astype(np.float64)
+        if known.sum() < 3 or y.min() == y.max() or np.ptp(H[known]) == 0:
+            continue
+        try:
+            bj, _, _ = _law.fit_affine_logit(H[known], y, np.ones_like(y))
+        except ValueError:
+            continue
+        sc, info = _law.score_and_information(bj, H[known], y, np.ones_like(y))
+        A = np.linalg.inv(info)
+        b[j] = bj
+        cov[j] = cr1_covariance(sc, A, codes[known], G)
+        infl[known, j, :] = sc @ A
+    return b, cov, infl
+
+
+def _cluster_se(psi: np.ndarray, codes: np.ndarray, G: int) -> np.ndarray:
+    """CR1 standard error of sum_i psi_i (psi (n,) or (n, m)) with clusters as units."""
+    psi = np.asarray(psi, dtype=np.float64)
+    flat = psi.reshape(len(psi), -1)
+    u = np.stack([np.bincount(codes, weights=flat[:, k], minlength=G) for k in range(flat.shape[1])], axis=1)
+    g = int(np.count_nonzero(np.bincount(codes, minlength=G)))
+    if g < 2:
+        return np.full(flat.shape[1], np.nan).reshape(psi.shape[1:])
+    var = g / (g - 1.0) * (u ** 2).sum(axis=0)
+    return np.sqrt(var).reshape(psi.shape[1:])
+
+
+def survival_gap(H, M, codes, G, b, infl, mask=None):
+    """Empirical minus marginal-implied survival D(l), l = 1..L, and its CR1 linearisation.
+
+    Returns dict with arrays ``empirical``, ``implied``, ``diff``, ``se``, ``n`` (per l)
+    and scalars ``run_mean``, ``implied_mean``, ``diff_mean``, ``se_mean``.
+    """
+    n, L = M.shape
+    mask = np.ones(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+    R, ended = leading_runs(M)
+    ls = np.arange(1, L + 1)[None, :]
+    obs = (R[:, None] >= ls) | (ended[:, None] & (R[:, None] < ls))
+    obs &= mask[:, None]
+    ok_l = np.cumprod(np.isfinite(b[:, 0])).astype(bool)  # S(l) needs every fit up to l
+    obs &= ok_l[None, :]
+    D = (R[:, None] >= ls).astype(np.float64)
+    eta = np.where(np.isfinite(b[:, 0])[None, :], b[None, :, 0] - b[None, :, 1] * H[:, None], 0.0)
+    P = special.expit(eta)
+    S = np.cumprod(P, axis=1)
+    n_l = obs.sum(axis=0).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        emp = np.where(obs, D, 0.0).sum(axis=0) / n_l
+        imp = np.where(obs, S, 0.0).sum(axis=0) / n_l
+    diff = emp - imp
+    # influence: own term + delta-method term through every offset fit j <= l
+    W = np.where(obs, S, 0.0) / np.where(n_l > 0, n_l, 1.0)[None, :]
+    tri = np.tril(np.ones((L, L)))  # [l, j] = 1 for j <= l
+    Q = 1.0 - P
+    G0 = (W.T @ Q) * tri
+    G1 = (W.T @ (-H[:, None] * Q)) * tri
+    corr = infl[:, :, 0] @ G0.T + infl[:, :, 1] @ G1.T
+    own = np.where(obs, D - S - np.nan_to_num(diff)[None, :], 0.0) / np.where(n_l > 0, n_l, 1.0)[None, :]
+    psi = own - corr
+    psi[:, n_l == 0] = 0.0
+    se = _cluster_se(psi, codes, G)
+    valid = n_l > 0
+    se = np.where(valid, se, np.nan)
+    se_mean = float(_cluster_se(psi[:, valid].sum(axis=1), codes, G)) if valid.any() else np.nan
+    return dict(empirical=np.where(valid, emp, np.nan), implied=np.where(valid, imp, np.nan),
+                diff=np.where(valid, diff, np.nan), se=se, n=n_l.astype(np.int64),
+                run_mean=float(np.nansum(emp[valid])), implied_mean=float(np.nansum(imp[valid])),
+                diff_mean=float(np.nansum(diff[valid])), se_mean=se_mean, n_valid=int(valid.sum()))
+
+
+# --------------------------------------------------------------------------
+# data preparation
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Group:
+    key: dict
+    H: np.ndarray
+    M: np.ndarray
+    a: np.ndarray
+    L: np.ndarray
+    codes: np.ndarray
+    G: int
+
+
+def _prepare(rounds, by, need_match: bool = True) -> tuple[list[_Group], list[str]]:
+    frame = E.as_frame(rounds)
+    E.require(frame, ["root_entropy", "accepted", "horizon"] + (["match"] if need_match else []), ANALYSIS)
+    notes: list[str] = []
+    frame = E.speculative_rounds(frame, notes)
+    if not len(frame):
+        raise GlanceError(f"{ANALYSIS} found no drafted rounds (horizon > 0) in the matched condition")
+    cols = E.arm_columns(frame, by)
+    groups = []
+    n_null = 0
+    for key, sub in E.group_items(frame, cols):
+        if need_match:
+            nulls = sub["match"].isna().to_numpy()
+            n_null += int(nulls.sum())
+            sub = sub.loc[~nulls]
+            if not len(sub):
+                continue
+            M = match_matrix(sub["match"].to_numpy())
+        else:
+            M = np.zeros((len(sub), 0), dtype=np.int8)
+        codes, G = E.clusters(sub)
+        groups.append(_Group(key, sub["root_entropy"].to_numpy(np.float64), M,
+                             sub["accepted"].to_numpy(np.int64), sub["horizon"].to_numpy(np.int64), codes, G))
+    if n_null:
+        notes.append(f"{n_null} round(s) without a match vector excluded")
+    if not groups:
+        raise GlanceError(f"{ANALYSIS}: no round carries a match vector")
+    return groups, notes
+
+
+def _ci(est, se, G, level):
+    t = t_crit(G, level)
+    return est - t * se, est + t * se
+
+
+def _pvalue(est, se, G):
+    if not np.isfinite(se) or se <= 0:
+        return np.nan
+    return float(2 * stats.t.sf(abs(est / se), max(G - 1, 1)))
+
+
+# --------------------------------------------------------------------------
+# results
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True, eq=False)
+class _Table(Result):
+    frame: pd.DataFrame
+    level: float = 0.95
+    extra_notes: tuple[str, ...] = field(default=())
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.frame.copy()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.extra_notes
+
+
+@dataclass(frozen=True, eq=False)
+class OffsetLaw(_Table):
+    """Per offset j: match rate and the affine-logit law of the marginal match probability."""
+    title: ClassVar[str] = "Per-offset law: logit P(match_j | H) = b0_j - b1_j H"
+
+
+@dataclass(frozen=True, eq=False)
+class OffsetHazards(_Table):
+    """Per entropy bin and offset: conditional hazard vs marginal match rate."""
+    title: ClassVar[str] = "Conditional hazard P(match_j | matches before j) vs marginal P(match_j), by entropy bin"
+
+
+@dataclass(frozen=True, eq=False)
+class Assumption2Test(_Table):
+    """Empirical run survival vs the survival implied by the marginal hazards."""
+    title: ClassVar[str] = "Assumption 2: empirical top-1 run vs the run implied by marginal hazards"
+    curve_frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def curve(self) -> pd.DataFrame:
+        """Per (group, bin, l): empirical and implied P(R >= l), their difference and interval."""
+        return self.curve_frame.copy()
+
+
+@dataclass(frozen=True, eq=False)
+class RunSurvival(_Table):
+    """Empirical survival of the accepted length by entropy decile vs geometric and two-state."""
+    title: ClassVar[str] = "Run-length survival P(a >= l) by entropy decile: empirical vs law vs two-state"
+
+
+# --------------------------------------------------------------------------
+# analyses
+# --------------------------------------------------------------------------
+
+def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
+    """The law fitted per offset: b0_j, b1_j (CR1 prompt-clustered intervals) and match rates."""
+    groups, notes = _prepare(rounds, by)
+    rows = []
+    for g in groups:
+        b, cov, _ = _offset_fits(g.H, g.M, g.codes, g.G)
+        for j in range(g.M.shape[1]):
+            known = g.M[:, j] >= 0
+            if not known.any():
+                continue
+            y = g.M[known, j].astype(np.float64)
+            rate, rse, gk = clustered_mean(y, g.codes[known], g.G)
+            r_lo, r_hi = _ci(rate, rse, gk, level)
+            se = np.sqrt(np.diag(cov[j])) if np.isfinite(cov[j]).all() else np.array([np.nan, np.nan])
+            b0_lo, b0_hi = _ci(b[j, 0], se[0], gk, level)
+            b1_lo, b1_hi = _ci(b[j, 1], se[1], gk, level)
+            rows.append({**g.key, "offset": j + 1, "rounds": int(known.sum()), "prompts": gk,
+                         "match_rate": rate, "match_rate_lo": r_lo, "match_rate_hi": r_hi,
+                         "b0": b[j, 0], "b0_lo": b0_lo, "b0_hi": b0_hi,
+                         "b1": b[j, 1], "b1_lo": b1_lo, "b1_hi": b1_hi})
+            if not np.isfinite(b[j, 0]):
+                notes.append(f"{E.fmt_group(g.key)} offset {j + 1}: the logistic fit is not identified "
+                             "(no variation in match or entropy); b0/b1 left empty")
+    notes.append(f"{int(level * 100)}% intervals: CR1 prompt-clustered (cluster = task, prompt_id), t with G-1 df; "
+                 "offsets with match = -1 (unknown) excluded per offset")
+    return OffsetLaw(pd.DataFrame(rows), level, tuple(notes))
+
+
+def offset_hazards(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> OffsetHazards:
+    """Conditional hazard vs marginal match rate per entropy bin and offset."""
+    groups, notes = _prepare(rounds, by)
+    rows = []
+    for g in groups:
+        bins = decile_bins(g.H, n_bins)
+        R, _ = leading_runs(g.M)
+        for k in range(int(bins.max()) + 1 if len(bins) else 0):
+            inb = bins == k
+            h_lo, h_hi, h_mean = float(g.H[inb].min()), float(g.H[inb].max()), float(g.H[inb].mean())
+            for j in range(g.M.shape[1]):
+                col = g.M[:, j]
+                known = inb & (col >= 0)
+                at_risk = known & (R >= j)  # matches at offsets 1..j-1 (0-based j)
+                if not known.any():
+                    continue
+                m, mse, gm = clustered_mean((col[known] == 1).astype(float), g.codes[known], g.G)
+                m_lo, m_hi = _ci(m, mse, gm, level)
+                if at_risk.any():
+                    h, hse, gh = clustered_mean((col[at_risk] == 1).astype(float), g.codes[at_risk], g.G)
+                    hl, hh = _ci(h, hse, gh, level)
+                else:
+                    h = hl = hh = np.nan
+                rows.append({**g.key, "bin": k + 1, "entropy_lo": h_lo, "entropy_hi": h_hi,
+                             "mean_entropy": h_mean, "offset": j + 1, "at_risk": int(at_risk.sum()),
+                             "hazard": h, "hazard_lo": hl, "hazard_hi": hh, "known": int(known.sum()),
+                             "marginal": m, "marginal_lo": m_lo, "marginal_hi": m_hi})
+    notes.append(f"bins: {n_bins} equal-count entropy bins per group; hazard at offset j = share matching "
+                 "among rounds whose offsets 1..j-1 all matched; CR1 prompt-clustered intervals")
+    return OffsetHazards(pd.DataFrame(rows), level, tuple(notes))
+
+
+def assumption2_test(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> Assumption2Test:
+    """Test of Assumption 2: does prod_j p_m,j(H) reproduce the empirical run survival?
+
+    One row per group (bin "all") and per entropy bin: the empirical mean top-1 run
+    ``sum_l P(R >= l)``, the mean run the marginal hazards imply, their difference with a
+    CR1 interval that includes the per-offset fits' estimation error, and the t p-value.
+    ``curve()`` holds the per-l differences.
+    """
+    groups, notes = _prepare(rounds, by)
+    rows, curves = [], []
+    n_cens = 0
+    for g in groups:
+        b, _, infl = _offset_fits(g.H, g.M, g.codes, g.G)
+        R, ended = leading_runs(g.M)
+        censored = ~ended & (R < g.L)
+        n_cens += int(censored.sum())
+        bins = decile_bins(g.H, n_bins)
+        scopes = [("all", np.ones(len(g.H), dtype=bool))] + \
+            [(str(k + 1), bins == k) for k in range(int(bins.max()) + 1)]
+        for name, mask in scopes:
+            res = survival_gap(g.H, g.M, g.codes, g.G, b, infl, mask)
+            gk = int(np.unique(g.codes[mask]).size)
+            lo, hi = _ci(res["diff_mean"], res["se_mean"], gk, level)
+            rows.append({**g.key, "bin": name, "rounds": int(mask.sum()), "prompts": gk,
+                         "mean_entropy": float(g.H[mask].mean()),
+                         "censored": int((censored & mask).sum()),
+                         "run_mean": res["run_mean"], "implied_mean": res["implied_mean"],
+                         "diff": res["diff_mean"], "diff_lo": lo, "diff_hi": hi,
+                         "p": _pvalue(res["diff_mean"], res["se_mean"], gk)})
+            for l in range(len(res["diff"])):
+                dl, dh = _ci(res["diff"][l], res["se"][l], gk, level)
+                curves.append({**g.key, "bin": name, "l": l + 1, "rounds": int(res["n"][l]),
+                               "empirical": res["empirical"][l], "implied": res["implied"][l],
+                               "diff": res["diff"][l], "diff_lo": dl, "diff_hi": dh})
+    notes.append("run = leading run of top-1 matches in the match vector; implied survival = prod_{j<=l} "
+                 "p_m,j(H) from the per-offset logistic fits; diff = empirical - implied mean run "
+                 "(> 0: conditional hazards exceed marginals, as in a copy regime)")
+    notes.append("intervals: CR1 prompt-clustered linearisation of the stacked estimating equations "
+                 "(includes the per-offset fits' estimation error), t with G-1 df")
+    if n_cens:
+        notes.append(f"{n_cens} run(s) cut by unknown offsets (-1) count only at the lengths they determine")
+    return Assumption2Test(pd.DataFrame(rows), level, tuple(notes), pd.DataFrame(curves))
+
+
+def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_state: bool = True) -> RunSurvival:
+    """Empirical P(a >= l) by entropy decile vs the law's geometric and the two-state model.
+
+    The law (b0, b1) is fitted on the group's rounds (exact MLE); its survival in a decile is
+    the average of ``sigmoid(b0 - b1 H_i)^l`` over the decile's rounds (not the survival at
+    the mean entropy). The two-state survival comes from ``glance_law.tail`` fitted on the
+    group's floor regime and is shown for the deciles inside that regime.
+    """
+    groups, notes = _prepare(rounds, by, need_match=False)
+    frame = E.as_frame(rounds)
+    tail_fits = _tail_fits(frame, groups, notes) if two_state else {}
+    rows = []
+    for g in groups:
+        try:
+            b, _, _, _ = E.law_fit(g.H, g.a, g.L, g.codes, g.G)
+        except ValueError as exc:
+            notes.append(f"{E.fmt_group(g.key)}: law not fitted ({exc}); geometric column empty")
+            b = np.array([np.nan, np.nan])
+        p = special.expit(b[0] - b[1] * g.H)
+        bins = decile_bins(g.H, n_bins)
+        ts = tail_fits.get(E.fmt_group(g.key))
+        for k in range(int(bins.max()) + 1 if len(bins) else 0):
+            inb = bins == k
+            for l in range(1, int(g.L[inb].max()) + 1):
+                rows_l = inb & (g.L >= l)
+                if not rows_l.any():
+                    continue
+                y = (g.a[rows_l] >= l).astype(float)
+                s, se, gk = clustered_mean(y, g.codes[rows_l], g.G)
+                lo, hi = _ci(s, se, gk, level)
+                two = np.nan
+                if ts is not None and ts["upper"] is not None and g.H[inb].max() <= ts["upper"] + 1e-12:
+                    surv = ts["survival"]
+                    two = float(surv[l - 1]) if l - 1 < len(surv) else np.nan
+                rows.append({**g.key, "decile": k + 1, "mean_entropy": float(g.H[inb].mean()),
+                             "l": l, "rounds": int(rows_l.sum()), "empirical": s, "empirical_lo": lo,
+                             "empirical_hi": hi, "geometric": float(np.mean(p[rows_l] ** l)),
+                             "two_state": two})
+    notes.append("empirical: share of rounds with accepted >= l (rounds with horizon >= l), CR1 prompt-clustered "
+                 "intervals; geometric: the group's law fit averaged over the decile's rounds")
+    return RunSurvival(pd.DataFrame(rows), level, tuple(notes))
+
+
+def _tail_fits(frame, groups, notes) -> dict:
+    """Two-state survival per group from glance_law.tail (empty, with a note, when unavailable)."""
+    try:
+        from . import tail as _tail
+        fit_tail = _tail.fit_tail
+    except (ImportError, AttributeError):
+        notes.append("two-state column empty: glance_law.tail.fit_tail is not available yet")
+        return {}
+    return _tail_fits_impl(frame, groups, notes, _tail, fit_tail)
+
+
+def _tail_fits_impl(frame, groups, notes, _tail, fit_tail) -> dict:  # pragma: no cover - filled below
+    notes.append("two-state column empty: glance_law.tail.fit_tail's interface is not wired here yet")
+    return {}
+
+
+# --------------------------------------------------------------------------
+# CLI section
+# --------------------------------------------------------------------------
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("per-offset analysis (--offsets)")
+    g.add_argument("--offset-bins", type=int, default=10, metavar="K",
+                   help="equal-count entropy bins for the hazards, the Assumption 2 test and the survival (default 10)")
+
+
+def cli_section(logs, args: argparse.Namespace) -> list[Result]:
+    bins = int(getattr(args, "offset_bins", 10) or 10)
+    if bins < 1:
+        raise GlanceError("--offset-bins must be >= 1")
+    by = getattr(args, "by", None) or "task"
+    level = float(getattr(args, "level", 0.95) or 0.95)
+    return [offset_law(logs, by, level), offset_hazards(logs, by, bins, level),
+            assumption2_test(logs, by, bins, level), run_survival(logs, by, bins, level)]
