@@ -1,12 +1,98 @@
-"""The glance-log command (placeholder until the logger lands)."""
+"""``glance-log``: run a task through the reference tree-verify decoder and write round logs.
+
+    glance-log --task docvqa                      # embedded default target + block head
+    glance-log --task docvqa --drafter pld --baseline --audit
+    python -m glance_law.fit logs/*.parquet
+
+User errors print one line on stderr and exit with code 2; every prompt completed
+before the error stays in ``--out``.
+"""
 from __future__ import annotations
 
+import argparse
+import shlex
 import sys
+
+from glance_law.errors import GlanceError
+
+from .drafters import DRAFTERS
+from .tasks import TASKS
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="glance-log",
+        description="Decode a task with a speculative tree-verify decoder and log every round "
+                    "(Parquet, the glance round-log contract).")
+    p.add_argument("--task", required=True, help=f"task family: {', '.join(TASKS)}")
+    p.add_argument("--model", default=None,
+                   help="target model folder (default: the embedded target, data/models/target; "
+                        "$GLANCE_DATA overrides the data folder)")
+    p.add_argument("--drafter", default="block", choices=DRAFTERS, help="drafter (default: block)")
+    p.add_argument("--draft-model", default=None,
+                   help="block head folder for --drafter block (default: data/models/block) or the "
+                        "smaller HF model for --drafter two_model")
+    p.add_argument("--budget", type=int, default=63, help="candidate tree size N, root excluded (default 63)")
+    p.add_argument("--branch-k", type=int, default=8,
+                   help="top-k per offset offered to the tree builder; 1 = a width-1 chain (default 8)")
+    p.add_argument("--draft-len", type=int, default=None,
+                   help="draft horizon for pld (default 10) and two_model (default 5); a block head "
+                        "uses its own")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--n", type=int, default=20, help="number of prompts (default 20)")
+    p.add_argument("--data", default=None,
+                   help="local data: a JSONL folder, a datasets save_to_disk folder, or Parquet files "
+                        "(default: the embedded synthetic suite)")
+    p.add_argument("--out", default="logs", help="output folder for the part files (default logs/)")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy; > 0 samples the committed token from the target's verified row")
+    p.add_argument("--baseline", action="store_true", help="also run the autoregressive (ar) arm")
+    p.add_argument("--audit", action="store_true",
+                   help="compare every output with fp32 greedy decoding (greedy_match, first_divergence)")
+    p.add_argument("--probe", default=None, choices=("mismatched",),
+                   help="mismatched: replay each trajectory with another prompt's image/context")
+    p.add_argument("--seed", type=int, default=0, help="item selection and sampling seed")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
 
 
 def main(argv=None) -> int:
-    print("glance-log: not implemented yet (the round logger is being built; see README)", file=sys.stderr)
-    return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("glance-log: torch is not installed; install the logger extra: pip install -e '.[log]'",
+              file=sys.stderr)
+        return 2
+    from .run import RunConfig, run
+
+    cfg = RunConfig(task=args.task, model=args.model, drafter=args.drafter, draft_model=args.draft_model,
+                    budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,
+                    data=args.data, out=args.out, dtype=args.dtype, device=args.device,
+                    temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
+                    seed=args.seed, draft_len=args.draft_len, command="glance-log " + shlex.join(argv),
+                    progress=not args.quiet)
+    try:
+        summary = run(cfg)
+    except GlanceError as exc:
+        print(f"glance-log: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("glance-log: out of memory; completed prompts are saved (rerun to resume with a smaller "
+              "--budget or --max-new-tokens)", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("glance-log: interrupted; completed prompts are saved (rerun to resume)", file=sys.stderr)
+        return 130
+    for arm in summary["arms"]:
+        audit = f", {arm['greedy_mismatches']} audit mismatches" if args.audit else ""
+        print(f"{arm['run_id']}: {arm['prompts']} prompts logged ({arm['skipped']} already there), "
+              f"{arm['rounds']} rounds, tau {arm['tau']:.3f}{audit}", file=sys.stderr)
+    print(f"logs in {summary['out']}/ - next: python -m glance_law.fit {summary['out']}/*.parquet", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

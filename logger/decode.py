@@ -1,0 +1,364 @@
+"""The reference tree-verify decoder: one flat loop with callback hooks.
+
+One round (Definition 1 of the paper):
+
+1. the drafter proposes per-offset top-k marginals after the pending root;
+2. :func:`glance_law.tree.build_tree` forms the best-first prefix-closed tree of
+   at most ``budget`` nodes (``branch_k = 1``: a width-1 chain);
+3. ONE target pass verifies root + nodes under an ancestor-only 4D mask with
+   explicit positions ``past + depth``;
+4. the walk commits the longest path the target itself takes plus the bonus
+   token (greedy: the argmax of each visited row; temperature > 0: a sample of
+   each visited row, descending into the child whose token equals the sample -
+   the committed token is always a draw from the target's verified row, so the
+   output distribution is the target's);
+5. the KV cache is gathered down to root + accepted nodes.
+
+Callbacks (the logger) receive a :class:`RoundEvent` after every round and a
+:class:`PromptEvent` at the end; the loop is never forked for logging. The
+per-round event carries device tensors only where the logger needs them, so a
+logger can work without any host-device synchronisation.
+
+Teacher forcing (``forced=``): the mismatched-context probe replays a live run's
+committed trajectory. Each round verifies the drafter's tree exactly as live and
+walks it (``accepted`` is the target's own under the replayed context), but then
+commits the *forced* tokens (root + the live round's accepted tokens): the ones
+inside the verified tree are gathered from it, any others are run through one
+extra causal pass. In the matched context the forced path is the walk's own
+path, no extra pass happens, and every round reproduces the live run exactly.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from glance_law.tree import Tree, build_tree
+
+from .drafters import DraftState, Drafter, Proposal
+
+__all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference"]
+
+
+class Timer:
+    """Marks on the host clock (CPU) or CUDA events (GPU), resolved only at prompt end."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def resolve(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def ms(self, a, b) -> float:
+        if a is None or b is None:
+            return float("nan")
+        if self.cuda:
+            return float(a.elapsed_time(b))
+        return (b - a) * 1e3
+
+
+@dataclass
+class RoundEvent:
+    """One decoding round, as the decoder hands it to callbacks.
+
+    Host values: ``round``, ``position`` (index of the root in the generated stream),
+    ``root``, ``accepted``, ``committed`` (accepted tokens then the bonus), ``horizon``
+    (tree depth offered), ``budget`` (tree nodes), ``tree``, ``logq``/``ids`` (the drafter's
+    top-k rows truncated to the horizon, numpy), ``draft_passes``, ``marks`` (timer marks).
+    Device values: ``verify_logits`` (n+1, V) rows of the target pass (row 0 = root),
+    ``path_rows`` (a+1,) rows of root and accepted nodes, ``row_tokens`` (n+1,) the target's
+    token at every row, ``full_logp`` (horizon, V) drafter log-probabilities or None.
+    ``own_tokens``: the tokens the target itself took this round when they differ from the
+    committed stream (teacher-forced replays); None in live decoding.
+    """
+
+    round: int
+    position: int
+    root: int
+    accepted: int
+    committed: list
+    horizon: int
+    budget: int
+    tree: Optional[Tree]
+    logq: np.ndarray
+    ids: np.ndarray
+    draft_passes: int
+    point_mass: bool
+    verify_logits: torch.Tensor
+    path_rows: torch.Tensor
+    row_tokens: torch.Tensor
+    full_logp: Optional[torch.Tensor]
+    marks: tuple
+    drafter: str
+    own_tokens: Optional[list] = None
+
+
+@dataclass
+class PromptEvent:
+    prompt_tokens: int
+    tokens: list            # emitted tokens (truncated at eos / max_new_tokens)
+    resolve_stream: list    # every token the target committed (the final round may run past the stop)
+    rounds: int
+    stop_reason: str
+    prefill_marks: tuple
+    decode_marks: tuple
+    timer: Timer
+    forced: bool = False
+
+
+@dataclass
+class DecodeResult:
+    tokens: list
+    rounds: int
+    accepted: list
+    horizons: list
+    positions: list
+    stop_reason: str
+    prompt_tokens: int
+    prefill_ms: float
+    decode_ms: float
+    resolve_stream: list = field(default_factory=list)
+
+    @property
+    def tau(self) -> float:
+        return float(np.mean(np.asarray(self.accepted) + 1)) if self.accepted else float("nan")
+
+
+@dataclass
+class Forced:
+    """A live run's trajectory to replay: its emitted-or-committed stream and round positions."""
+
+    stream: Sequence[int]
+    positions: Sequence[int]
+
+
+def _select(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
+    """The target's token for every row: argmax (greedy) or one draw per row."""
+    if temperature <= 0:
+        return torch.argmax(logits, dim=-1)
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).view(-1)
+
+
+def _full_ancestors(tree: Optional[Tree], device) -> torch.Tensor:
+    n = 0 if tree is None else tree.size
+    anc = np.zeros((n + 1, n + 1), dtype=bool)
+    anc[:, 0] = True
+    if n:
+        anc[1:, 1:] = tree.ancestor_mask()
+    return torch.from_numpy(anc).to(device)
+
+
+def _to_device(values, device, dtype=torch.long) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(values), dtype=dtype)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
+
+
+def _stop_index(stream: list, eos: Sequence[int], max_new: int):
+    """Length of the emitted stream and why it stopped (None while it has not)."""
+    eos = set(eos)
+    for i, t in enumerate(stream[:max_new]):
+        if t in eos:
+            return i + 1, "eos"
+    if len(stream) >= max_new:
+        return max_new, "max_new_tokens"
+    return None, None
+
+
+@torch.inference_mode()
+def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int = 8,
+           max_new_tokens: int = 256, temperature: float = 0.0, generator=None,
+           callbacks: Sequence = (), forced: Optional[Forced] = None,
+           eos_ids: Optional[Sequence[int]] = None) -> DecodeResult:
+    """Decode one prompt; returns the emitted tokens and per-round summaries."""
+    dev = target.device
+    eos = tuple(target.eos_ids if eos_ids is None else eos_ids)
+    timer = Timer(dev)
+    want = bool(callbacks)
+    mark = timer.mark
+    eos_set = set(eos)
+    cache = target.new_cache()
+
+    p0 = mark()
+    last_logits, hidden = target.prefill(prompt, cache)
+    drafter.start(target, prompt)
+    if drafter.wants_rows:
+        drafter.observe(torch.arange(target.cache_len(cache), device=dev), target.cache_len(cache))
+    if forced is not None:
+        root = int(forced.stream[0])
+        root_dev = torch.tensor(root, device=dev)
+    else:
+        root_dev = _select(last_logits[None], temperature, generator)[0]
+        root = int(root_dev)                                   # decoder sync (host walk needs it)
+    p1 = mark()
+    stream = [root]
+    rounds = 0
+    acc_log, hor_log, pos_log = [], [], []
+    n_forced = len(forced.positions) if forced is not None else None
+    d0 = mark()
+    done = forced is None and (root in eos_set or len(stream) >= max_new_tokens)
+    while not done:
+        if forced is not None and rounds >= n_forced:
+            break
+        position = len(stream) - 1
+        m0 = mark()
+        # 1. draft
+        state = DraftState(root=root, root_dev=root_dev, stream=stream, prompt_ids=prompt.prompt_ids,
+                           hidden=hidden, round=rounds)
+        prop: Optional[Proposal] = drafter.propose(state)
+        m1 = mark()
+        # 2. tree (host, numpy)
+        tree = None
+        logq_h = np.zeros((0, 1), np.float32)
+        ids_h = np.zeros((0, 1), np.int64)
+        if prop is not None and prop.horizon > 0 and budget > 0:
+            k = 1 if prop.point_mass else max(1, min(int(branch_k), prop.logq.shape[1]))
+            lq = prop.logq[:, :k].float().cpu().numpy()        # decoder sync: the tree is built on the host
+            ii = prop.ids[:, :k].cpu().numpy()
+            tree = build_tree(lq, budget)
+            if tree.size == 0:
+                tree = None
+            else:
+                L = tree.max_depth
+                logq_h, ids_h = lq[:L], ii[:L]
+        horizon = 0 if tree is None else tree.max_depth
+        n = 0 if tree is None else tree.size
+        node_tokens = tree.tokens(ids_h) if tree is not None else np.zeros(0, np.int64)
+        tokens_h = np.concatenate([[root], node_tokens]).astype(np.int64)
+        depth_h = np.concatenate([[0], tree.depth if tree is not None else []]).astype(np.int64)
+        # 3. one target pass
+        past = target.cache_len(cache)
+        logits, hid = target.verify(cache, _to_device(tokens_h, dev), _to_device(depth_h, dev),
+                                    _full_ancestors(tree, dev))
+        m2 = mark()
+        # 4. the walk
+        row_tok = _select(logits, temperature, generator)
+        row_tok_h = row_tok.tolist()                            # decoder sync: the walk is on the host
+        children = tree.children() if tree is not None else [[]]
+        path = [0]
+        cur = -1                                                # -1 = root
+        while True:
+            want_tok = row_tok_h[path[-1]]
+            nxt = None
+            for c in children[cur + 1]:
+                if int(node_tokens[c]) == want_tok:
+                    nxt = c
+                    break
+            if nxt is None:
+                break
+            path.append(nxt + 1)
+            cur = nxt
+        accepted = len(path) - 1
+        own = [int(tokens_h[r]) for r in path[1:]] + [int(row_tok_h[path[-1]])]
+        if forced is None:
+            committed = own
+            keep_rows = path
+            last_row = path[-1]
+            hidden_next = hid[last_row]
+            target.commit(cache, past, keep_rows, None)
+            obs_rows = _to_device(keep_rows, dev) if drafter.wants_rows else None
+        else:
+            if drafter.wants_rows:
+                raise NotImplementedError("teacher-forced replay does not support drafters that read "
+                                          "target layer states of committed rows (DFlash)")
+            seg_end = forced.positions[rounds + 1] if rounds + 1 < n_forced else len(forced.stream) - 1
+            forced_acc = [int(t) for t in forced.stream[position + 1:seg_end]]
+            # follow the forced tokens through the tree as far as they go
+            frow, fcur = [0], -1
+            for t in forced_acc:
+                nxt = next((c for c in children[fcur + 1] if int(node_tokens[c]) == t), None)
+                if nxt is None:
+                    break
+                frow.append(nxt + 1)
+                fcur = nxt
+            target.commit(cache, past, frow, None)
+            rest = forced_acc[len(frow) - 1:]
+            if rest:
+                _, hx = target.extend(cache, _to_device(rest, dev))
+                hidden_next = hx[-1]
+            else:
+                hidden_next = hid[frow[-1]]
+            committed = forced_acc + ([int(forced.stream[seg_end])] if seg_end < len(forced.stream) else [])
+            obs_rows = None
+        m3 = mark()
+        if obs_rows is not None:
+            drafter.observe(obs_rows, target.cache_len(cache))
+        if want:
+            path_dev = _to_device(path, dev)
+            ev = RoundEvent(round=rounds, position=position, root=root, accepted=accepted,
+                            committed=own, horizon=horizon, budget=n, tree=tree,
+                            logq=logq_h, ids=ids_h, draft_passes=0 if prop is None else int(prop.passes),
+                            point_mass=bool(prop.point_mass) if prop is not None else False,
+                            verify_logits=logits, path_rows=path_dev, row_tokens=row_tok,
+                            full_logp=None if (prop is None or prop.full_logp is None or horizon == 0)
+                            else prop.full_logp[:horizon],
+                            marks=(m0, m1, m2, m3), drafter=drafter.name,
+                            own_tokens=None if forced is None else own)
+            for cb in callbacks:
+                cb.on_round(ev)
+        acc_log.append(accepted)
+        hor_log.append(horizon)
+        pos_log.append(position)
+        rounds += 1
+        stream.extend(committed)
+        if forced is None:
+            done = len(stream) >= max_new_tokens or any(t in eos_set for t in committed)
+        elif len(committed) == len(forced_acc):
+            break                                              # the forced stream ended inside this round
+        hidden = hidden_next
+        root = stream[-1]
+        root_dev = row_tok[path[-1]] if (forced is None) else torch.tensor(root, device=dev)
+    d1 = mark()
+    if forced is None:
+        stop, reason = _stop_index(stream, eos, max_new_tokens)
+        tokens = stream[:stop]
+    else:
+        tokens, reason = list(stream), "forced"
+    timer.resolve()
+    pev = PromptEvent(prompt_tokens=prompt.n_tokens, tokens=tokens, resolve_stream=list(stream), rounds=rounds,
+                      stop_reason=reason, prefill_marks=(p0, p1), decode_marks=(d0, d1), timer=timer,
+                      forced=forced is not None)
+    for cb in callbacks:
+        cb.on_prompt_end(pev)
+    return DecodeResult(tokens=tokens, rounds=rounds, accepted=acc_log, horizons=hor_log, positions=pos_log,
+                        stop_reason=reason, prompt_tokens=prompt.n_tokens, prefill_ms=timer.ms(p0, p1),
+                        decode_ms=timer.ms(d0, d1), resolve_stream=list(stream))
+
+
+@torch.inference_mode()
+def greedy_reference(target, prompt, max_new_tokens: int, eos_ids: Optional[Sequence[int]] = None):
+    """Plain greedy decoding through the model's own forward (one token per pass, the
+    library's default masks and positions): the audit's reference. Returns
+    (tokens, margins) with the top-1 minus top-2 logit margin of every step."""
+    eos = set(target.eos_ids if eos_ids is None else eos_ids)
+    cache = target.new_cache()
+    if target.is_vlm:
+        inner = getattr(target.model, "model", None)
+        if inner is not None and hasattr(inner, "rope_deltas"):
+            inner.rope_deltas = None
+    out = target._call(cache, **prompt.inputs, logits_to_keep=1)
+    logits = out.logits[0, -1]
+    tokens, margins = [], []
+    while True:
+        top = torch.topk(logits.float(), 2)
+        tok = int(torch.argmax(logits))
+        tokens.append(tok)
+        margins.append(float(top.values[0] - top.values[1]))
+        if tok in eos or len(tokens) >= max_new_tokens:
+            break
+        out = target._call(cache, input_ids=torch.tensor([[tok]], device=target.device))
+        logits = out.logits[0, -1]
+    return tokens, margins

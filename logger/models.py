@@ -1,0 +1,313 @@
+"""Loading targets and the target-side operations of one decoding round.
+
+:class:`Target` wraps a Hugging Face causal LM (Llama, Qwen2, Qwen3, ...) or a
+Qwen2-VL / Qwen2.5-VL / Qwen3-VL model and exposes the three operations the
+decoder needs:
+
+* :meth:`Target.prefill` - the prompt (and image) into a fresh cache; returns
+  the last row's logits and final hidden state;
+* :meth:`Target.verify` - the pending root plus N tree nodes in ONE pass, with
+  an explicit 4D additive attention mask (full attention to the cache, ancestor
+  only among the new tokens) and explicit positions ``past + depth`` (for the
+  VL models, ``past + depth + rope_delta`` on all three M-RoPE axes);
+* :meth:`Target.commit` - gathers the cache down to the committed path.
+
+The final hidden state is read by a forward pre-hook on the output embedding
+(``lm_head``), so it is the exact input of the logits on every architecture.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from glance_law.errors import GlanceError
+
+__all__ = ["Target", "PromptInputs", "load_target", "resolve_device", "resolve_dtype", "cache_kwarg"]
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+          "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    if name in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if str(name).startswith("cuda") and not torch.cuda.is_available():
+        raise GlanceError("--device cuda: no CUDA device is visible to torch; use --device cpu or auto")
+    return torch.device(name)
+
+
+def resolve_dtype(name) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return DTYPES[str(name).lower()]
+    except KeyError:
+        raise GlanceError(f"--dtype {name!r}: expected fp32 or bf16") from None
+
+
+def cache_kwarg(model) -> str:
+    """``cache`` (transformers >= 5.x) or ``past_key_values`` (older), read from forward's signature."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+@dataclass
+class PromptInputs:
+    """One encoded prompt: model keyword inputs plus the host-side token ids."""
+
+    inputs: dict
+    prompt_ids: list[int]
+    image: Any = None
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+
+def _is_vlm_config(config) -> bool:
+    return getattr(config, "vision_config", None) is not None
+
+
+def load_target(path, dtype="fp32", device="auto", attn_implementation: str | None = None) -> "Target":
+    """Load a target (model + tokenizer/processor) from a local folder with the real HF loaders."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = Path(path)
+    if not path.exists():
+        raise GlanceError(f"model path {path} does not exist; pass --model PATH (a Hugging Face model folder) "
+                          "or build the embedded default (see docs/logger.md)")
+    if not (path / "config.json").exists():
+        raise GlanceError(f"{path}: no config.json, so this is not a Hugging Face model folder")
+    dev = resolve_device(device) if not isinstance(device, torch.device) else device
+    dt = resolve_dtype(dtype)
+    try:
+        config = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise GlanceError(f"{path}: cannot read the model config ({str(exc).splitlines()[0][:160]})") from None
+    kw = {"dtype": dt}
+    if attn_implementation:
+        kw["attn_implementation"] = attn_implementation
+    processor = None
+    if _is_vlm_config(config):
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+        model = AutoModelForImageTextToText.from_pretrained(path, **kw)
+        try:
+            processor = AutoProcessor.from_pretrained(path)
+        except (OSError, ValueError, TypeError) as exc:
+            raise GlanceError(f"{path}: a vision-language model needs its processor files "
+                              f"({str(exc).splitlines()[0][:120]})") from None
+        tokenizer = getattr(processor, "tokenizer", None) or AutoTokenizer.from_pretrained(path)
+    else:
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained(path, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    model = model.to(dev).eval()
+    return Target(model, tokenizer, processor, name=str(path))
+
+
+class Target:
+    """A frozen target model plus the per-round operations of tree verification."""
+
+    def __init__(self, model, tokenizer=None, processor=None, name: str | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.name = name or type(model).__name__
+        self.config = model.config
+        self.text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        self.is_vlm = _is_vlm_config(model.config)
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.cache_kw = cache_kwarg(model)
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        impl = getattr(self.text_config, "_attn_implementation", None) or getattr(self.config, "_attn_implementation", None)
+        if impl and "flash" in str(impl):
+            raise GlanceError(f"{self.name}: attention implementation {impl!r} cannot take the 4D tree mask; "
+                              "load the model with attn_implementation='sdpa' or 'eager'")
+        self._hidden: torch.Tensor | None = None
+        self._hook = model.get_output_embeddings().register_forward_pre_hook(self._capture)
+        self._rope_delta = None
+        self._eos = self._eos_ids()
+
+    # -- plumbing ---------------------------------------------------------------
+    def _capture(self, module, args):
+        self._hidden = args[0]
+
+    def close(self) -> None:
+        self._hook.remove()
+
+    def _eos_ids(self) -> tuple[int, ...]:
+        ids = set()
+        for src in (getattr(self.model, "generation_config", None), self.text_config, self.config):
+            e = getattr(src, "eos_token_id", None) if src is not None else None
+            if e is None:
+                continue
+            ids.update([int(x) for x in (e if isinstance(e, (list, tuple)) else [e])])
+        if not ids and self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return tuple(sorted(ids))
+
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        return self._eos
+
+    def new_cache(self):
+        from transformers import DynamicCache
+        cache = DynamicCache(config=self.config)
+        return cache
+
+    @staticmethod
+    def cache_len(cache) -> int:
+        return int(cache.get_seq_length())
+
+    def _call(self, cache, **kw):
+        kw[self.cache_kw] = cache
+        return self.model(use_cache=True, **kw)
+
+    # -- prompts ----------------------------------------------------------------
+    def encode(self, prompt: str | None, image=None, question: str | None = None) -> PromptInputs:
+        """Encode a prompt: text for a causal LM (chat template when the tokenizer has one),
+        image + question through the processor's chat template for a VL model."""
+        if self.is_vlm:
+            return self._encode_vlm(question if question is not None else prompt, image)
+        tok = self.tokenizer
+        if getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False)
+            if isinstance(ids, dict) or hasattr(ids, "keys"):
+                ids = ids["input_ids"]
+            ids = [int(x) for x in (ids[0] if ids and isinstance(ids[0], list) else ids)]
+        else:
+            ids = [int(x) for x in tok(prompt, add_special_tokens=True)["input_ids"]]
+        if not ids:
+            raise GlanceError("the prompt encodes to zero tokens")
+        t = torch.tensor([ids], dtype=torch.long, device=self.device)
+        return PromptInputs({"input_ids": t}, ids)
+
+    def _encode_vlm(self, text: str, image) -> PromptInputs:
+        from PIL import Image
+
+        proc = self.processor
+        content = []
+        img = None
+        if image is not None:
+            img = image if isinstance(image, Image.Image) else Image.open(image)
+            img = img.convert("RGB")
+            content.append({"type": "image"})
+        content.append({"type": "text", "text": text})
+        messages = [{"role": "user", "content": content}]
+        if getattr(proc, "chat_template", None):
+            prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        else:
+            raise GlanceError(f"{self.name}: the processor has no chat template to place the image")
+        kw = {"text": [prompt], "return_tensors": "pt"}
+        if img is not None:
+            kw["images"] = [img]
+        enc = proc(**kw)
+        inputs = {k: (v.to(self.device) if torch.is_tensor(v) else v) for k, v in enc.items()}
+        if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
+            inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
+        ids = [int(x) for x in enc["input_ids"][0].tolist()]
+        return PromptInputs(inputs, ids, image=img)
+
+    # -- the three round operations ---------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, prompt: PromptInputs, cache) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run the prompt into ``cache``; returns (logits (V,), hidden (d,)) of the last row."""
+        if self.is_vlm:
+            inner = getattr(self.model, "model", None)
+            if inner is not None and hasattr(inner, "rope_deltas"):
+                inner.rope_deltas = None  # stale deltas from the previous prompt must not leak
+        out = self._call(cache, **prompt.inputs, logits_to_keep=1)
+        self._rope_delta = None
+        if self.is_vlm:
+            inner = getattr(self.model, "model", None)
+            rd = getattr(inner, "rope_deltas", None)
+            if rd is not None:
+                self._rope_delta = rd.reshape(-1)[:1].to(self.device)
+        return out.logits[0, -1], self._hidden[0, -1]
+
+    def positions(self, past: int, depth: torch.Tensor) -> torch.Tensor:
+        """Explicit positions of new tokens at ``depth`` (0 = the pending root) after ``past`` cached ones."""
+        pos = (depth + past).unsqueeze(0)                               # (1, n)
+        if self.is_vlm:
+            if self._rope_delta is not None:
+                pos = pos + self._rope_delta.to(pos.dtype)              # the same delta on t, h, w
+            pos = pos.unsqueeze(0).expand(3, 1, -1)                     # (3, 1, n)
+        return pos
+
+    def tree_mask(self, past: int, ancestors: torch.Tensor) -> torch.Tensor:
+        """4D additive mask (1, 1, n, past + n): 0 where attended, dtype-min elsewhere."""
+        n = ancestors.shape[0]
+        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool, device=ancestors.device), ancestors], dim=1)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ancestors.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[None, None]
+
+    @torch.inference_mode()
+    def verify(self, cache, tokens: torch.Tensor, depth: torch.Tensor, ancestors: torch.Tensor):
+        """One target pass over ``tokens`` (n,) = root then tree nodes (parents first).
+
+        ``depth`` (n,) long: 0 for the root; ``ancestors`` (n, n) bool: [i, j] when j is i or
+        an ancestor of i. Returns (logits (n, V), hidden (n, d)); the cache grows by n.
+        """
+        past = self.cache_len(cache)
+        out = self._call(cache, input_ids=tokens[None], attention_mask=self.tree_mask(past, ancestors),
+                         position_ids=self.positions(past, depth))
+        return out.logits[0], self._hidden[0]
+
+    @torch.inference_mode()
+    def extend(self, cache, tokens: torch.Tensor):
+        """A plain causal pass over a chain of tokens (used to teacher-force tokens outside the tree)."""
+        n = tokens.shape[0]
+        depth = torch.arange(n, device=tokens.device)
+        anc = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
+        return self.verify(cache, tokens, depth, anc)
+
+    @staticmethod
+    def commit(cache, past: int, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
+        """Keep cache rows ``past + rows`` (rows ascending, rows[0] == 0 the root) and drop the rest
+        of the block: the committed path moves to ``past .. past + len(rows) - 1``."""
+        total = int(cache.get_seq_length())
+        keep = len(rows)
+        contiguous = rows == list(range(keep))
+        for layer in cache.layers:
+            if getattr(layer, "is_sliding", False):
+                raise GlanceError("sliding-window cache layers are not supported by the tree verifier")
+            if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
+                continue
+            if not contiguous:
+                src = rows_dev if rows_dev is not None else torch.tensor(rows, device=layer.keys.device)
+                src = src.to(layer.keys.device) + past
+                layer.keys[..., past:past + keep, :] = layer.keys.index_select(-2, src)
+                layer.values[..., past:past + keep, :] = layer.values.index_select(-2, src)
+            layer.keys = layer.keys[..., :past + keep, :]
+            layer.values = layer.values[..., :past + keep, :]
+        if total - (past + keep) < 0:  # pragma: no cover - defensive
+            raise RuntimeError("commit: cache shorter than the verified block")
+
+    @staticmethod
+    def crop_to(cache, length: int) -> None:
+        drop = int(cache.get_seq_length()) - int(length)
+        if drop > 0:
+            cache.crop(-drop)
+
+
+def model_info(path) -> dict:
+    """Small provenance dict for the run metadata."""
+    p = Path(path)
+    info = {"path": str(p)}
+    cfg = p / "config.json"
+    if cfg.exists():
+        try:
+            d = json.loads(cfg.read_text())
+            info.update(model_type=d.get("model_type"), architectures=d.get("architectures"))
+        except (OSError, json.JSONDecodeError):
+            pass
+    return info

@@ -1,0 +1,292 @@
+"""The round logger: a decoder callback that writes the round-log contract.
+
+Per round (:meth:`RoundLogger.on_round`) it computes ON THE DEVICE, from the raw
+fp32 logits of the verify pass: the root entropy (nats), the top-2 logit margin
+and the largest probability at the root, and the smallest top-2 margin along the
+committed path (root and accepted nodes); when the drafter exposes its full
+log-probability rows it also ranks the target's token at offsets ``1..a+1``
+against the whole vocabulary. These tensors stay on the device; the per-round
+path performs no host-device synchronisation (no ``.item()``, ``.tolist()``,
+``.cpu()``, ``synchronize``). At prompt end (:meth:`RoundLogger.on_prompt_end`)
+everything is copied once, the per-offset ``match`` / ``target_rank`` /
+``target_logq`` vectors are resolved against the final committed stream, timing
+marks are resolved, ``copy_len`` is measured against the prompt's reference, and
+rows go to :class:`glance_law.io.LogWriter` (a ``rounds`` and a ``prompts`` writer).
+
+Resolution of the per-offset vectors (offsets ``j = 1..horizon``; the target's
+token at offset ``j`` is ``stream[position + j]``):
+
+* past the end of the committed stream: ``match = -1``, ``target_rank = -1``,
+  ``target_logq = NaN`` (unknown);
+* ``j <= a + 1`` with full drafter rows: the exact rank among all tokens (the
+  position in the logged top-k when the token is there) and its log-probability;
+* otherwise only the logged top-k can be consulted: a token inside it gets its
+  position and logq; a token outside gets rank ``k`` and logq NaN;
+* model-free drafters (``pld``) are point masses: a token other than the proposal
+  has rank ``k`` (= 1) and logq ``-inf`` (probability zero, known exactly).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from glance_law import schema as S
+from glance_law.io import LogWriter
+
+__all__ = ["RoundLogger", "resolve_offsets", "copy_len", "device_root_stats", "audit_fields", "encode_reference"]
+
+
+def device_root_stats(logits: torch.Tensor, path_rows: torch.Tensor) -> torch.Tensor:
+    """(4,) fp32 on the device: root entropy (nats), root top-2 margin, root max prob,
+    min top-2 margin over ``path_rows``. ``logits`` (n, V) raw logits, row 0 = root."""
+    root = logits[0].float()
+    lse = torch.logsumexp(root, dim=-1)
+    logp = root - lse
+    p = torch.exp(logp)
+    ent = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum()
+    top = torch.topk(root, 2).values
+    path = logits.index_select(0, path_rows).float()
+    pt = torch.topk(path, 2, dim=-1).values
+    return torch.stack([ent.clamp_min(0.0), top[0] - top[1], torch.exp(top[0] - lse), (pt[:, 0] - pt[:, 1]).min()])
+
+
+def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[Optional[int]], *,
+                    full_rank: Optional[np.ndarray] = None, full_logq: Optional[np.ndarray] = None,
+                    point_mass: bool = False):
+    """Per-offset ``match`` (int8), ``target_rank`` (int16), ``target_logq`` (float32).
+
+    ``ids``/``logq`` (L, k): the drafter's logged top-k; ``tokens[j-1]``: the target's token
+    at offset j or None when unknown; ``full_rank``/``full_logq`` (m,): exact values for the
+    first m offsets (from the full drafter rows), or None.
+    """
+    L = ids.shape[0]
+    k = ids.shape[1] if ids.ndim == 2 else 1
+    match = np.full(L, -1, np.int8)
+    rank = np.full(L, -1, np.int16)
+    tlq = np.full(L, np.nan, np.float32)
+    m = 0 if full_rank is None else len(full_rank)
+    for j in range(L):
+        tok = tokens[j] if j < len(tokens) else None
+        if tok is None:
+            continue
+        row = ids[j]
+        match[j] = 1 if int(row[0]) == tok else 0
+        hit = np.flatnonzero(row == tok)
+        if hit.size and np.isfinite(logq[j, hit[0]]):
+            rank[j] = int(hit[0])
+            tlq[j] = logq[j, hit[0]]
+        elif j < m:
+            rank[j] = max(int(full_rank[j]), k)
+            tlq[j] = full_logq[j]
+        elif point_mass:
+            rank[j] = k
+            tlq[j] = -np.inf
+        else:
+            rank[j] = k
+    return match, rank, tlq
+
+
+def _code(t: int) -> str:
+    # one code point per token id (skipping the surrogate range)
+    t = int(t) + 0x100
+    if t >= 0xD800:
+        t += 0x800
+    return chr(t)
+
+
+def copy_len(tokens: Sequence[int], reference: str) -> int:
+    """Longest run of consecutive ``tokens`` that occurs verbatim (as token ids) in ``reference``,
+    a string made by :func:`encode_reference`."""
+    if not tokens or not reference:
+        return 0
+    s = "".join(_code(t) for t in tokens)
+    best = 0
+    n = len(s)
+    for i in range(n):
+        if n - i <= best:
+            break
+        lo, hi = best, n - i          # invariant: a run of length lo from i is known (or lo == best)
+        if s[i:i + best + 1] not in reference:
+            continue
+        lo = best + 1
+        while lo < hi:                # largest length from i that occurs
+            mid = (lo + hi + 1) // 2
+            if s[i:i + mid] in reference:
+                lo = mid
+            else:
+                hi = mid - 1
+        best = max(best, lo)
+    return best
+
+
+def encode_reference(tokenizer, texts) -> str:
+    """Reference text(s) as one token-id string for :func:`copy_len` (empty when none);
+    several texts are joined by a separator no run can cross."""
+    if isinstance(texts, str):
+        texts = [texts]
+    if not texts or tokenizer is None:
+        return ""
+    parts = []
+    for text in texts:
+        if text:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            parts.append("".join(_code(t) for t in ids))
+    return "\x00".join(parts)
+
+
+def audit_fields(tokens: Sequence[int], reference: Sequence[int], margins: Sequence[float]) -> dict:
+    """The prompt row's audit columns: does ``tokens`` equal the greedy ``reference``; if not,
+    the first differing index and the reference's top-2 logit margin there."""
+    tokens, reference = list(tokens), list(reference)
+    first = next((i for i, (a, b) in enumerate(zip(tokens, reference)) if a != b), None)
+    if first is None and len(tokens) != len(reference):
+        first = min(len(tokens), len(reference))
+    if first is None:
+        return {"greedy_match": True, "first_divergence": -1, "divergence_margin": None}
+    return {"greedy_match": False, "first_divergence": int(first),
+            "divergence_margin": float(margins[first]) if first < len(margins) else None}
+
+
+class RoundLogger:
+    """Decoder callback writing ``rounds`` and ``prompts`` part files into ``out_dir``.
+
+    Call :meth:`begin_prompt` before decoding each prompt (its id, the reference text,
+    and any prompt-level fields such as the audit's), then pass the logger in the
+    decoder's ``callbacks``.
+    """
+
+    def __init__(self, out_dir, *, run_id: str, task: str, run: dict | None = None, tokenizer=None,
+                 condition: str = S.CONDITIONS_DEFAULT, drafter: str | None = None, stem: str | None = None,
+                 flush_rows: int = 4096, flush_seconds: float = 10.0):
+        self.run_id = run_id
+        self.task = task
+        self.condition = condition
+        self.drafter = drafter
+        self.tokenizer = tokenizer
+        stem = stem or f"{run_id}-{condition}"
+        self.rounds = LogWriter(out_dir, S.KIND_ROUNDS, run=run, stem=stem, flush_rows=10**9,
+                                flush_seconds=float("inf"))
+        self.prompts = LogWriter(out_dir, S.KIND_PROMPTS, run=run, stem=stem, flush_rows=10**9,
+                                 flush_seconds=float("inf"))
+        self.flush_rows = int(flush_rows)
+        self.flush_seconds = float(flush_seconds)
+        self._last_flush = time.monotonic()
+        self._pending: list = []
+        self._prompt_id: Optional[str] = None
+        self._reference = ""
+        self._audit = None
+        self.n_prompts = 0
+        self.n_rounds = 0
+        self.last_rows: list = []
+        self.last_prompt: dict = {}
+
+    # -- per prompt -----------------------------------------------------------
+    def begin_prompt(self, prompt_id: str, reference=None, audit=None) -> None:
+        """Start a prompt. ``reference``: text (or texts) for ``copy_len``; ``audit``: the fp32
+        greedy reference ``(tokens, margins)`` to compare the output with, or None."""
+        self._prompt_id = str(prompt_id)
+        self._reference = encode_reference(self.tokenizer, reference)
+        self._audit = audit
+        self._pending = []
+
+    # -- the per-round hook: device work only -------------------------------------
+    def on_round(self, ev) -> None:
+        stats = device_root_stats(ev.verify_logits, ev.path_rows)
+        full = None
+        if ev.full_logp is not None and ev.horizon > 0:
+            m = min(ev.accepted + 1, ev.horizon)
+            toks = ev.row_tokens.index_select(0, ev.path_rows[:m])      # target tokens at offsets 1..m
+            lp = ev.full_logp[:m].float()
+            tl = lp.gather(1, toks[:, None])
+            rank = (lp > tl).sum(dim=1)
+            full = (tl[:, 0], rank)
+        self._pending.append((ev, stats, full))
+
+    # -- prompt end: one copy, resolution, rows -----------------------------------
+    def on_prompt_end(self, pev) -> None:
+        if self._prompt_id is None:
+            raise RuntimeError("RoundLogger: begin_prompt() was not called before decoding")
+        pending, self._pending = self._pending, []
+        if pending:
+            stats = torch.stack([s for _, s, _ in pending]).cpu().numpy().astype(np.float64)
+            fulls = [f for _, _, f in pending if f is not None]
+            if fulls:
+                tl_all = torch.cat([f[0] for f in fulls]).cpu().numpy()
+                rk_all = torch.cat([f[1] for f in fulls]).cpu().numpy()
+        timer = pev.timer
+        stream = pev.resolve_stream
+        rows = []
+        off = 0
+        for i, (ev, _, full) in enumerate(pending):
+            L = ev.horizon
+            fr = fl = None
+            if full is not None:
+                m = min(ev.accepted + 1, L)
+                fl, fr = tl_all[off:off + m], rk_all[off:off + m]
+                off += m
+            if ev.own_tokens is not None:
+                toks = [int(t) for t in ev.own_tokens[:L]] + [None] * max(0, L - len(ev.own_tokens))
+            else:
+                toks = [int(stream[ev.position + j]) if ev.position + j < len(stream) else None
+                        for j in range(1, L + 1)]
+            match, rank, tlq = resolve_offsets(ev.ids, ev.logq, toks, full_rank=fr, full_logq=fl,
+                                               point_mass=ev.point_mass)
+            h, margin, pmax, minm = stats[i]
+            m0, m1, m2, m3 = ev.marks
+            rows.append({
+                "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,
+                "root_entropy": h, "accepted": ev.accepted, "horizon": L, "condition": self.condition,
+                "drafter": self.drafter or ev.drafter, "position": ev.position, "root_margin": margin, "root_pmax": pmax,
+                "min_path_margin": minm, "budget": ev.budget, "draft_passes": ev.draft_passes,
+                "committed": list(ev.committed), "match": match, "target_logq": tlq, "target_rank": rank,
+                "topk_logq": np.asarray(ev.logq, np.float32).reshape(-1),
+                "copy_len": copy_len(ev.committed, self._reference) if self._reference else None,
+                "draft_ms": timer.ms(m0, m1), "verify_ms": timer.ms(m1, m2), "round_ms": timer.ms(m0, m3),
+            })
+        extra = audit_fields(pev.tokens, *self._audit) if self._audit is not None else {}
+        prefill_ms = timer.ms(*pev.prefill_marks)
+        decode_ms = timer.ms(*pev.decode_marks)
+        prow = {
+            "run_id": self.run_id, "prompt_id": self._prompt_id, "task": self.task, "condition": self.condition,
+            "drafter": self.drafter or (pending[0][0].drafter if pending else "unknown"),
+            "prompt_tokens": pev.prompt_tokens, "new_tokens": len(pev.tokens), "prefill_ms": prefill_ms,
+            "decode_ms": decode_ms, "rounds": pev.rounds, "stop_reason": pev.stop_reason,
+            "greedy_match": extra.get("greedy_match"),
+            "first_divergence": extra.get("first_divergence"),
+            "divergence_margin": extra.get("divergence_margin"),
+            "tokens": list(pev.tokens),
+        }
+        self.rounds.extend(rows)
+        self.prompts.append(prow)
+        self.n_prompts += 1
+        self.n_rounds += len(rows)
+        self.last_rows, self.last_prompt = rows, prow
+        self._prompt_id = None
+        if len(self.rounds) >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered rows: rounds first, then the prompt rows that mark them complete."""
+        self.rounds.flush()
+        self.prompts.flush()
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def tau_of(rows) -> float:
+    if not rows:
+        return math.nan
+    return float(np.mean([r["accepted"] + 1 for r in rows]))

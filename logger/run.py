@@ -1,0 +1,312 @@
+"""Running a task end to end: items -> decoder + logger -> Parquet, with resume,
+the autoregressive baseline arm, the fp32 greedy audit and the mismatched probe.
+
+``glance-log`` (:mod:`glance_log.cli`) is a thin parser over :func:`run`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from glance_law import schema as S
+from glance_law.errors import GlanceError
+from glance_law.io import run_metadata
+
+from . import tasks as T
+from .decode import Forced, decode, greedy_reference
+from .drafters import make_drafter
+from .models import load_target, model_info, resolve_device
+from .record import RoundLogger
+
+__all__ = ["RunConfig", "run", "data_root", "default_model", "default_block", "run_id_of", "logged_prompts"]
+
+LOGGER_VERSION = "1"
+
+
+def data_root() -> Path:
+    """The data folder: ``$GLANCE_DATA``, else ``data/`` of the repository/installed package."""
+    env = os.environ.get("GLANCE_DATA")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "data", here / "data", Path.cwd() / "data"):
+        if cand.exists():
+            return cand
+    return here.parent / "data"
+
+
+def default_model() -> Path:
+    return data_root() / "models" / "target"
+
+
+def default_block() -> Path:
+    return data_root() / "models" / "block"
+
+
+@dataclass
+class RunConfig:
+    task: str = "docvqa"
+    model: Optional[str] = None
+    drafter: str = "block"
+    draft_model: Optional[str] = None
+    budget: int = 63
+    branch_k: int = 8
+    max_new_tokens: int = 256
+    n: Optional[int] = 20
+    data: Optional[str] = None
+    out: str = "logs"
+    dtype: str = "fp32"
+    device: str = "auto"
+    temperature: float = 0.0
+    baseline: bool = False
+    audit: bool = False
+    probe: Optional[str] = None
+    seed: int = 0
+    draft_len: Optional[int] = None
+    command: Optional[str] = None
+    progress: bool = True
+    items: Optional[list] = field(default=None, repr=False)   # pre-loaded items (tests, notebooks)
+
+
+def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) -> dict:
+    return {
+        "task": cfg.task, "model": str(Path(cfg.model).resolve()), "drafter": drafter,
+        "drafter_config": drafter_cfg, "budget": cfg.budget if drafter != "ar" else 0,
+        "branch_k": cfg.branch_k if drafter != "ar" else 0, "max_new_tokens": cfg.max_new_tokens,
+        "dtype": cfg.dtype, "device": device, "temperature": cfg.temperature,
+        "seed": cfg.seed if cfg.temperature > 0 else None, "data": str(Path(cfg.data).resolve()) if cfg.data else None,
+        "logger_version": LOGGER_VERSION,
+    }
+
+
+def run_id_of(key: dict) -> str:
+    """A run id that is a function of the configuration, so a rerun resumes the same run."""
+    h = hashlib.sha1(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{key['task']}-{key['drafter']}-{h}"
+
+
+def logged_prompts(out: Path, run_id: str, condition: str) -> set:
+    """Prompt ids already complete (a prompt row exists) for ``run_id``/``condition`` in ``out``."""
+    import pyarrow.parquet as pq
+
+    done = set()
+    if not out.exists():
+        return done
+    for f in sorted(out.glob("prompts-*.parquet")):
+        try:
+            pf = pq.ParquetFile(f)
+            md = pf.schema_arrow.metadata or {}
+            if md.get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
+                continue
+            cols = [c for c in ("run_id", "prompt_id", "condition") if c in pf.schema_arrow.names]
+            tab = pq.read_table(f, columns=cols).to_pydict()
+        except Exception:  # noqa: BLE001 - an unreadable part is left for the reader to report
+            continue
+        conds = tab.get("condition") or [S.CONDITIONS_DEFAULT] * len(tab["run_id"])
+        for r, p, c in zip(tab["run_id"], tab["prompt_id"], conds):
+            if r == run_id and (c or S.CONDITIONS_DEFAULT) == condition:
+                done.add(p)
+    return done
+
+
+def _orphan_rounds(out: Path, run_id: str, condition: str, done: set) -> int:
+    """Round rows of prompts with no prompt row (a crash between the two part writes) are
+    removed by rewriting their part file, so the rerun of those prompts does not duplicate
+    keys. Returns the number of rows removed."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from glance_law.io import write_table
+
+    removed = 0
+    for f in sorted(out.glob("rounds-*.parquet")):
+        try:
+            tab = pq.read_table(f)
+        except Exception:  # noqa: BLE001
+            continue
+        md = tab.schema.metadata or {}
+        cond = tab.column("condition") if "condition" in tab.column_names else None
+        mine = pc.equal(tab.column("run_id").cast("string"), run_id)
+        if cond is not None:
+            mine = pc.and_(mine, pc.equal(cond.cast("string"), condition))
+        orphan = pc.and_(mine, pc.invert(pc.is_in(tab.column("prompt_id").cast("string"),
+                                                  value_set=__import__("pyarrow").array(sorted(done), "string"))))
+        k = pc.sum(orphan).as_py() or 0
+        if not k:
+            continue
+        keep = tab.filter(pc.invert(orphan))
+        removed += k
+        if keep.num_rows:
+            run = json.loads(md.get(S.META_RUN, b"{}").decode() or "{}")
+            write_table(keep.replace_schema_metadata(None), f, S.KIND_ROUNDS, run)
+        else:
+            f.unlink()
+    return removed
+
+
+class Progress:
+    def __init__(self, total: int, label: str, enabled: bool = True):
+        self.total, self.label, self.enabled = total, label, enabled
+        self.done = 0
+        self.rounds = 0
+        self.tokens = 0
+        self.acc_sum = 0
+        self.seconds = 0.0
+        self.tty = enabled and sys.stderr.isatty()
+
+    def update(self, res, seconds: float) -> None:
+        self.done += 1
+        self.rounds += res.rounds
+        self.acc_sum += int(np.sum(res.accepted)) + res.rounds
+        self.tokens += len(res.tokens)
+        self.seconds += seconds
+        if not self.enabled:
+            return
+        tau = self.acc_sum / self.rounds if self.rounds else float("nan")
+        tps = self.tokens / self.seconds if self.seconds > 0 else float("nan")
+        msg = f"{self.label}: prompts {self.done}/{self.total}  tau {tau:.2f}  {tps:.1f} tok/s"
+        print(("\r" + msg) if self.tty else msg, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.tty and self.done:
+            print(file=sys.stderr)
+
+
+def _generator(cfg: RunConfig, device, prompt_id: str):
+    if cfg.temperature <= 0:
+        return None
+    g = torch.Generator(device=device)
+    seed = int(hashlib.sha1(f"{cfg.seed}:{prompt_id}".encode()).hexdigest()[:12], 16)
+    g.manual_seed(seed)
+    return g
+
+
+def _encode(target, item, other=None):
+    """Encode an item; ``other`` (the mismatched probe) lends its image or context."""
+    import io as _io
+
+    src = other if other is not None else item
+    image = src.image
+    if src.image_bytes is not None:
+        from PIL import Image
+        image = Image.open(_io.BytesIO(src.image_bytes))
+    if target.is_vlm:
+        return target.encode(item.prompt, image=image, question=item.question or item.prompt)
+    if other is None:
+        return target.encode(item.prompt)
+    if item.context and other.context and item.context in item.prompt:
+        return target.encode(item.prompt.replace(item.context, other.context, 1))
+    raise GlanceError(f"--probe mismatched: item {item.prompt_id} has no context block in its prompt to swap "
+                      "for a text-only target (use a vision-language target or items with 'context')")
+
+
+def run(cfg: RunConfig) -> dict:
+    """Run the configuration; returns a summary dict. Raises GlanceError on user errors,
+    after flushing every completed prompt."""
+    T.check_task(cfg.task)
+    if cfg.probe not in (None, "mismatched"):
+        raise GlanceError(f"--probe {cfg.probe!r}: the only probe is 'mismatched'")
+    if cfg.audit and cfg.temperature > 0:
+        raise GlanceError("--audit compares with greedy decoding; use it with --temperature 0")
+    if cfg.budget < 0 or cfg.branch_k < 1 or cfg.max_new_tokens < 1:
+        raise GlanceError("--budget must be >= 0, --branch-k >= 1 and --max-new-tokens >= 1")
+    cfg.model = str(cfg.model or default_model())
+    if cfg.drafter == "block" and cfg.draft_model is None:
+        cfg.draft_model = str(default_block())
+    items = cfg.items if cfg.items is not None else T.load_items(cfg.task, cfg.data, cfg.n, cfg.seed)
+    if cfg.probe and len(items) < 2:
+        T.derangement(len(items))
+    target = load_target(cfg.model, cfg.dtype, cfg.device)
+    device = str(target.device)
+    drafter = make_drafter(cfg.drafter, target, draft_model=cfg.draft_model, branch_k=cfg.branch_k,
+                           draft_len=cfg.draft_len)
+    arms = [(drafter, cfg.drafter)]
+    if cfg.baseline and cfg.drafter != "ar":
+        arms.append((make_drafter("ar", target), "ar"))
+    ref_target = None
+    if cfg.audit:
+        ref_target = target if target.dtype == torch.float32 else load_target(cfg.model, "fp32", target.device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = {"out": str(out), "arms": []}
+    perm = T.derangement(len(items)) if cfg.probe else None
+    for dr, name in arms:
+        key = _config_key(cfg, name, dr.config(), target.device.type)
+        rid = run_id_of(key)
+        meta = run_metadata(run_id=rid, target=model_info(cfg.model), drafter=dr.config(), dtype=cfg.dtype,
+                            device=device, temperature=cfg.temperature, seed=cfg.seed, budget=key["budget"],
+                            branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,
+                            data=cfg.data or "embedded-suite", command=cfg.command)
+        conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if cfg.probe and name == cfg.drafter else [])
+        done = {c: logged_prompts(out, rid, c) for c in conditions}
+        removed = sum(_orphan_rounds(out, rid, c, done[c]) for c in conditions)
+        if removed:
+            print(f"glance-log: removed {removed} round rows of prompts without a prompt row (an interrupted "
+                  f"write); those prompts are logged again", file=sys.stderr)
+        loggers = {c: RoundLogger(out, run_id=rid, task=cfg.task, run=dict(meta, condition=c), condition=c,
+                                  tokenizer=target.tokenizer, drafter=name) for c in conditions}
+        todo = [i for i, it in enumerate(items) if any(it.prompt_id not in done[c] for c in conditions)]
+        prog = Progress(len(todo), f"{cfg.task}/{name}", cfg.progress)
+        arm = {"run_id": rid, "drafter": name, "skipped": len(items) - len(todo), "prompts": 0, "rounds": 0,
+               "accepted": 0, "tokens": 0, "decode_ms": 0.0, "greedy_mismatches": 0}
+        try:
+            for i in todo:
+                item = items[i]
+                prompt = _encode(target, item)
+                matched_needed = item.prompt_id not in done[S.CONDITIONS_DEFAULT]
+                t0 = time.perf_counter()
+                lg = loggers[S.CONDITIONS_DEFAULT]
+                if matched_needed:
+                    audit = None
+                    if ref_target is not None:
+                        rp = prompt if ref_target is target else _encode(ref_target, item)
+                        audit = greedy_reference(ref_target, rp, cfg.max_new_tokens)
+                    lg.begin_prompt(item.prompt_id, _ref_texts(item), audit=audit)
+                live = decode(target, dr, prompt, budget=cfg.budget, branch_k=cfg.branch_k,
+                              max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                              generator=_generator(cfg, target.device, item.prompt_id),
+                              callbacks=[lg] if matched_needed else [])
+                if matched_needed:
+                    arm["prompts"] += 1
+                    arm["rounds"] += live.rounds
+                    arm["accepted"] += int(np.sum(live.accepted))
+                    arm["tokens"] += len(live.tokens)
+                    arm["decode_ms"] += live.decode_ms
+                    if lg.last_prompt.get("greedy_match") is False:
+                        arm["greedy_mismatches"] += 1
+                    prog.update(live, time.perf_counter() - t0)
+                if cfg.probe and name == cfg.drafter and item.prompt_id not in done["mismatched"]:
+                    other = items[perm[i]]
+                    mprompt = _encode(target, item, other)
+                    lm = loggers["mismatched"]
+                    lm.begin_prompt(item.prompt_id, _ref_texts(item))
+                    decode(target, dr, mprompt, budget=cfg.budget, branch_k=cfg.branch_k,
+                           max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                           generator=_generator(cfg, target.device, item.prompt_id + ":mismatched"),
+                           callbacks=[lm], forced=Forced(live.resolve_stream, live.positions))
+                    arm["probed"] = arm.get("probed", 0) + 1
+        except torch.cuda.OutOfMemoryError:
+            raise GlanceError(f"out of GPU memory on prompt {items[i].prompt_id}; every completed prompt is "
+                              f"saved in {out} (rerun to resume; lower --budget or --max-new-tokens)") from None
+        finally:
+            for lg in loggers.values():
+                lg.close()
+            prog.close()
+        arm["tau"] = (arm["accepted"] + arm["rounds"]) / arm["rounds"] if arm["rounds"] else float("nan")
+        summary["arms"].append(arm)
+    target.close()
+    return summary
+
+
+def _ref_texts(item) -> list:
+    """Texts a round's tokens may copy from: the reference and the context."""
+    return [p for p in (item.reference, item.context) if p]
