@@ -1,0 +1,95 @@
+"""Training sequences for the default target, drawn from the suite's train partition.
+
+One sequence is one context followed by one or more question/answer turns::
+
+    <bos> context | question : q1 | answer : a1 <eos> | question : q2 | answer : a2 <eos>
+
+The first turn is exactly what the logger feeds at inference (``suite.format_prompt``
++ the answer). Extra turns on the same context multiply the retrieval supervision a
+context's tokens buy. Each token carries a loss weight: answers (and their ``<eos>``)
+1, questions ``w_question`` (predicting the key a question names is itself a lookup),
+the context ``w_context`` (its values are random draws: mostly noise to predict).
+
+Examples whose first prompt falls in the held-out partition (``suite.split_of``) are
+rejected, so training never sees a held-out prompt.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import suite
+from .tokenizer import BOS, EOS, PAD
+
+#: Sampling weights of the task families in training.
+TASK_WEIGHTS = {"caption": 0.14, "textvqa": 0.12, "infovqa": 0.2, "docvqa": 0.28, "chartqa": 0.2,
+                "scienceqa": 0.06}
+#: Most question turns per context, per task.
+MAX_TURNS = {"caption": 1, "textvqa": 1, "infovqa": 3, "docvqa": 4, "chartqa": 4, "scienceqa": 1}
+
+
+@dataclass
+class Encoded:
+    ids: list[int]
+    weights: list[float]
+    task: str
+
+
+def encode_example(tok, ex: suite.Example, w_context=0.1, w_question=0.5) -> Encoded:
+    def enc(text):
+        return tok.encode(text, add_special_tokens=False).ids
+
+    ids, w = [BOS], [0.0]
+    ctx = enc(ex.context)
+    ids += ctx
+    w += [w_context] * len(ctx)
+    for t, qa in enumerate(ex.qas):
+        q = enc(("\n" if t == 0 else "\n") + f"question: {qa.question}\nanswer:")
+        ids += q
+        w += [w_question] * len(q)
+        a = enc(" " + qa.answer) + [EOS]
+        ids += a
+        w += [1.0] * len(a)
+    # weight i belongs to predicting ids[i] from ids[:i]
+    return Encoded(ids, w, ex.task)
+
+
+class Stream:
+    """Deterministic stream of training batches (seeded; rejects held-out prompts)."""
+
+    def __init__(self, tok, seed: int = 0, split_seed: int = 0, weights=None):
+        self.tok = tok
+        self.rng = random.Random(f"glance-train/{seed}")
+        self.split_seed = split_seed
+        self.weights = dict(weights or TASK_WEIGHTS)
+        self.rejected = 0
+
+    def example(self, difficulty: float) -> suite.Example:
+        tasks = list(self.weights)
+        task = self.rng.choices(tasks, weights=[self.weights[t] for t in tasks])[0]
+        gen = suite.GENERATORS[task]
+        while True:
+            n_q = self.rng.randint(1, MAX_TURNS[task])
+            ex = gen(self.rng, difficulty=difficulty, n_questions=n_q)
+            if suite.split_of(ex, self.split_seed) == "train":
+                return ex
+            self.rejected += 1
+
+    def batch(self, size: int, difficulty: float, max_len: int = 256):
+        encs = [encode_example(self.tok, self.example(difficulty)) for _ in range(size)]
+        return collate(encs, max_len)
+
+
+def collate(encs, max_len=256):
+    """(input_ids, target_ids, weights) as int64/int64/float32 arrays, right-padded."""
+    T = min(max_len, max(len(e.ids) for e in encs))
+    x = np.full((len(encs), T), PAD, dtype=np.int64)
+    w = np.zeros((len(encs), T), dtype=np.float32)
+    for i, e in enumerate(encs):
+        n = min(T, len(e.ids))
+        x[i, :n] = e.ids[:n]
+        w[i, :n] = e.weights[:n]
+    # predict token t from tokens < t: inputs x[:, :-1], targets x[:, 1:], weights w[:, 1:]
+    return x[:, :-1], x[:, 1:], w[:, 1:]
