@@ -112,7 +112,9 @@ def percentile_interval(draws: np.ndarray, level: float = 0.95, axis: int = 0):
     return lo, hi
 
 
-def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_clusters: int):
+def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_clusters: int, *,
+                       ranks: tuple[np.ndarray, np.ndarray] | None = None,
+                       weights: np.ndarray | None = None):
     """Spearman's rho with a prompt-aware two-sided p-value.
 
     rho is Pearson's correlation of the ranks. Its test regresses the
@@ -120,28 +122,41 @@ def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_cluste
     and uses the CR1 cluster-robust standard error of the slope with a
     Student-t(G-1) reference, so rounds of one prompt count as one unit of
     evidence. Returns (rho, p_two_sided, se).
+
+    ``ranks``: optional precomputed mid-ranks ``(rank_x, rank_y)`` (e.g. from a
+    sort shared with other statistics). ``weights``: optional counts of
+    identical rows (reduced tables); the ranks are then weighted mid-ranks
+    (:func:`glance_law.curve.midranks` with the same weights).
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n = len(x)
-    if n < 3:
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.sum() < 3:
         return np.nan, np.nan, np.nan
-    rx = stats.rankdata(x)
-    ry = stats.rankdata(y)
-    zx = rx - rx.mean()
-    zy = ry - ry.mean()
-    sx, sy = np.sqrt((zx ** 2).mean()), np.sqrt((zy ** 2).mean())
+    if ranks is not None:
+        rx, ry = (np.asarray(r, dtype=np.float64) for r in ranks)
+    elif weights is None:
+        rx = stats.rankdata(x)
+        ry = stats.rankdata(y)
+    else:
+        from .curve import midranks  # lazy: curve imports this module
+        rx, ry = midranks(x, weights=w), midranks(y, weights=w)
+    W = w.sum()
+    zx = rx - (w * rx).sum() / W
+    zy = ry - (w * ry).sum() / W
+    sx, sy = np.sqrt((w * zx ** 2).sum() / W), np.sqrt((w * zy ** 2).sum() / W)
     if sx == 0 or sy == 0:
         return np.nan, np.nan, np.nan
     zx /= sx
     zy /= sy
-    rho = float((zx * zy).mean())
+    rho = float((w * zx * zy).sum() / W)
     resid = zy - rho * zx
-    u = cluster_sums(zx * resid, codes, n_clusters)
-    g = int(np.count_nonzero(np.bincount(codes, minlength=n_clusters)))
+    u = cluster_sums(w * zx * resid, codes, n_clusters)
+    g = int(np.count_nonzero(np.bincount(codes, weights=w, minlength=n_clusters)))
     if g < 2:
         return rho, np.nan, np.nan
-    se = float(np.sqrt(g / (g - 1.0) * (u ** 2).sum()) / (zx ** 2).sum())
+    se = float(np.sqrt(g / (g - 1.0) * (u ** 2).sum()) / (w * zx ** 2).sum())
     if se == 0:
         return rho, 0.0 if rho != 0 else 1.0, se
     t = rho / se

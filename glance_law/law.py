@@ -13,16 +13,34 @@ therefore a logistic regression with those counts: the log-likelihood is
 concave in (b0, b1) and Newton's method solves it exactly
 (:func:`fit_affine_logit`).
 
-This module holds the numeric core (pure numpy); the grouped fit with
-intervals, curves and checks builds on it.
+The numeric core (pure numpy) comes first; :func:`fit_law` builds on it the
+grouped fit with prompt-clustered intervals, the fairly evaluated decile
+curve, the isotonic and round-level R^2, the rank test, the noise ceiling, the
+floor against the cap, and the paper's four checks, returned as a frozen
+:class:`LawFit`. The theory and every choice are documented in
+``docs/theory-law.md``.
 """
 from __future__ import annotations
 
+import zlib
+from typing import Sequence
+
 import numpy as np
+import pandas as pd
 from scipy import special
 
-__all__ = ["match_prob", "truncated_mean", "expected_accepted", "loglik", "fit_affine_logit",
-           "law_supremum", "cap"]
+from . import ceiling as _ceiling
+from . import curve as _curve
+from .cluster import (CLUSTER_BY, bootstrap_counts, clustered_mean, cr1_covariance, percentile_interval,
+                      spearman_clustered, t_crit)
+from .errors import GlanceError, MissingColumnError
+from .lawresult import (CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, POOLED, LawChecks,  # noqa: F401
+                        LawFit)
+
+__all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
+           "expected_accepted", "loglik", "score_and_information", "fit_affine_logit",
+           "fit_conditional_mean", "law_supremum", "cap", "fit_law", "LawFit", "LawChecks",
+           "LAW_COLUMNS"]
 
 
 def match_prob(H, b0: float, b1: float) -> np.ndarray:
@@ -40,6 +58,34 @@ def truncated_mean(p, L) -> np.ndarray:
         out = p * -np.expm1(L * np.log(np.where(p > 0, p, 1.0))) / (1.0 - p)
     out = np.where(p <= 0, 0.0, out)
     return np.where(p >= 1.0, L, out)
+
+
+def truncated_mean_derivative(p, L) -> np.ndarray:
+    """M'(p) = sum_{l=1}^{L} l p^(l-1) = (1 - (L+1) p^L + L p^(L+1)) / (1 - p)^2.
+
+    Near p = 1 (where the closed form cancels) the expansion in q = 1 - p to
+    second order is used: L(L+1)/2 - q (L-1)L(L+1)/3 + q^2 (L+1)L(L-1)(L-2)/8;
+    M'(1) = L(L+1)/2.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    L = np.asarray(L, dtype=np.float64)
+    q = 1.0 - p
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        pL = np.power(p, L)
+        closed = (1.0 - (L + 1.0) * pL + L * pL * p) / (q * q)
+    series = L * (L + 1.0) / 2.0 - q * (L - 1.0) * L * (L + 1.0) / 3.0 \
+        + q * q * (L + 1.0) * L * (L - 1.0) * (L - 2.0) / 8.0
+    return np.where(q * np.maximum(L, 1.0) < 1e-3, series, closed)
+
+
+def truncated_variance(p, L) -> np.ndarray:
+    """Var(a) under the truncated geometric: sum_l (2l - 1) p^l - M(p)^2 = 2 p M'(p) - M - M^2.
+
+    (Not M (1 + M), which is the untruncated geometric's variance.)
+    """
+    p = np.asarray(p, dtype=np.float64)
+    M = truncated_mean(p, L)
+    return np.maximum(2.0 * p * truncated_mean_derivative(p, L) - M - M * M, 0.0)
 
 
 def expected_accepted(H, b0: float, b1: float, L) -> np.ndarray:
@@ -111,46 +157,535 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     it (for sandwich covariances) and whether Newton converged. Raises
     ``ValueError`` when the MLE does not exist (no variation in H, or every
     round accepted nothing / everything, so the likelihood has no maximum).
+
+    Each iteration makes a few vectorised passes over the rounds (the score and
+    the 2x2 information are accumulated as dot products, never as an (n, 2)
+    matrix), with step halving whenever a full step would lower the
+    log-likelihood; 10^6 rounds take ~0.1 s.
     """
     H = np.asarray(H, dtype=np.float64)
     if H.size == 0:
         raise ValueError("no rounds to fit")
     s, f = _successes_failures(a, L)
-    w = np.ones_like(s) if weight is None else np.asarray(weight, dtype=np.float64)
-    if (w * s).sum() == 0:
+    if weight is not None:
+        w = np.asarray(weight, dtype=np.float64)
+        s, f = s * w, f * w
+    n_tr = s + f
+    S, N = float(s.sum()), float(n_tr.sum())
+    if S == 0:
         raise ValueError("every round accepted 0 tokens: p -> 0 and the law has no finite fit")
-    if (w * f).sum() == 0:
+    if S == N:
         raise ValueError("every round accepted its full horizon: p -> 1 and the law has no finite fit")
-    live = w * (s + f) > 0
+    live = n_tr > 0
     if np.ptp(H[live]) == 0:
         raise ValueError("root_entropy does not vary, so the slope b1 is not identified")
-    X = _design(H)
+    SH = float(s @ H)
+    H2 = H * H
+
+    def ll(b):
+        return b[0] * S - b[1] * SH - float(n_tr @ np.logaddexp(0.0, b[0] - b[1] * H))
+
+    buf, npv = np.empty_like(H), np.empty_like(H)
+
+    def grad_info(b):  # in place: this loop dominates the fit's time on 10^6+ rounds
+        np.multiply(H, -b[1], out=buf)
+        np.add(buf, b[0], out=buf)
+        special.expit(buf, out=buf)                  # p
+        np.multiply(n_tr, buf, out=npv)              # (s + f) p
+        g = np.array([S - npv.sum(), -(SH - float(npv @ H))])
+        np.subtract(1.0, buf, out=buf)
+        np.multiply(buf, npv, out=buf)               # (s + f) p (1 - p)
+        vh = float(buf @ H)
+        return g, np.array([[buf.sum(), -vh], [-vh, float(buf @ H2)]])
+
     b = np.asarray(b_init, dtype=np.float64).copy()
     if not np.any(b):
-        # start at the intercept-only MLE
-        pbar = (w * s).sum() / (w * (s + f)).sum()
-        b = np.array([special.logit(pbar), 0.0])
-    ll_old = loglik(b, H, a, L, w)
+        b = np.array([special.logit(S / N), 0.0])  # the intercept-only MLE
+    g, info = grad_info(b)
     converged = False
     for _ in range(max_iter):
-        scores, info = score_and_information(b, H, a, L, w)
-        g = scores.sum(axis=0)
         try:
             step = np.linalg.solve(info, g)
         except np.linalg.LinAlgError:
             raise ValueError("the information matrix is singular; the data cannot identify (b0, b1)") from None
-        t = 1.0
-        while True:  # damped Newton: the log-likelihood is concave, halve until it increases
+        if not np.all(np.isfinite(step)):
+            raise ValueError("the information matrix is singular; the data cannot identify (b0, b1)")
+        t, ll_old = 1.0, None
+        while True:
+            # Damped Newton. Along the step the log-likelihood is concave, so a non-negative
+            # directional derivative at the new point proves it did not decrease; only
+            # otherwise are log-likelihoods compared (and the step halved if it fell).
             b_new = b + t * step
-            ll_new = loglik(b_new, H, a, L, w)
-            if ll_new >= ll_old - 1e-12 * max(1.0, abs(ll_old)) or t < 1e-8:
+            g_new, info_new = grad_info(b_new)
+            if g_new @ step >= 0 or t < 1e-8:
+                break
+            if ll_old is None:
+                ll_old = ll(b)
+            if ll(b_new) >= ll_old - 1e-12 * max(1.0, abs(ll_old)):
                 break
             t *= 0.5
-        b, ll_old = b_new, ll_new
+        b, g, info = b_new, g_new, info_new
         if np.max(np.abs(t * step)) < tol * (1.0 + np.max(np.abs(b))):
             converged = True
             break
     if not np.all(np.isfinite(b)) or np.max(np.abs(b)) > 1e6:
         raise ValueError("the MLE diverged (perfect separation); the data do not pin (b0, b1)")
-    _, info = score_and_information(b, H, a, L, w)
     return b, info, converged
+
+
+def _mean_and_jacobian(b, H, L):
+    """M(sigmoid(b0 - b1 H)) and its (n, 2) Jacobian in (b0, b1)."""
+    eta = b[0] - b[1] * H
+    p = special.expit(eta)
+    M = truncated_mean(p, L)
+    dm = truncated_mean_derivative(p, L) * p * special.expit(-eta)
+    return M, np.column_stack([dm, -H * dm])
+
+
+def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, max_iter: int = 200):
+    """Least squares of ``a`` on the law's conditional mean M(sigmoid(b0 - b1 H), L).
+
+    The paper's conditional-mean form, fitted by Gauss-Newton with step halving
+    (started at the MLE unless ``b_init`` is given). Unlike the MLE it ignores
+    the geometric variance structure, so it is less efficient; it is provided for
+    comparison. Returns ``(b, jac, resid, converged)`` with the (n, 2) Jacobian
+    and residuals ``a - M`` at the estimate (for sandwich covariances).
+    """
+    H = np.asarray(H, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    L = np.asarray(L, dtype=np.float64)
+    w = np.ones_like(a) if weight is None else np.asarray(weight, dtype=np.float64)
+    if b_init is None:
+        b_init, _, _ = fit_affine_logit(H, a, L, w)
+    b = np.asarray(b_init, dtype=np.float64).copy()
+    M, J = _mean_and_jacobian(b, H, L)
+    r = a - M
+    sse = float(w @ (r * r))
+    converged = False
+    for _ in range(max_iter):
+        JW = J * w[:, None]
+        try:
+            step = np.linalg.solve(JW.T @ J, JW.T @ r)
+        except np.linalg.LinAlgError:
+            raise ValueError("the least-squares Jacobian is singular; the data cannot identify (b0, b1)") from None
+        t = 1.0
+        while True:
+            b_new = b + t * step
+            M_new, J_new = _mean_and_jacobian(b_new, H, L)
+            r_new = a - M_new
+            sse_new = float(w @ (r_new * r_new))
+            if sse_new <= sse * (1.0 + 1e-14) or t < 1e-8:
+                break
+            t *= 0.5
+        done = np.max(np.abs(t * step)) < tol * (1.0 + np.max(np.abs(b)))
+        b, J, r, sse = b_new, J_new, r_new, sse_new
+        if done:
+            converged = True
+            break
+    if not np.all(np.isfinite(b)) or np.max(np.abs(b)) > 1e6:
+        raise ValueError("the least-squares fit diverged; the data do not pin (b0, b1)")
+    return b, J, r, converged
+
+
+
+# ==========================================================================
+# the grouped fit
+# ==========================================================================
+
+LAW_INPUT = ("root_entropy", "accepted", "horizon")
+
+
+def _as_frame(rounds):
+    from .io import LogSet  # type only; no I/O happens here
+    if isinstance(rounds, LogSet):
+        if rounds.kind != "rounds":
+            raise GlanceError(f"fit_law needs round logs, got a LogSet of kind {rounds.kind!r}")
+        return rounds.frame, tuple(rounds.skipped)
+    if isinstance(rounds, pd.DataFrame):
+        return rounds, ()
+    raise GlanceError("fit_law expects a rounds DataFrame or a LogSet from glance_law.read_logs")
+
+
+def _codes(series: pd.Series) -> tuple[np.ndarray, list[str]]:
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        codes = series.cat.codes.to_numpy().astype(np.int64)
+        cats = [str(c) for c in series.cat.categories]
+    else:
+        codes, uniq = pd.factorize(series, sort=True)
+        codes = codes.astype(np.int64)
+        cats = [str(u) for u in uniq]
+    if codes.size and codes.min() < 0:
+        raise GlanceError(f"column '{series.name}': {int((codes < 0).sum())} missing value(s); every round needs one")
+    return codes, cats
+
+
+def _compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Relabel integer ids to 0..G-1 (G = distinct ids present)."""
+    if codes.size == 0:
+        return codes, 0
+    m = int(codes.max()) + 1
+    if m <= 4 * codes.size + 1024:
+        present = np.bincount(codes, minlength=m) > 0
+        return (np.cumsum(present) - 1)[codes], int(present.sum())
+    uniq, inv = np.unique(codes, return_inverse=True)
+    return inv.astype(np.int64), int(uniq.size)
+
+
+def _cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
+    cols = [c for c in cluster if c in frame.columns]
+    if "prompt_id" in cluster and "prompt_id" not in cols:
+        raise MissingColumnError("column 'prompt_id'", "the draftability law (prompt-clustered intervals)")
+    if not cols:
+        raise MissingColumnError(f"cluster column(s) {', '.join(cluster)}", "the draftability law")
+    out, size = np.zeros(len(frame), dtype=np.int64), 1
+    for c in cols:
+        k, cats = _codes(frame[c])
+        size *= max(len(cats), 1)
+        if size >= 2 ** 62:
+            from .cluster import cluster_codes
+            return cluster_codes(frame, cols)[0]
+        out = out * max(len(cats), 1) + k
+    return out
+
+
+def _prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) -> dict:
+    need = list(LAW_INPUT) + ([by] if by else []) + ([weight] if weight else [])
+    for c in need:
+        if c not in frame.columns:
+            raise MissingColumnError(f"column '{c}'", "the draftability law",
+                                     "glance-log (a required column of the round-log contract)")
+    if len(frame) == 0:
+        raise GlanceError("no rounds to fit: the input is empty")
+    H = frame["root_entropy"].to_numpy(dtype=np.float64)
+    a = frame["accepted"].to_numpy(dtype=np.float64)
+    L = frame["horizon"].to_numpy(dtype=np.float64)
+    if not np.all(np.isfinite(H)):
+        raise GlanceError(f"column 'root_entropy': {int((~np.isfinite(H)).sum())} NaN or inf value(s); "
+                          "entropy must come from finite fp32 logits (drop or fix those rounds)")
+    if np.any(H < -1e-4):
+        raise GlanceError("column 'root_entropy': negative values; entropy is in nats and cannot be negative")
+    if not (np.all(np.isfinite(L)) and np.all(L >= 0) and np.all(L == np.round(L))):
+        raise GlanceError("column 'horizon': values must be non-negative integers")
+    bad = ~np.isfinite(a) | (a < 0) | (a > L) | (a != np.round(a))
+    if bad.any():
+        raise GlanceError(f"column 'accepted': {int(bad.sum())} value(s) are not integers in 0..horizon "
+                          "(accepted counts draft tokens, bonus excluded)")
+    H = np.maximum(H, 0.0)
+    w = None
+    if weight:
+        w = frame[weight].to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise GlanceError(f"column '{weight}': weights must be finite and non-negative")
+    keep = np.ones(len(frame), dtype=bool)
+    ar = L == 0
+    if ar.any():
+        keep &= ~ar
+        notes.append(f"excluded {int(ar.sum())} autoregressive round(s) (horizon == 0): "
+                     "the law describes drafted rounds")
+    if "condition" in frame.columns:
+        cond = frame["condition"]
+        present = sorted({str(c) for c in pd.unique(cond)})
+        if condition is not None:
+            allowed = {condition} if isinstance(condition, str) else {str(c) for c in condition}
+            ok = cond.astype(str).isin(allowed).to_numpy() if not isinstance(cond.dtype, pd.CategoricalDtype) \
+                else np.isin(cond.cat.codes.to_numpy(),
+                             [i for i, c in enumerate(cond.cat.categories) if str(c) in allowed])
+            drop = keep & ~ok
+            if drop.any():
+                counts = pd.Series(np.asarray(cond)[drop]).astype(str).value_counts().sort_index()
+                what = ", ".join(f"{n} '{c}'" for c, n in counts.items())
+                notes.append(f"excluded {int(drop.sum())} round(s) of other conditions ({what}); the law is "
+                             f"fitted on condition {', '.join(sorted(allowed))} (condition=None pools them)")
+            keep &= ok
+        elif len(present) > 1:
+            notes.append(f"conditions pooled in one fit: {', '.join(present)}")
+    if not keep.any():
+        raise GlanceError("no rounds left to fit after the exclusions above: " + "; ".join(notes))
+    sub = frame if keep.all() else frame.loc[keep]
+    if "drafter" in frame.columns:
+        dcodes, dnames = _codes(sub["drafter"])
+    else:
+        dcodes, dnames = np.zeros(int(keep.sum()), dtype=np.int64), ["unknown"]
+    if by:
+        gcodes, gnames = _codes(sub[by])
+        if POOLED in gnames:
+            raise GlanceError(f"column '{by}': a group is named '{POOLED}', which labels the pooled row; rename it")
+    else:
+        gcodes, gnames = np.zeros(int(keep.sum()), dtype=np.int64), []
+    out = {"H": H[keep], "a": a[keep], "L": L[keep], "w": None if w is None else w[keep],
+           "cl": _cluster_ids(sub, cluster), "d": dcodes, "dnames": dnames, "g": gcodes, "gnames": gnames}
+    return out
+
+
+def _fit_b(method, H, a, L, w, b_init=None):
+    if method == "nls":
+        return fit_conditional_mean(H, a, L, w, b_init=b_init)[0]
+    return fit_affine_logit(H, a, L, w, b_init=(0.0, 0.0) if b_init is None else b_init)[0]
+
+
+def _cr1(method, b, H, a, L, w, cl, G):
+    """Prompt-clustered CR1 covariance of (b0, b1)."""
+    if method == "nls":
+        M, J = _mean_and_jacobian(b, H, L)
+        r = a - M
+        if w is not None:
+            r = r * w
+            bread = (J * w[:, None]).T @ J
+        else:
+            bread = J.T @ J
+        scores = J * r[:, None]
+    else:
+        s, f = _successes_failures(a, L)
+        resid = s - (s + f) * match_prob(H, b[0], b[1])
+        if w is not None:
+            resid *= w
+        scores = np.column_stack([resid, -H * resid])
+        p = match_prob(H, b[0], b[1])
+        v = (s + f) * p * (1.0 - p) * (1.0 if w is None else w)
+        vh = float(v @ H)
+        bread = np.array([[v.sum(), -vh], [-vh, float(v @ (H * H))]])
+    return cr1_covariance(scores, np.linalg.inv(bread), cl, G)
+
+
+def _nan_row() -> dict:
+    return {c: np.nan for c in LAW_COLUMNS + LAW_EXTRA_COLUMNS}
+
+
+def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
+    """Every statistic of one group; returns (row, curve frame, checks)."""
+    where = f"{label}" if drafter is None else f"{drafter}/{label}"
+    cl, G = _compact(cl)
+    ones = np.ones_like(a) if w is None else w
+    W = float(ones.sum())
+    level = opt["level"]
+    row = _nan_row()
+    row.update(task=label, rounds=int(round(W)), prompts=G, method=opt["method"], interval=opt["interval"],
+               level=level, horizon=int(L.max()), converged=False)
+    row["mean_entropy"] = float(ones @ H / W)
+    mean_a, se_a, _ = clustered_mean(a, cl, G, w)
+    row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
+    half = t_crit(G, level) * se_a if G >= 2 else np.nan
+    row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
+    row["p_ge8"] = float(ones @ (a >= 8) / W)
+    ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order)
+    row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
+    if L.min() != L.max():
+        notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
+                     "mean use each round's own L, the horizon column shows the largest")
+    B = opt["bins"]
+    curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
+    bins = bm = None
+    if len(H) >= B:
+        bins = _curve.equal_count_bins(order, B, w)
+        bm = _curve.binned_means(a, bins, B, cl, G, w, level)
+        Wb = bm["n"]
+        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb,
+                              "mean_entropy": np.bincount(bins, ones * H, B) / Wb,
+                              "mean_accepted": bm["mean"], "lo": bm["lo"], "hi": bm["hi"],
+                              "predicted": np.nan, "isotonic": np.nan})
+        if w is None:
+            curve["n"] = curve["n"].astype(np.int64)
+        floor = bins == 0
+        row["floor_rounds"] = int(round(Wb[0]))
+        row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
+        iso = _curve.isotonic_decreasing(H, a, order, w)
+        curve["isotonic"] = np.bincount(bins, ones * iso, B) / Wb
+        row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
+    else:
+        notes.append(f"{where}: fewer rounds ({len(H)}) than curve bins ({B}); no decile curve")
+    ranks = (_curve.midranks(H, order, w), _curve.integer_midranks(a, w))
+    rho, rho_p, _ = spearman_clustered(H, a, cl, G, ranks=ranks, weights=w)
+    row["rho"], row["rho_p"] = rho, rho_p
+    try:
+        b = _fit_b(opt["method"], H, a, L, w)
+        row["converged"] = True
+    except ValueError as exc:
+        notes.append(f"{where}: the law could not be fitted ({exc})")
+        b = None
+    if b is not None:
+        b0, b1 = float(b[0]), float(b[1])
+        row["b0"], row["b1"] = b0, b1
+        if opt["n_boot"] > 0:
+            lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where)
+            if bm is not None and cdraw is not None:
+                curve["lo"], curve["hi"] = cdraw[0], cdraw[1]
+                row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
+                row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
+        elif G >= 2:
+            cov = _cr1(opt["method"], b, H, a, L, w, cl, G)
+            half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
+            lo, hi = b - half, b + half
+        else:
+            lo = hi = np.array([np.nan, np.nan])
+            notes.append(f"{where}: a single prompt; no prompt-clustered interval")
+        row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
+        row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
+        p = match_prob(H, b0, b1)
+        pred = truncated_mean(p, L)
+        row["r2_round"] = _curve.r_squared(a, pred, w)
+        row["loglik"] = loglik(b, H, a, L, w)
+        row["cap"] = cap(b0)
+        row["ceiling_model"] = _ceiling.model_ceiling(pred, truncated_variance(p, L), w)
+        row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
+        if bm is not None:
+            curve["predicted"] = np.bincount(bins, ones * pred, B) / bm["n"]
+            row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
+            # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L), at the floor rounds' L
+            pf = special.expit(b0) ** L[floor]
+            row["sup"] = float(np.exp(b0) * (1.0 - (ones[floor] @ pf) / ones[floor].sum()))
+    checks = LawChecks(group=label, drafter=str(drafter if drafter is not None else "unknown"),
+                       b1=row["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"], rho=rho, rho_p=rho_p,
+                       r2_curve=row["r2_curve"], r2_isotonic=row["r2_isotonic"], alpha=opt["alpha"],
+                       min_r2_curve=opt["min_r2_curve"], min_r2_isotonic=opt["min_r2_isotonic"])
+    flags = checks.as_dict()
+    row.update(holds=checks.passed, holds_slope=flags["slope"], holds_rank=flags["rank"],
+               holds_curve=flags["curve"], holds_monotone=flags["monotone"],
+               failed_checks=",".join(checks.failed()))
+    return row, curve, checks
+
+
+def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where):
+    """Prompt-level cluster bootstrap: percentile intervals of (b0, b1), the bin means and the mean.
+
+    Each replicate draws G prompts with replacement (multinomial multiplicities),
+    refits from the full-sample estimate, and recomputes the bin means with the
+    same bin edges.
+    """
+    n_boot, level = opt["n_boot"], opt["level"]
+    tag = zlib.crc32(f"{drafter}\0{label}".encode())
+    rng = np.random.default_rng([int(opt["seed"]), tag])
+    draws = np.full((n_boot, 2), np.nan)
+    cdraws = np.full((n_boot, B), np.nan) if bins is not None else None
+    mdraws = np.full(n_boot, np.nan)
+    base = np.ones_like(a) if w is None else w
+    k = failed = 0
+    for counts in bootstrap_counts(G, n_boot, rng):
+        for c in counts:
+            wr = base * c[cl]
+            try:
+                draws[k] = _fit_b(opt["method"], H, a, L, wr, b_init=b)
+            except (ValueError, np.linalg.LinAlgError):
+                failed += 1
+            if cdraws is not None:
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    cdraws[k] = np.bincount(bins, wr * a, B) / np.bincount(bins, wr, B)
+            mdraws[k] = (wr @ a) / wr.sum()
+            k += 1
+    if failed:
+        notes.append(f"{where}: {failed} of {n_boot} bootstrap replicates could not be refitted "
+                     "(left out of the percentile interval)")
+    if failed > n_boot // 2:
+        return np.array([np.nan, np.nan]), np.array([np.nan, np.nan]), None
+    lo, hi = percentile_interval(draws, level)
+    cur = None
+    if cdraws is not None:
+        clo, chi = percentile_interval(cdraws, level)
+        mlo, mhi = percentile_interval(mdraws, level)
+        cur = (clo, chi, float(mlo), float(mhi))
+    return lo, hi, cur
+
+
+def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float = 0.95, n_boot: int = 0,
+            seed: int = 0, *, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
+            cluster: Sequence[str] = CLUSTER_BY, bins: int = 10, ceiling_bins: int = _ceiling.DEFAULT_BINS,
+            alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9) -> LawFit:
+    """Fit the draftability law per group and pooled, with prompt-clustered uncertainty.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (``read_logs(paths)`` or a frame with the contract's columns).
+    by : column whose values form the groups (default ``"task"``); None fits the pooled row only.
+        The group label is reported in the ``task`` column whatever ``by`` is.
+    method : ``"mle"`` (default: exact maximum likelihood of the truncated geometric) or
+        ``"nls"`` (least squares of a on the conditional mean M(sigmoid(b0 - b1 H), L)).
+    level : interval level (0.95).
+    n_boot : 0 (default) for the CR1 cluster-robust sandwich with Student-t(G-1) critical
+        values; N > 0 for a prompt-level cluster bootstrap with N replicates (percentile
+        intervals for b0, b1, the decile means and the mean accepted length).
+    seed : bootstrap seed (each group's stream derives from it and the group's name).
+    condition : conditions fitted (default ``"matched"``); None pools every condition.
+    weight : optional column of row counts (reduced tables: each row stands for ``weight``
+        identical rounds).
+    cluster : the columns whose combination is one independent unit (default (task, prompt_id)).
+    bins, ceiling_bins : equal-count entropy bins of the decile curve (10) and of the ceiling (50).
+    alpha, min_r2_curve, min_r2_isotonic : thresholds of :meth:`LawFit.holds` (see
+        :class:`LawChecks` and docs/theory-law.md).
+
+    Rounds with ``horizon == 0`` (autoregressive) and of other conditions are excluded and
+    counted in the notes; when the logs hold several drafters each is fitted separately
+    (rows keyed by drafter and group, one pooled row per drafter). A group whose law cannot
+    be fitted (e.g. it never accepts a token) keeps its descriptive statistics, has NaN
+    coefficients and a note.
+    """
+    if method not in ("mle", "nls"):
+        raise GlanceError(f"unknown method {method!r}; choose 'mle' or 'nls'")
+    if not 0.0 < float(level) < 1.0:
+        raise GlanceError(f"level must lie strictly between 0 and 1 (got {level})")
+    if int(n_boot) < 0:
+        raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
+    if int(bins) < 2 or int(ceiling_bins) < 2:
+        raise GlanceError("bins and ceiling_bins must be >= 2")
+    frame, skipped = _as_frame(rounds)
+    notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
+                        for path, reason in skipped]
+    data = _prepare(frame, by, condition, weight, cluster, notes)
+    interval = "bootstrap" if n_boot > 0 else "cr1"
+    opt = dict(method=method, level=float(level), n_boot=int(n_boot), seed=int(seed), bins=int(bins),
+               ceiling_bins=int(ceiling_bins), alpha=float(alpha), min_r2_curve=float(min_r2_curve),
+               min_r2_isotonic=float(min_r2_isotonic), interval=interval)
+    group_notes: list[str] = []
+    rows, curves, checks = [], {}, {}
+    dnames = data["dnames"]
+    present_d = np.flatnonzero(np.bincount(data["d"], minlength=len(dnames)))
+    for di in present_d:
+        dname = dnames[di]
+        dmask = data["d"] == di
+        if dmask.all():
+            H, a, L, w, cl, g = (data[k] for k in ("H", "a", "L", "w", "cl", "g"))
+        else:
+            H, a, L, cl, g = (data[k][dmask] for k in ("H", "a", "L", "cl", "g"))
+            w = None if data["w"] is None else data["w"][dmask]
+        order = np.argsort(H, kind="stable")
+        tag = dname if len(present_d) > 1 else None
+        present_g = np.flatnonzero(np.bincount(g, minlength=len(data["gnames"]))) if by else []
+        for gi in sorted(present_g, key=lambda i: data["gnames"][i]):
+            m = g == gi
+            pos = np.cumsum(m) - 1
+            og = pos[order[m[order]]]
+            row, cur, chk = _evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m], og,
+                                      data["gnames"][gi], tag, opt, group_notes)
+            rows.append({**row, "drafter": dname})
+            curves[(dname, data["gnames"][gi])] = cur
+            checks[(dname, data["gnames"][gi])] = chk
+        row, cur, chk = _evaluate(H, a, L, w, cl, order, POOLED, tag, opt, group_notes)
+        rows.append({**row, "drafter": dname})
+        curves[(dname, POOLED)] = cur
+        checks[(dname, POOLED)] = chk
+    table = pd.DataFrame(rows, columns=list(LAW_COLUMNS + LAW_EXTRA_COLUMNS))
+    for c in ("rounds", "prompts", "horizon"):
+        table[c] = table[c].astype(np.int64)
+    if np.all(~np.isfinite(table["b1"].to_numpy(dtype=float))):
+        raise GlanceError("the law could not be fitted on any group: " + "; ".join(group_notes))
+    lvl = f"{100 * level:g}%"
+    if interval == "cr1":
+        notes.append(f"intervals: {lvl}, prompt-clustered (cluster = {', '.join(cluster)}): CR1 cluster-robust "
+                     "sandwich with Student-t(G-1) critical values, G = prompts in the group")
+    else:
+        notes.append(f"intervals: {lvl} percentile, prompt-level cluster bootstrap with {n_boot} replicates "
+                     f"(seed {seed})")
+    if method == "nls":
+        notes.append("method nls: least squares of a on M(sigmoid(b0 - b1 H), L) (the MLE is the efficient "
+                     "default; nls is for comparison with the paper)")
+    if len(present_d) > 1:
+        notes.append(f"{len(present_d)} drafters fitted separately: {', '.join(dnames[i] for i in present_d)}")
+    if by and by != "task":
+        notes.append(f"groups are the values of column '{by}' (shown in the task column)")
+    notes.append(f"ceiling: bias-corrected {ceiling_bins}-bin between/total (epsilon^2, unclipped, ~0 without "
+                 "signal); ceiling_binned is the paper's SSB/SST (biased up by ~(B-1)/(n-1)); "
+                 "ceiling_fraction = r2_round / ceiling")
+    notes.append(f"floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L)")
+    notes.append(f"holds: slope (b1_lo > 0), rank (rho < 0, prompt-aware p < {alpha:g}), curve (decile "
+                 f"R^2 >= {min_r2_curve:g}), monotone (isotonic decile R^2 >= {min_r2_isotonic:g})")
+    return LawFit(table=table, curves=curves, checks=checks, method=method, level=float(level), by=by,
+                  interval=interval, n_boot=int(n_boot), note_lines=tuple(notes + group_notes))
