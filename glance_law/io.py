@@ -3,12 +3,16 @@
 The writer buffers rows and flushes them as atomic part files: each part is
 written under a hidden temporary name, fsync'ed, then renamed into place, so a
 ``kill -9`` at any moment loses at most the unflushed buffer and never leaves
-a half-written ``*.parquet`` behind.
+a half-written ``*.parquet`` behind (a killed flush leaves at most a hidden
+``.*.tmp`` file, which no reader picks up).
 
 The reader takes files, directories and globs, dispatches on the
-``glance.kind`` metadata, reads only the columns asked for, validates types
-and values against :mod:`glance_law.schema`, and raises :class:`LogError` with
-one line naming the file, the column and the fix.
+``glance.kind`` metadata (files of other kinds are listed, not read), reads
+only the columns asked for (plus the contract's required columns, which the
+checks need), validates types and values against :mod:`glance_law.schema`,
+rejects duplicate keys within and across files, and raises :class:`LogError`
+with one line naming the file, the column and the fix - or, with
+``skip_bad=True``, lists every bad file with its reason in ``LogSet.skipped``.
 """
 from __future__ import annotations
 
@@ -31,21 +35,31 @@ import pyarrow.parquet as pq
 
 from . import schema as S
 from .errors import GlanceError
+from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
 from ._version import __version__
 
 
 class LogError(GlanceError):
     """A log file violates the contract. ``str()`` is one line: file, column, problem, fix."""
 
-    def __init__(self, path, problem: str, fix: str = "", column: str | None = None):
+    def __init__(self, path, problem: str, fix: str = "", column: str | Sequence[str] | None = None):
         self.path = str(path) if path is not None else None
         self.column = column
         self.problem = problem
         self.fix = fix
         where = f"{self.path}: " if self.path else ""
-        col = f"column '{column}': " if column else ""
+        if column is None:
+            col = ""
+        elif isinstance(column, str):
+            col = f"column '{column}': "
+        else:
+            col = f"columns ({', '.join(column)}): "
         tail = f"; {fix}" if fix else ""
         super().__init__(f"{where}{col}{problem}{tail}")
+
+    def at(self, path) -> "LogError":
+        """The same error attributed to ``path``."""
+        return LogError(path, self.problem, self.fix, self.column)
 
 
 # --------------------------------------------------------------------------
@@ -53,17 +67,23 @@ class LogError(GlanceError):
 # --------------------------------------------------------------------------
 
 def library_versions() -> dict:
-    """Versions of the libraries that shape results (torch/transformers when importable without cost)."""
+    """Versions of the libraries that shape results: the base dependencies (from package
+    metadata when not imported, so nothing heavy is imported here) and torch/transformers
+    when the process has imported them."""
+    from importlib import metadata
     out = {"python": platform.python_version(), "glance-law": __version__}
-    for name in ("numpy", "scipy", "pandas", "pyarrow", "statsmodels", "sklearn", "torch", "transformers"):
+    dists = {"numpy": "numpy", "scipy": "scipy", "pandas": "pandas", "pyarrow": "pyarrow",
+             "statsmodels": "statsmodels", "sklearn": "scikit-learn", "torch": "torch",
+             "transformers": "transformers"}
+    for name, dist in dists.items():
         mod = sys.modules.get(name)
-        if mod is None and name not in ("torch", "transformers"):
-            try:
-                mod = __import__(name)
-            except ImportError:  # pragma: no cover - base deps are installed
-                mod = None
         if mod is not None:
             out[name] = getattr(mod, "__version__", "?")
+        elif name not in ("torch", "transformers"):
+            try:
+                out[name] = metadata.version(dist)
+            except metadata.PackageNotFoundError:  # pragma: no cover - base deps are installed
+                pass
     return out
 
 
@@ -92,9 +112,40 @@ def _kv(kind: str, run: Mapping | None) -> dict:
 # writing
 # --------------------------------------------------------------------------
 
+def _column_array(name: str, values, col: S.Column | None) -> pa.Array | pa.ChunkedArray:
+    """One column as Arrow: contract columns get the contract type, others an inferred one.
+
+    NaN stays NaN in float columns (NaN is data: "unknown" in nullable columns, an
+    error in root_entropy); None / pd.NA become null.
+    """
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values if col is None else values.cast(col.type)
+    if col is None:
+        if isinstance(values, np.ndarray) and values.ndim == 2:
+            values = list(values)
+        return pa.array(values, from_pandas=True)
+    floats = col.family in (S.FLOAT, S.LIST_FLOAT)
+    if isinstance(values, np.ndarray) and values.ndim == 2 and col.family in (S.LIST_INT, S.LIST_FLOAT):
+        n, width = values.shape  # fast path: a (rows, width) matrix -> one list per row
+        flat = pa.array(values.reshape(-1), type=col.type.value_type, from_pandas=not floats)
+        offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, flat, type=col.type)
+    if col.family == S.STRING and isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        values = values.astype(object)
+    if col.family in (S.LIST_INT, S.LIST_FLOAT) and not isinstance(values, pd.Series):
+        values = [None if v is None else (v.tolist() if isinstance(v, np.ndarray) else v) for v in values]
+    return pa.array(values, type=col.type, from_pandas=not floats)
+
+
 def to_arrow(rows, kind: str) -> pa.Table:
-    """Convert rows (a DataFrame, a list of dicts, or a dict of columns) to an Arrow table
-    typed by the contract. Columns outside the contract are kept with inferred types."""
+    """Convert rows (a DataFrame, an Arrow table, a list of dicts, or a dict of columns,
+    where list columns may be 2-D numpy arrays) to an Arrow table typed by the contract.
+
+    Columns outside the contract are kept with inferred types. Raises :class:`LogError`
+    when a required column is missing or null, or values do not fit the contract type.
+    Values are not range-checked here (the reader does that), so a logger never loses
+    rows to a value check in the middle of a run.
+    """
     if isinstance(rows, pa.Table):
         data = {n: rows.column(n) for n in rows.column_names}
     elif isinstance(rows, pd.DataFrame):
@@ -116,29 +167,19 @@ def to_arrow(rows, kind: str) -> pa.Table:
                        f"every {kind} row needs {', '.join(S.required_names(kind))}")
     arrays, fields = [], []
     for name in [c.name for c in S.columns(kind) if c.name in data] + [n for n in data if n not in known]:
-        values = data[name]
-        if name in known:
-            typ = known[name].type
-            if isinstance(values, (pa.Array, pa.ChunkedArray)):
-                arr = values.cast(typ)
-            else:
-                if isinstance(values, pd.Series):
-                    values = values.to_numpy(dtype=object) if known[name].family in (S.LIST_INT, S.LIST_FLOAT, S.STRING) else values.to_numpy()
-                if known[name].family in (S.LIST_INT, S.LIST_FLOAT):
-                    values = [None if v is None else list(np.asarray(v).tolist()) for v in values]
-                try:
-                    arr = pa.array(values, type=typ, from_pandas=True)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-                    raise LogError(None, f"cannot store values as {typ}: {exc}",
-                                   "check the values the logger produces for this column",
-                                   column=name) from None
-        else:
-            arr = values if isinstance(values, (pa.Array, pa.ChunkedArray)) else pa.array(
-                values.to_numpy() if isinstance(values, pd.Series) and not isinstance(values.dtype, pd.CategoricalDtype) else list(values)
-                if not isinstance(values, np.ndarray) else values, from_pandas=True)
-            typ = arr.type
+        col = known.get(name)
+        try:
+            arr = _column_array(name, data[name], col)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
+                TypeError, ValueError) as exc:
+            want = f"as {col.type}" if col is not None else "in Arrow"
+            raise LogError(None, f"cannot store the values {want} ({str(exc).splitlines()[0][:120]})",
+                           "check the values the logger produces for this column", column=name) from None
+        if col is not None and col.required and arr.null_count:
+            raise LogError(None, f"{arr.null_count} row(s) have no value for a required column",
+                           f"every {kind} row needs {name} (see docs/schema.md)", column=name)
         arrays.append(arr)
-        fields.append(pa.field(name, typ))
+        fields.append(pa.field(name, arr.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
@@ -155,12 +196,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping], path, kind: str = S.KIND_ROUNDS,
-                run: Mapping | None = None) -> Path:
-    """Write one complete log file atomically (temporary name, fsync, rename)."""
+def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, path,
+                kind: str = S.KIND_ROUNDS, run: Mapping | None = None) -> Path:
+    """Write one complete log file atomically: temporary hidden name, fsync, rename, fsync
+    of the folder. Columns are typed by the contract (:func:`to_arrow`); ``run`` is the
+    ``glance.run`` document (default :func:`run_metadata`). Refuses an empty table."""
     path = Path(path)
-    if not isinstance(table, pa.Table) or table.schema.metadata is None:
-        table = to_arrow(table, kind) if not isinstance(table, pa.Table) else table
+    table = to_arrow(table, kind)
+    if table.num_rows == 0:
+        raise LogError(path, "refusing to write a log file without rows",
+                       "the reader rejects empty files; write when there are rows")
     table = table.replace_schema_metadata(_kv(kind, run if run is not None else run_metadata()))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
@@ -181,14 +226,19 @@ class LogWriter:
     """Buffered, crash-safe writer of one log kind into a folder of part files.
 
     Part files are named ``{kind}-{stem}-{token}-{seq:05d}.parquet`` directly in
-    ``out_dir`` so that ``out_dir/*.parquet`` picks up every part. ``flush()``
-    writes the buffer as one new part; :meth:`maybe_flush` flushes when the
-    buffer holds ``flush_rows`` rows or ``flush_seconds`` have passed.
+    ``out_dir`` so that ``out_dir/*.parquet`` picks up every part. :meth:`append`
+    and :meth:`extend` buffer rows and flush automatically once the buffer holds
+    ``flush_rows`` rows or ``flush_seconds`` have passed since the last flush
+    (checked on each call); :meth:`flush` writes the buffer as one new part now;
+    :meth:`close` (or leaving the ``with`` block, also on an exception) flushes the
+    rest. A ``kill -9`` loses at most the rows appended since the last flush.
     """
 
     def __init__(self, out_dir, kind: str = S.KIND_ROUNDS, run: Mapping | None = None,
                  stem: str = "log", flush_rows: int = 4096, flush_seconds: float = 10.0):
         S.columns(kind)  # validates kind
+        if int(flush_rows) < 1:
+            raise GlanceError(f"flush_rows must be >= 1, got {flush_rows}")
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.kind = kind
@@ -204,13 +254,18 @@ class LogWriter:
         self.rows_written = 0
 
     def __len__(self) -> int:
+        """Rows buffered and not yet flushed."""
         return len(self._buffer)
 
-    def append(self, row: Mapping) -> None:
+    def append(self, row: Mapping) -> Path | None:
+        """Buffer one row; returns the part written if this call flushed."""
         self._buffer.append(row)
+        return self.maybe_flush()
 
-    def extend(self, rows: Iterable[Mapping]) -> None:
+    def extend(self, rows: Iterable[Mapping]) -> Path | None:
+        """Buffer rows; returns the last part written if this call flushed."""
         self._buffer.extend(rows)
+        return self.maybe_flush()
 
     def maybe_flush(self) -> Path | None:
         if len(self._buffer) >= self.flush_rows or (
@@ -219,6 +274,8 @@ class LogWriter:
         return None
 
     def flush(self) -> Path | None:
+        """Write the buffer as one part file (atomically); None when the buffer is empty.
+        On an error the buffer is kept, so nothing is lost."""
         if not self._buffer:
             return None
         table = to_arrow(self._buffer, self.kind)
@@ -257,13 +314,15 @@ class FileInfo:
 @dataclass(frozen=True)
 class LogSet:
     """What :func:`read_logs` found: the validated frame of the requested kind, the files
-    it came from, the files of other kinds it saw, and every file it skipped (with why)."""
+    it came from, the files of other kinds it saw, every file it skipped (path, reason),
+    and notes on what the reader filled in (absent optional columns, defaults)."""
 
     kind: str
     frame: pd.DataFrame
     files: tuple[FileInfo, ...]
     skipped: tuple[tuple[str, str], ...] = ()
     other: tuple[FileInfo, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def n_files(self) -> int:
@@ -274,7 +333,8 @@ _GLOB_CHARS = set("*?[")
 
 
 def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
-    """Files, directories (all ``*.parquet`` below them) and globs, sorted and de-duplicated."""
+    """Files, directories (every ``*.parquet`` below them, hidden files excluded) and globs
+    (``**`` recurses), in the order given, each group sorted, de-duplicated by real path."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[Path] = []
@@ -290,7 +350,8 @@ def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
             cand = [Path(s)]
         for c in cand:
             if c.is_dir():
-                found = sorted(q for q in c.rglob("*.parquet") if not q.name.startswith("."))
+                found = sorted(q for q in c.rglob("*.parquet")
+                               if not q.name.startswith(".") and q.is_file())
                 if not found:
                     raise LogError(c, "the folder holds no *.parquet files",
                                    "point at the folder glance-log wrote (its --out)")
@@ -310,208 +371,189 @@ def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
 
 
 def _file_meta(path: Path):
+    """(Parquet metadata, kind, glance.run) of a file, or LogError."""
     try:
-        pf = pq.ParquetFile(path)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the permissions") from None
+    if size == 0:
+        raise LogError(path, "the file is empty (0 bytes), so it is not a Parquet file",
+                       "delete it; an interrupted copy or an old writer left it")
+    try:
+        md = pq.read_metadata(path)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types here
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LogError(path, f"not a Parquet file ({msg[:120]})",
                        "remove it from the inputs; glance logs are the *.parquet parts glance-log writes") from None
-    md = pf.schema_arrow.metadata or {}
-    if S.META_KIND not in md:
-        raise LogError(path, "has no glance.kind metadata, so it is not a glance round log",
+    kv = md.metadata or {}
+    if S.META_KIND not in kv:
+        raise LogError(path, "has no glance.kind metadata, so it is not a glance log",
                        "write logs with glance-log or glance_law.io.write_table(frame, path, kind='rounds')")
-    kind = md[S.META_KIND].decode(errors="replace")
+    kind = kv[S.META_KIND].decode(errors="replace")
     if kind not in S.KINDS:
         raise LogError(path, f"unknown log kind {kind!r} (glance.kind)",
                        f"expected one of {', '.join(S.KINDS)}; was it written by another tool?")
-    version = md.get(S.META_SCHEMA, b"").decode(errors="replace")
+    if S.META_SCHEMA not in kv:
+        raise LogError(path, "has no glance.schema metadata (the contract version)",
+                       "write logs with glance-log or glance_law.io.write_table")
+    version = kv[S.META_SCHEMA].decode(errors="replace")
     if version not in S.SUPPORTED_VERSIONS:
         raise LogError(path, f"schema version {version!r} is not supported by glance-law {__version__} "
                              f"(supports {', '.join(S.SUPPORTED_VERSIONS)})",
                        "upgrade glance-law, or re-log with this version")
+    raw = kv.get(S.META_RUN, b"{}").decode(errors="replace") or "{}"
     try:
-        run = json.loads(md.get(S.META_RUN, b"{}").decode() or "{}")
-    except json.JSONDecodeError:
-        run = {}
-    return pf, kind, run
+        run = json.loads(raw)
+        if not isinstance(run, dict):
+            raise ValueError
+    except ValueError:
+        run = {"unparsed": raw[:500]}  # provenance is kept, never a reason to refuse data
+    return md, kind, run
 
 
-def _validate_table(path: Path, kind: str, table: pa.Table, wanted: Sequence[str]) -> pa.Table:
-    names = set(table.column_names)
-    for name in wanted:
-        col = S.column(kind, name) if name in {c.name for c in S.columns(kind)} else None
-        if name not in names:
-            if col is not None and col.required:
-                raise LogError(path, f"required column is missing", f"the {kind} contract requires it "
-                               f"(see docs/schema.md); re-log with glance-log or add the column", column=name)
-            continue
-        if col is not None and not S.compatible(col, table.schema.field(name).type):
-            raise LogError(path, f"has type {table.schema.field(name).type}, expected {col.type}",
-                           "write it with the contract type (see docs/schema.md)", column=name)
-    if table.num_rows == 0:
-        raise LogError(path, "the file has no rows", "delete the empty file or rerun the logger")
-    for name in S.required_names(kind):
-        if name in names and table.column(name).null_count:
-            raise LogError(path, f"{table.column(name).null_count} null value(s) in a required column",
-                           "every row needs a value here; fix the logger or drop those rows", column=name)
-    if kind == S.KIND_ROUNDS:
-        _check_round_values(path, table)
-    return table
-
-
-def _first_bad(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask)[0])
-
-
-def _check_round_values(path: Path, table: pa.Table) -> None:
-    names = set(table.column_names)
-    if "root_entropy" in names:
-        h = table.column("root_entropy").to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-        bad = ~np.isfinite(h)
-        if bad.any():
-            raise LogError(path, f"{int(bad.sum())} value(s) are NaN or inf (first at row {_first_bad(bad)})",
-                           "entropy must come from finite fp32 logits; fix the logger, or drop those rounds",
-                           column="root_entropy")
-        neg = h < -1e-4
-        if neg.any():
-            raise LogError(path, f"{int(neg.sum())} negative value(s) (first at row {_first_bad(neg)})",
-                           "entropy is in nats and cannot be negative; check the logger", column="root_entropy")
-    if "accepted" in names and "horizon" in names:
-        a = table.column("accepted").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        L = table.column("horizon").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        if (L < 0).any():
-            bad = L < 0
-            raise LogError(path, f"{int(bad.sum())} negative value(s) (first at row {_first_bad(bad)})",
-                           "horizon is the deepest offset offered to the verifier (>= 0)", column="horizon")
-        bad = (a < 0) | (a > L)
-        if bad.any():
-            i = _first_bad(bad)
-            raise LogError(path, f"{int(bad.sum())} row(s) with accepted < 0 or accepted > horizon "
-                                 f"(first at row {i}: accepted={a[i]}, horizon={L[i]})",
-                           "accepted counts draft tokens only (bonus excluded) and cannot exceed horizon",
-                           column="accepted")
-    if "round" in names:
-        r = table.column("round").to_numpy(zero_copy_only=False)
-        if (r < 0).any():
-            bad = r < 0
-            raise LogError(path, f"{int(bad.sum())} negative value(s) (first at row {_first_bad(bad)})",
-                           "round is 0-based within a prompt", column="round")
-
-
-def _read_one(path: Path, kind: str, pf: pq.ParquetFile, columns: Sequence[str] | None) -> pa.Table:
-    present = set(pf.schema_arrow.names)
-    contract = [c.name for c in S.columns(kind)]
+def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
+    """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow."""
+    schema = md.schema.to_arrow_schema()
+    present = list(schema.names)
+    contract = {c.name: c for c in S.columns(kind)}
+    missing = [n for n in S.required_names(kind) if n not in present]
+    if missing:
+        raise LogError(path, "required column is missing",
+                       f"the {kind} contract requires {', '.join(S.required_names(kind))} "
+                       "(see docs/schema.md); re-log with glance-log or add the column", column=missing[0])
     if columns is None:
-        wanted = list(pf.schema_arrow.names)
+        to_read = present
     else:
         key = S.ROUND_KEY if kind == S.KIND_ROUNDS else (S.PROMPT_KEY if kind == S.KIND_PROMPTS else ())
-        base = list(S.required_names(kind)) + [k for k in key if k not in S.required_names(kind)]
-        wanted = list(dict.fromkeys(base + list(columns)))
-    missing_req = [n for n in S.required_names(kind) if n not in present]
-    if missing_req:
-        raise LogError(path, "required column is missing",
-                       f"the {kind} contract requires it (see docs/schema.md); re-log with glance-log or add the column",
-                       column=missing_req[0])
-    to_read = [n for n in wanted if n in present]
-    strings = [n for n in to_read if n in contract and S.column(kind, n).family == S.STRING]
+        wanted = dict.fromkeys(list(S.required_names(kind)) + list(key) + list(columns))
+        to_read = [n for n in wanted if n in present]
+    if md.num_rows == 0:
+        raise LogError(path, "the file has no rows", "delete the empty file or rerun the logger")
+    for name in to_read:
+        if name in contract:
+            p = S.check_type(kind, name, schema.field(name).type)
+            if p is not None:
+                raise LogError(path, p.problem, p.fix, p.column)
+    strings = [n for n in to_read if n in contract and contract[n].family == S.STRING]
     try:
-        table = pq.read_table(path, columns=to_read, read_dictionary=strings)
+        pf = pq.ParquetFile(path, read_dictionary=strings, metadata=md)
+        try:
+            table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
+        finally:
+            pf.close()
     except Exception as exc:  # noqa: BLE001
         raise LogError(path, f"could not be read ({str(exc).splitlines()[0][:120]})",
-                       "the file may be truncated or corrupt; delete it and rerun the logger for its prompts") from None
-    return _validate_table(path, kind, table, wanted)
+                       "the file may be truncated or corrupt; delete it and rerun the logger "
+                       "for its prompts") from None
+    p = S.check_values(kind, table)
+    if p is not None:
+        raise LogError(path, p.problem, p.fix, p.column)
+    return _cast_to_contract(path, kind, table)
 
 
-def _cast_to_contract(kind: str, table: pa.Table) -> pa.Table:
+def _cast_to_contract(path, kind: str, table: pa.Table) -> pa.Table:
     known = {c.name: c for c in S.columns(kind)}
+    dict_type = pa.dictionary(pa.int32(), pa.string())
     cols, fields = [], []
     for name in table.column_names:
         arr = table.column(name)
-        if name in known:
-            col = known[name]
-            if col.family == S.STRING:
-                target = pa.dictionary(pa.int32(), pa.string())
-                if pa.types.is_dictionary(arr.type):
-                    arr = arr.cast(pa.dictionary(pa.int32(), pa.string()))
-                else:
-                    arr = arr.cast(pa.string()).dictionary_encode()
-                    arr = arr.cast(target)
-            elif arr.type != col.type:
-                try:
+        col = known.get(name)
+        if col is not None:
+            try:
+                if col.family == S.STRING:
+                    if not pa.types.is_dictionary(arr.type):
+                        arr = arr.cast(pa.string()).dictionary_encode()
+                    if arr.type != dict_type:
+                        arr = arr.cast(dict_type)
+                elif arr.type != col.type:
                     arr = arr.cast(col.type)  # safe cast: raises on overflow
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                    raise LogError(None, f"values do not fit {col.type} ({str(exc).splitlines()[0][:100]})",
-                                   "check the values", column=name) from None
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise LogError(path, f"values do not fit {col.type} ({str(exc).splitlines()[0][:100]})",
+                               "write the column with the contract type (see docs/schema.md)",
+                               column=name) from None
         cols.append(arr)
         fields.append(pa.field(name, arr.type))
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
 
 
-def _composite_key(frame: pd.DataFrame, key: Sequence[str]) -> np.ndarray:
-    codes = []
-    for k in key:
-        s = frame[k]
-        if isinstance(s.dtype, pd.CategoricalDtype):
-            codes.append((s.cat.codes.to_numpy().astype(np.int64), len(s.cat.categories) + 1))
+# --------------------------------------------------------------------------
+# duplicates (the key arithmetic lives in glance_law.keys)
+# --------------------------------------------------------------------------
+
+def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, kind: str,
+                      skip_bad: bool):
+    """Raise on (or, with skip_bad, drop whole files with) duplicate keys."""
+    key = S.ROUND_KEY if kind == S.KIND_ROUNDS else S.PROMPT_KEY
+    k = composite_key(frame, key)
+    if not has_duplicates(k):
+        return frame, infos, []
+    bad = duplicate_files(k, file_idx)
+    what = "rounds" if kind == S.KIND_ROUNDS else "prompts"
+    errors = []
+    for f in sorted(bad):
+        n, row, other = bad[f]
+        r = frame.iloc[row]
+        eg = ", ".join(f"{c}={r[c]}" for c in key)
+        if other < 0:
+            problem = f"{n} duplicate {what}: rows share a key within this file (e.g. {eg})"
         else:
-            v, u = pd.factorize(s, sort=False)
-            codes.append((v.astype(np.int64), len(u) + 1))
-    total = 1.0
-    for _, n in codes:
-        total *= n
-    if total < 2 ** 62:
-        out = np.zeros(len(frame), dtype=np.int64)
-        for c, n in codes:
-            out = out * n + c
-        return out
-    return pd.MultiIndex.from_arrays([c for c, _ in codes]).factorize()[0].astype(np.int64)
+            problem = f"{n} duplicate {what}: keys already present in {infos[other].path} (e.g. {eg})"
+        errors.append((f, LogError(infos[f].path, problem,
+                                   f"each ({', '.join(key)}) may occur once; remove the repeated "
+                                   "part file, or give separate runs distinct run_id values",
+                                   column=key)))
+    if not skip_bad:
+        raise errors[0][1]
+    drop = np.isin(file_idx, [f for f, _ in errors])
+    frame = frame.loc[~drop].reset_index(drop=True)
+    for name in frame.columns:
+        if isinstance(frame[name].dtype, pd.CategoricalDtype):
+            frame[name] = frame[name].cat.remove_unused_categories()
+    gone = {f for f, _ in errors}
+    return frame, [fi for i, fi in enumerate(infos) if i not in gone], [(infos[f].path, str(e)) for f, e in errors]
 
 
-def duplicate_mask(frame: pd.DataFrame, key: Sequence[str]) -> np.ndarray:
-    """True for every row whose key occurs more than once."""
-    k = _composite_key(frame, key)
-    order = np.argsort(k, kind="stable")
-    ks = k[order]
-    same = ks[1:] == ks[:-1]
-    dup_sorted = np.zeros(len(k), dtype=bool)
-    dup_sorted[1:] |= same
-    dup_sorted[:-1] |= same
-    out = np.empty(len(k), dtype=bool)
-    out[order] = dup_sorted
-    return out
+# --------------------------------------------------------------------------
+# read_logs
+# --------------------------------------------------------------------------
+
+def _constant_categorical(value: str, n: int) -> pd.Categorical:
+    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[value])
 
 
-def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | None = None,
+def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
               skip_bad: bool = False) -> LogSet:
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
 
-    ``columns``: the columns to read (the contract's required and key columns are
-    always read); None reads everything. String columns come back as pandas
-    categoricals. A missing ``condition`` is filled with ``"matched"`` and a
-    missing ``drafter`` with ``"unknown"`` (rounds and prompts).
+    ``columns``: the columns to read; the contract's required and key columns are
+    always read too (the checks need them); None reads every column of every file.
+    Files of other kinds are listed in ``LogSet.other``, not read. String columns
+    come back as pandas categoricals. ``condition`` absent or null reads as
+    ``"matched"`` and ``drafter`` as ``"unknown"`` (rounds and prompts). An
+    optional column absent from some files reads as null there (see ``notes``).
 
-    A bad file raises :class:`LogError` unless ``skip_bad``, in which case it is
-    listed in ``LogSet.skipped`` with its reason and the rest are read.
+    A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
+    column, out-of-range value, duplicate key within or across files) raises
+    :class:`LogError` naming the file, the column and the fix - unless ``skip_bad``,
+    in which case the file is left out and listed in ``LogSet.skipped`` with its
+    reason. A duplicate key across files is blamed on the later file.
     """
     S.columns(kind)
+    if isinstance(columns, str):
+        columns = [columns]
     files = expand_paths(paths)
     tables, infos, skipped, other = [], [], [], []
-    for path in files:
-        try:
-            pf, fkind, run = _file_meta(path)
-            if fkind != kind:
-                other.append(FileInfo(str(path), fkind, pf.metadata.num_rows, run))
-                continue
-            table = _cast_to_contract(kind, _read_one(path, kind, pf, columns))
-        except LogError as exc:
-            if exc.path is None:
-                exc = LogError(path, exc.problem, exc.fix, exc.column)
+    for path, got in zip(files, _load_all(files, kind, columns, skip_bad)):
+        if isinstance(got, LogError):
             if not skip_bad:
-                raise exc from None
-            skipped.append((str(path), str(exc)))
-            continue
-        tables.append(table)
-        infos.append(FileInfo(str(path), kind, table.num_rows, run))
+                raise got from None
+            skipped.append((str(path), str(got)))
+        elif isinstance(got, FileInfo):
+            other.append(got)
+        else:
+            table, run = got
+            tables.append(table)
+            infos.append(FileInfo(str(path), kind, table.num_rows, run))
     if not tables:
         if skipped:
             raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
@@ -521,68 +563,99 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | None = 
         raise LogError(", ".join(str(p) for p in files[:3]) + (" ..." if len(files) > 3 else ""),
                        f"no {kind} files among the inputs{found}",
                        f"pass the {kind}-*.parquet parts that glance-log writes")
-    frame = _concat(tables)
+    notes = _absence_notes(tables)
+    if columns is not None:
+        everywhere = set().union(*(t.column_names for t in tables))
+        contract = {c.name for c in S.columns(kind)}
+        unknown = [c for c in columns if c not in everywhere and c not in contract]
+        if unknown:
+            raise LogError(None, f"no file has the column(s) {', '.join(unknown)}, and they are not "
+                                 f"columns of the {kind} contract",
+                           "check the spelling (see docs/schema.md for the column names)")
+    frame, file_idx = _concat(tables)
     if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS):
-        for name, default in (("condition", S.CONDITIONS_DEFAULT), ("drafter", "unknown")):
+        for name, default in S.FILLED_WHEN_NULL.items():
             if name not in frame.columns:
-                frame[name] = pd.Categorical([default] * len(frame))
+                frame[name] = _constant_categorical(default, len(frame))
             elif frame[name].isna().any():
-                frame[name] = frame[name].cat.add_categories([default]).fillna(default) \
-                    if default not in frame[name].cat.categories else frame[name].fillna(default)
-        key = S.ROUND_KEY if kind == S.KIND_ROUNDS else S.PROMPT_KEY
-        frame, infos, dskip = _drop_duplicate_files(frame, infos, key, skip_bad)
+                n_null = int(frame[name].isna().sum())
+                s = frame[name]
+                if default not in s.cat.categories:
+                    s = s.cat.add_categories([default])
+                frame[name] = s.fillna(default)
+                notes.append(f"{n_null} row(s) without a {name} read as {default!r}")
+        frame, infos, dskip = _check_duplicates(frame, file_idx, infos, kind, skip_bad)
         skipped.extend(dskip)
-    return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other))
+    return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
 
 
-def _concat(tables: list[pa.Table]) -> pd.DataFrame:
-    if len(tables) == 1:
-        table = tables[0]
-    else:
-        table = pa.concat_tables(tables, promote_options="permissive")
-    table = table.unify_dictionaries().combine_chunks()
+def _load_one(path: Path, kind: str, columns):
+    """(table, run) for a file of ``kind``, a FileInfo for another kind, or the LogError."""
+    try:
+        md, fkind, run = _file_meta(path)
+        if fkind != kind:
+            return FileInfo(str(path), fkind, md.num_rows, run)
+        return _read_one(path, kind, md, columns), run
+    except LogError as exc:
+        return exc if exc.path is not None else exc.at(path)
+
+
+def _load_all(files: list[Path], kind: str, columns, skip_bad: bool) -> list:
+    """:func:`_load_one` over the files, in input order; several files are read in
+    parallel threads (Arrow releases the GIL). Without skip_bad, reading stops at the
+    first bad file in input order."""
+    workers = min(8, os.cpu_count() or 1, len(files))
+    if workers <= 1:
+        out = []
+        for p in files:
+            out.append(_load_one(p, kind, columns))
+            if isinstance(out[-1], LogError) and not skip_bad:
+                break
+        return out
+    from concurrent.futures import ThreadPoolExecutor
+    out = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(_load_one, p, kind, columns) for p in files]
+        for f in futures:
+            out.append(f.result())
+            if isinstance(out[-1], LogError) and not skip_bad:
+                for g in futures:
+                    g.cancel()
+                break
+    return out
+
+
+def _absence_notes(tables: list[pa.Table]) -> list[str]:
+    """Notes for optional columns that some files have and others lack (read as null)."""
+    notes = []
+    if len(tables) < 2:
+        return notes
+    names = list(dict.fromkeys(n for t in tables for n in t.column_names))
+    for name in names:
+        if name in S.FILLED_WHEN_NULL:
+            continue
+        lacking = [t for t in tables if name not in t.column_names]
+        if lacking:
+            rows = sum(t.num_rows for t in lacking)
+            notes.append(f"column {name!r} is absent from {len(lacking)} of {len(tables)} files: "
+                         f"{rows} row(s) read as null")
+    return notes
+
+
+def _concat(tables: list[pa.Table]) -> tuple[pd.DataFrame, np.ndarray]:
+    """One pandas frame from the per-file tables (dictionaries unified; the tables'
+    memory is released column by column) and each row's file index."""
+    sizes = [t.num_rows for t in tables]
+    try:
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise LogError(None, f"files disagree on a column's type ({str(exc).splitlines()[0][:160]})",
+                       "a column outside the contract must have one type in every file") from None
+    tables.clear()  # drop the per-file references so self_destruct can free memory
     frame = table.to_pandas(split_blocks=True, self_destruct=True)
-    frame["_file"] = np.repeat(np.arange(len(tables), dtype=np.int32), [t.num_rows for t in tables])
-    return frame
-
-
-def _drop_duplicate_files(frame, infos, key, skip_bad):
-    dup = duplicate_mask(frame, key)
-    if not dup.any():
-        return frame.drop(columns="_file"), infos, []
-    file_idx = frame["_file"].to_numpy()
-    skipped = []
-    # Files are considered in order; a file that repeats keys already seen (or repeats
-    # its own keys) is the bad one.
-    bad_files: list[int] = []
-    first = int(np.flatnonzero(dup)[0])
-    row = frame.iloc[first]
-    desc = ", ".join(f"{k}={row[k]}" for k in key)
-    files_with_dup = sorted(set(file_idx[dup].tolist()))
-    if len(files_with_dup) == 1:
-        bad_files = files_with_dup
-        msg = f"duplicate rounds ({int(dup.sum())} rows share a key, e.g. {desc})"
-    else:
-        bad_files = files_with_dup[1:]
-        msg = (f"duplicate rounds: {int(dup.sum())} rows repeat keys found in "
-               f"{infos[files_with_dup[0]].path} (e.g. {desc})")
-    if not skip_bad:
-        raise LogError(infos[bad_files[0]].path, msg,
-                       "the same (run_id, prompt_id, condition, round) was logged twice; "
-                       "remove the repeated part file or give the runs distinct run_id values",
-                       column="round" if key[-1] == "round" else key[-1])
-    for b in bad_files:
-        skipped.append((infos[b].path, str(LogError(infos[b].path, msg, "skipped (--skip-bad)"))))
-    keep = ~np.isin(file_idx, bad_files)
-    frame = frame.loc[keep].drop(columns="_file").reset_index(drop=True)
-    infos = [f for i, f in enumerate(infos) if i not in set(bad_files)]
-    for name in frame.columns:
-        if isinstance(frame[name].dtype, pd.CategoricalDtype):
-            frame[name] = frame[name].cat.remove_unused_categories()
-    if duplicate_mask(frame, key).any():
-        raise LogError(None, "duplicate rounds remain within the kept files",
-                       "remove the repeated rows; see docs/schema.md on keys")
-    return frame, infos, skipped
+    del table
+    file_idx = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+    return frame, file_idx
 
 
 def read_rounds(paths, columns: Sequence[str] | None = None, skip_bad: bool = False) -> pd.DataFrame:
