@@ -97,12 +97,30 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
     if _is_vlm_config(config):
         from transformers import AutoModelForImageTextToText, AutoProcessor
         model = AutoModelForImageTextToText.from_pretrained(path, **kw)
+        image_processor = None
         try:
             processor = AutoProcessor.from_pretrained(path)
-        except (OSError, ValueError, TypeError) as exc:
-            raise GlanceError(f"{path}: a vision-language model needs its processor files "
-                              f"({str(exc).splitlines()[0][:120]})") from None
-        tokenizer = getattr(processor, "tokenizer", None) or AutoTokenizer.from_pretrained(path)
+            tokenizer = processor.tokenizer
+        except Exception:  # noqa: BLE001 - e.g. the video processor needs torchvision
+            # fall back to the image processor + tokenizer (the processor's job done by hand)
+            from transformers import AutoImageProcessor
+            try:
+                image_processor = AutoImageProcessor.from_pretrained(path)
+                tokenizer = AutoTokenizer.from_pretrained(path)
+            except (OSError, ValueError, TypeError) as exc:
+                raise GlanceError(f"{path}: a vision-language model needs its processor files "
+                                  f"({str(exc).splitlines()[0][:120]})") from None
+            if not getattr(tokenizer, "chat_template", None):
+                for name in ("chat_template.jinja", "chat_template.json"):
+                    f = path / name
+                    if f.exists():
+                        txt = f.read_text()
+                        tokenizer.chat_template = json.loads(txt)["chat_template"] if name.endswith("json") else txt
+                        break
+        model = model.to(dev).eval()
+        target = Target(model, tokenizer, processor, name=str(path))
+        target.image_processor = image_processor
+        return target
     else:
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_pretrained(path, **kw)
@@ -130,6 +148,7 @@ class Target:
         if impl and "flash" in str(impl):
             raise GlanceError(f"{self.name}: attention implementation {impl!r} cannot take the 4D tree mask; "
                               "load the model with attn_implementation='sdpa' or 'eager'")
+        self.image_processor = None
         self._hidden: torch.Tensor | None = None
         self._hook = model.get_output_embeddings().register_forward_pre_hook(self._capture)
         self._rope_delta = None
@@ -202,6 +221,8 @@ class Target:
             content.append({"type": "image"})
         content.append({"type": "text", "text": text})
         messages = [{"role": "user", "content": content}]
+        if proc is None:
+            return self._encode_vlm_by_hand(messages, img)
         if getattr(proc, "chat_template", None):
             prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
@@ -214,6 +235,32 @@ class Target:
         if "pixel_values" in inputs and inputs["pixel_values"].is_floating_point():
             inputs["pixel_values"] = inputs["pixel_values"].to(self.dtype)
         ids = [int(x) for x in enc["input_ids"][0].tolist()]
+        return PromptInputs(inputs, ids, image=img)
+
+    def _encode_vlm_by_hand(self, messages, img) -> PromptInputs:
+        """What the Qwen-VL processors do: chat template, one image pad token per merged
+        patch, ``mm_token_type_ids`` (1 on image tokens), pixel values and the grid."""
+        tok, ip = self.tokenizer, self.image_processor
+        if not getattr(tok, "chat_template", None):
+            raise GlanceError(f"{self.name}: no chat template (tokenizer or chat_template.jinja) to place the image")
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        image_id = int(getattr(self.config, "image_token_id", None) or self.text_config.image_token_id)
+        pad = tok.convert_ids_to_tokens(image_id)
+        inputs = {}
+        if img is not None:
+            enc = ip(images=[img], return_tensors="pt")
+            grid = enc["image_grid_thw"]
+            n_pad = int(grid[0].prod()) // int(getattr(ip, "merge_size", 2)) ** 2
+            if pad not in text:
+                raise GlanceError(f"{self.name}: the chat template did not place the image token {pad!r}")
+            text = text.replace(pad, pad * n_pad, 1)
+            inputs["pixel_values"] = enc["pixel_values"].to(self.device, self.dtype)
+            inputs["image_grid_thw"] = grid.to(self.device)
+        ids = [int(x) for x in tok(text, add_special_tokens=False)["input_ids"]]
+        t = torch.tensor([ids], dtype=torch.long, device=self.device)
+        inputs["input_ids"] = t
+        inputs["attention_mask"] = torch.ones_like(t)
+        inputs["mm_token_type_ids"] = (t == image_id).to(torch.int32)
         return PromptInputs(inputs, ids, image=img)
 
     # -- the three round operations ---------------------------------------------
@@ -271,6 +318,7 @@ class Target:
         return self.verify(cache, tokens, depth, anc)
 
     @staticmethod
+    @torch.inference_mode()
     def commit(cache, past: int, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
         """Keep cache rows ``past + rows`` (rows ascending, rows[0] == 0 the root) and drop the rest
         of the block: the committed path moves to ``past .. past + len(rows) - 1``."""
