@@ -19,7 +19,9 @@ Uncertainty is prompt-clustered throughout and includes the training fit's estim
 error: the influence functions of both fits (I^-1 x score) are summed within prompt
 clusters, so groups that share prompts (e.g. two drafters on the same prompts) are handled
 as correlated, and disjoint groups as independent (CR1, t with G-1 df over the clusters
-involved). The calibration slope's interval treats the training fit as known.
+involved). The calibration slope's influence includes the training fit through the
+differentiated normal equations, ``d beta / d b_k = (X'X)^-1 ([0, D_k'e] - beta_1 X'D_k)``
+with ``D_k = d E_train[a|H] / d b_k``.
 """
 from __future__ import annotations
 
@@ -227,13 +229,23 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, by
             pbar = s.sum() / (s + f).sum() if (s + f).sum() > 0 else np.nan
             ll_null = float((special.xlogy(s, pbar) + special.xlog1py(f, -pbar)).sum() / n)
             eff = (ll_tr - ll_null) / (ll_own - ll_null) if np.isfinite(ll_own) and ll_own > ll_null else np.nan
-            # calibration slope (training fit treated as known)
-            if np.ptp(pred) > 0 and np.unique(cte).size >= 2:
-                res = clustered_ols(a, np.column_stack([np.ones(n), pred]), cte, level)
-                slope = float(res.params[1])
-                s_lo, s_hi = (float(x) for x in res.conf_int(alpha=1 - level)[1])
-            else:
-                slope = s_lo = s_hi = np.nan
+            # calibration slope: OLS of a on (1, pred), its influence including the training fit's
+            slope = s_lo = s_hi = np.nan
+            if np.ptp(pred) > 0:
+                X = np.column_stack([np.ones(n), pred])
+                A = np.linalg.inv(X.T @ X)
+                beta = A @ X.T @ a
+                e = a - X @ beta
+                D = np.column_stack([dpred, -dpred * H])          # d pred / d (b0, b1)
+                # d beta / d b_k = A ([0, D_k . e] - beta_1 X' D_k)  (differentiated normal equations)
+                dbeta = A @ (np.vstack([np.zeros(2), e @ D]) - beta[1] * (X.T @ D))
+                psi3 = np.zeros(len(codes_arm))
+                psi3[mask] = (X @ A[1]) * e
+                psi3[av.isin(train).to_numpy()] += if_tr @ dbeta[1]
+                V3, g3 = _cr1(psi3, codes_arm, G)
+                slope = float(beta[1])
+                t3 = t_crit(g3, level)
+                s_lo, s_hi = slope - t3 * float(np.sqrt(V3[0, 0])), slope + t3 * float(np.sqrt(V3[0, 0]))
             ss = ((a - a.mean()) ** 2).sum()
             rows.append({**key, "rounds": n, "prompts": int(np.unique(cte).size),
                          "r2_curve": curve_r2(a, pred, bins), "r2_curve_own": curve_r2(a, pred_own, bins),
@@ -262,8 +274,8 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, by
              "held-out group's own fit); ll_*: truncated-geometric log-likelihood per round; efficiency = "
              "(ll_transfer - ll_null) / (ll_own - ll_null)",
              "calibration = mean(a - E_train[a|H]) and b1_shift = b1_own - b1_train (Wald: both parameters, "
-             "chi-square 2 df): CR1 prompt-clustered over the influence of both fits (training error included); "
-             "calibration_slope: clustered OLS of a on the prediction, training fit treated as known"] + notes
+             "chi-square 2 df) and calibration_slope (OLS of a on the prediction; 1 = calibrated): CR1 "
+             "prompt-clustered over the influence of both fits (training error included)"] + notes
     notes.append(f"calibration(): observed mean accepted per entropy bin with CR1 prompt-clustered {int(level * 100)}% "
                  "intervals vs the transferred (predicted) and the group's own-fit (predicted_own) means")
     return TransferResult(pd.DataFrame(rows), pd.DataFrame(cal), tuple(train), b_first, level,

@@ -1,0 +1,124 @@
+"""The timing ledger: golden speedups, paired bootstrap recovery and null, round-cost regression."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from glance_law import timing as T
+from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.simulate import TaskSpec, simulate_rounds
+
+from _evidence_fixtures import timing_prompts
+
+
+def _arms(P):
+    return P[P.drafter == "ar"], P[P.drafter != "ar"]
+
+
+def test_golden_ratio_of_means_wins_and_geomean():
+    P = pd.DataFrame([
+        dict(task="caption", prompt_id="c0", drafter="ar", decode_ms=100.0, new_tokens=10),
+        dict(task="caption", prompt_id="c1", drafter="ar", decode_ms=300.0, new_tokens=10),
+        dict(task="caption", prompt_id="c0", drafter="block", decode_ms=50.0, new_tokens=10),
+        dict(task="caption", prompt_id="c1", drafter="block", decode_ms=350.0, new_tokens=10),
+        dict(task="docvqa", prompt_id="d0", drafter="ar", decode_ms=200.0, new_tokens=20),
+        dict(task="docvqa", prompt_id="d0", drafter="block", decode_ms=40.0, new_tokens=8),
+    ])
+    res = T.timing_ledger(*_arms(P), n_boot=200)
+    t = res.to_frame().set_index("task")
+    # caption: ms/token ar 10, 30 (mean 20); block 5, 35 (mean 20): speedup 1, one win
+    assert t.loc["caption", "speedup"] == pytest.approx(1.0)
+    assert t.loc["caption", "wins"] == 1
+    assert t.loc["caption", "mean_prompt_ratio"] == pytest.approx((2.0 + 30 / 35) / 2 - 1)
+    # docvqa: 10 vs 5 ms/token
+    assert t.loc["docvqa", "speedup"] == pytest.approx(2.0)
+    assert t.loc["geomean", "speedup"] == pytest.approx(np.sqrt(2.0))
+    assert t.loc["geomean", "margin"] == pytest.approx(np.sqrt(2.0) - 1)
+    pp = res.prompts()
+    assert len(pp) == 3
+
+
+def test_paired_bootstrap_recovers_a_planted_speedup():
+    P = timing_prompts({"caption": 0.85, "docvqa": 1.3}, n_prompts=60, seed=1, noise=0.05)
+    t = T.timing_ledger(*_arms(P), n_boot=8000, seed=2).to_frame().set_index("task")
+    # block ms/token = ar ms/token / s * exp(eps_b - eps_a): E[ratio of means] = s
+    for task, s in (("caption", 0.85), ("docvqa", 1.3)):
+        assert t.loc[task, "margin_lo"] <= s - 1 <= t.loc[task, "margin_hi"]
+    assert t.loc["docvqa", "wins"] >= 55 and t.loc["caption", "wins"] <= 5
+    g = np.sqrt(0.85 * 1.3) - 1
+    assert t.loc["geomean", "margin_lo"] <= g <= t.loc["geomean", "margin_hi"]
+
+
+def test_unpaired_prompts_and_bad_rows_are_noted():
+    P = timing_prompts({"docvqa": 1.2}, n_prompts=10, seed=3)
+    P = P.drop(index=P.index[(P.drafter == "ar")][:2])
+    P.loc[P.index[P.drafter == "block"][5], "new_tokens"] = 0
+    res = T.timing_ledger(*_arms(P), n_boot=100)
+    assert res.to_frame().iloc[0].prompts == 7
+    assert any("without a partner" in n for n in res.notes)
+    assert any("no new tokens" in n for n in res.notes)
+
+
+def test_missing_timing_columns():
+    P = timing_prompts({"docvqa": 1.2}, n_prompts=3).drop(columns="decode_ms")
+    with pytest.raises(MissingColumnError, match="decode_ms"):
+        T.timing_ledger(*_arms(P))
+    Q = timing_prompts({"docvqa": 1.2}, n_prompts=3)
+    with pytest.raises(MissingColumnError, match="candidate arm"):
+        T.timing_ledger(Q[Q.drafter == "ar"], Q[Q.drafter == "ar"])
+
+
+def _rounds_with_costs(seed=0, per_pass=1.8, per_node=0.04, const=25.0):
+    f = simulate_rounds([TaskSpec("caption", 1.0, 0.6)], n_prompts=30, rounds_per_prompt=20, seed=seed)
+    rng = np.random.default_rng(seed)
+    cfg = rng.integers(0, 5, f["prompt_id"].cat.categories.size)[f["prompt_id"].cat.codes]
+    passes = np.array([1, 2, 4, 8, 1])[cfg]
+    budget = np.array([15, 15, 31, 63, 63])[cfg]
+    f["draft_passes"] = passes.astype(np.int16)
+    f["budget"] = budget.astype(np.int16)
+    pe = rng.normal(0, 1.0, f["prompt_id"].cat.categories.size)[f["prompt_id"].cat.codes]
+    f["round_ms"] = (const + per_pass * passes + per_node * budget + pe + rng.normal(0, 1.5, len(f))).astype(np.float32)
+    return f
+
+
+def test_round_cost_regression_recovers_the_planted_costs():
+    f = _rounds_with_costs(seed=4)
+    base = f.copy()
+    base["horizon"] = 0
+    base["drafter"] = "ar"
+    base["round_ms"] = np.float32(20.0) + np.random.default_rng(0).normal(0, 0.5, len(base)).astype(np.float32)
+    res = T.round_cost(f, baseline_rounds=base, n_boot=500)
+    t = res.to_frame().set_index("term")
+    assert t.loc["ms_per_draft_pass", "estimate_lo"] <= 1.8 <= t.loc["ms_per_draft_pass", "estimate_hi"]
+    assert t.loc["ms_per_tree_node", "estimate_lo"] <= 0.04 <= t.loc["ms_per_tree_node", "estimate_hi"]
+    assert t.loc["constant_ms", "estimate_lo"] <= 25.0 <= t.loc["constant_ms", "estimate_hi"]
+    c = t.loc["constant_target_forwards"]
+    assert c.estimate == pytest.approx(t.loc["constant_ms", "estimate"] / t.loc["target_forward_ms", "estimate"])
+    assert c.estimate_lo <= 1.25 <= c.estimate_hi
+
+
+def test_round_cost_drops_terms_that_do_not_vary():
+    f = _rounds_with_costs(seed=5)
+    f["budget"] = np.int16(63)
+    res = T.round_cost(f, n_boot=0)
+    assert "ms_per_tree_node" not in set(res.to_frame().term)
+    assert any("budget does not vary" in n for n in res.notes)
+    assert any("not converted" in n for n in res.notes)
+    with pytest.raises(MissingColumnError, match="round_ms"):
+        T.round_cost(f.drop(columns="round_ms"))
+
+
+@pytest.mark.slow
+def test_null_coverage_of_the_paired_margin():
+    """Both arms cost the same per token: the paired 95% interval should cover 0 ~95%."""
+    reps = 100
+    cover, gcover = [], []
+    for i in range(reps):
+        P = timing_prompts({"caption": 1.0, "docvqa": 1.0}, n_prompts=30, seed=7000 + i, noise=0.1)
+        t = T.timing_ledger(*_arms(P), n_boot=2000, seed=i).to_frame().set_index("task")
+        cover.append(t.loc["caption", "margin_lo"] <= 0 <= t.loc["caption", "margin_hi"])
+        gcover.append(t.loc["geomean", "margin_lo"] <= 0 <= t.loc["geomean", "margin_hi"])
+    c, g = float(np.mean(cover)), float(np.mean(gcover))
+    print(f"timing null: margin coverage {c:.3f}, geomean coverage {g:.3f} over {reps} replicates")
+    assert 0.88 <= c <= 0.995 and 0.88 <= g <= 0.995
