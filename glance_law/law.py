@@ -31,9 +31,10 @@ from scipy import special
 
 from . import ceiling as _ceiling
 from . import curve as _curve
+from . import selection as _sel
 from .cluster import (CLUSTER_BY, bootstrap_counts, clustered_mean, cr1_covariance, percentile_interval,
                       spearman_clustered, t_crit)
-from .errors import GlanceError, MissingColumnError
+from .errors import GlanceError
 from .lawresult import (CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, POOLED, LawChecks,  # noqa: F401
                         LawFit)
 
@@ -121,8 +122,8 @@ def loglik(b, H, a, L, weight=None, per_round: bool = False):
     b0, b1 = float(b[0]), float(b[1])
     eta = b0 - b1 * np.asarray(H, dtype=np.float64)
     s, f = _successes_failures(a, L)
-    # log p = -softplus(-eta), log(1-p) = -softplus(eta)
-    ll = -s * np.logaddexp(0.0, -eta) - f * np.logaddexp(0.0, eta)
+    # s log p + f log(1-p) = s eta - (s + f) softplus(eta)
+    ll = s * eta - (s + f) * np.logaddexp(0.0, eta)
     if weight is not None:
         ll = ll * np.asarray(weight, dtype=np.float64)
     return ll if per_round else float(ll.sum())
@@ -166,7 +167,9 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     H = np.asarray(H, dtype=np.float64)
     if H.size == 0:
         raise ValueError("no rounds to fit")
+    a_arr, L_arr = np.broadcast_to(np.asarray(a), H.shape), np.broadcast_to(np.asarray(L), H.shape)
     s, f = _successes_failures(a, L)
+    w = None
     if weight is not None:
         w = np.asarray(weight, dtype=np.float64)
         s, f = s * w, f * w
@@ -201,6 +204,15 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     b = np.asarray(b_init, dtype=np.float64).copy()
     if not np.any(b):
         b = np.array([special.logit(S / N), 0.0])  # the intercept-only MLE
+        if H.size > 200_000:
+            # Warm start from a strided subsample: Newton converges quadratically, so two or three
+            # full-data iterations then reach the exact MLE (the result does not depend on the start).
+            k = H.size // 50_000
+            try:
+                b = fit_affine_logit(H[::k], a_arr[::k], L_arr[::k], None if w is None else w[::k],
+                                     tol=1e-6)[0]
+            except ValueError:
+                pass
     g, info = grad_info(b)
     converged = False
     for _ in range(max_iter):
@@ -210,6 +222,11 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             raise ValueError("the information matrix is singular; the data cannot identify (b0, b1)") from None
         if not np.all(np.isfinite(step)):
             raise ValueError("the information matrix is singular; the data cannot identify (b0, b1)")
+        if np.max(np.abs(step)) < tol * (1.0 + np.max(np.abs(b))):
+            b = b + step  # already converged: the step is below round-off of the likelihood's slope
+            g, info = grad_info(b)
+            converged = True
+            break
         t, ll_old = 1.0, None
         while True:
             # Damped Newton. Along the step the log-likelihood is concave, so a non-negative
@@ -292,129 +309,8 @@ def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, m
 # the grouped fit
 # ==========================================================================
 
-LAW_INPUT = ("root_entropy", "accepted", "horizon")
-
-
-def _as_frame(rounds):
-    from .io import LogSet  # type only; no I/O happens here
-    if isinstance(rounds, LogSet):
-        if rounds.kind != "rounds":
-            raise GlanceError(f"fit_law needs round logs, got a LogSet of kind {rounds.kind!r}")
-        return rounds.frame, tuple(rounds.skipped)
-    if isinstance(rounds, pd.DataFrame):
-        return rounds, ()
-    raise GlanceError("fit_law expects a rounds DataFrame or a LogSet from glance_law.read_logs")
-
-
-def _codes(series: pd.Series) -> tuple[np.ndarray, list[str]]:
-    if isinstance(series.dtype, pd.CategoricalDtype):
-        codes = series.cat.codes.to_numpy().astype(np.int64)
-        cats = [str(c) for c in series.cat.categories]
-    else:
-        codes, uniq = pd.factorize(series, sort=True)
-        codes = codes.astype(np.int64)
-        cats = [str(u) for u in uniq]
-    if codes.size and codes.min() < 0:
-        raise GlanceError(f"column '{series.name}': {int((codes < 0).sum())} missing value(s); every round needs one")
-    return codes, cats
-
-
-def _compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
-    """Relabel integer ids to 0..G-1 (G = distinct ids present)."""
-    if codes.size == 0:
-        return codes, 0
-    m = int(codes.max()) + 1
-    if m <= 4 * codes.size + 1024:
-        present = np.bincount(codes, minlength=m) > 0
-        return (np.cumsum(present) - 1)[codes], int(present.sum())
-    uniq, inv = np.unique(codes, return_inverse=True)
-    return inv.astype(np.int64), int(uniq.size)
-
-
-def _cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
-    cols = [c for c in cluster if c in frame.columns]
-    if "prompt_id" in cluster and "prompt_id" not in cols:
-        raise MissingColumnError("column 'prompt_id'", "the draftability law (prompt-clustered intervals)")
-    if not cols:
-        raise MissingColumnError(f"cluster column(s) {', '.join(cluster)}", "the draftability law")
-    out, size = np.zeros(len(frame), dtype=np.int64), 1
-    for c in cols:
-        k, cats = _codes(frame[c])
-        size *= max(len(cats), 1)
-        if size >= 2 ** 62:
-            from .cluster import cluster_codes
-            return cluster_codes(frame, cols)[0]
-        out = out * max(len(cats), 1) + k
-    return out
-
-
-def _prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) -> dict:
-    need = list(LAW_INPUT) + ([by] if by else []) + ([weight] if weight else [])
-    for c in need:
-        if c not in frame.columns:
-            raise MissingColumnError(f"column '{c}'", "the draftability law",
-                                     "glance-log (a required column of the round-log contract)")
-    if len(frame) == 0:
-        raise GlanceError("no rounds to fit: the input is empty")
-    H = frame["root_entropy"].to_numpy(dtype=np.float64)
-    a = frame["accepted"].to_numpy(dtype=np.float64)
-    L = frame["horizon"].to_numpy(dtype=np.float64)
-    if not np.all(np.isfinite(H)):
-        raise GlanceError(f"column 'root_entropy': {int((~np.isfinite(H)).sum())} NaN or inf value(s); "
-                          "entropy must come from finite fp32 logits (drop or fix those rounds)")
-    if np.any(H < -1e-4):
-        raise GlanceError("column 'root_entropy': negative values; entropy is in nats and cannot be negative")
-    if not (np.all(np.isfinite(L)) and np.all(L >= 0) and np.all(L == np.round(L))):
-        raise GlanceError("column 'horizon': values must be non-negative integers")
-    bad = ~np.isfinite(a) | (a < 0) | (a > L) | (a != np.round(a))
-    if bad.any():
-        raise GlanceError(f"column 'accepted': {int(bad.sum())} value(s) are not integers in 0..horizon "
-                          "(accepted counts draft tokens, bonus excluded)")
-    H = np.maximum(H, 0.0)
-    w = None
-    if weight:
-        w = frame[weight].to_numpy(dtype=np.float64)
-        if not np.all(np.isfinite(w)) or np.any(w < 0):
-            raise GlanceError(f"column '{weight}': weights must be finite and non-negative")
-    keep = np.ones(len(frame), dtype=bool)
-    ar = L == 0
-    if ar.any():
-        keep &= ~ar
-        notes.append(f"excluded {int(ar.sum())} autoregressive round(s) (horizon == 0): "
-                     "the law describes drafted rounds")
-    if "condition" in frame.columns:
-        cond = frame["condition"]
-        present = sorted({str(c) for c in pd.unique(cond)})
-        if condition is not None:
-            allowed = {condition} if isinstance(condition, str) else {str(c) for c in condition}
-            ok = cond.astype(str).isin(allowed).to_numpy() if not isinstance(cond.dtype, pd.CategoricalDtype) \
-                else np.isin(cond.cat.codes.to_numpy(),
-                             [i for i, c in enumerate(cond.cat.categories) if str(c) in allowed])
-            drop = keep & ~ok
-            if drop.any():
-                counts = pd.Series(np.asarray(cond)[drop]).astype(str).value_counts().sort_index()
-                what = ", ".join(f"{n} '{c}'" for c, n in counts.items())
-                notes.append(f"excluded {int(drop.sum())} round(s) of other conditions ({what}); the law is "
-                             f"fitted on condition {', '.join(sorted(allowed))} (condition=None pools them)")
-            keep &= ok
-        elif len(present) > 1:
-            notes.append(f"conditions pooled in one fit: {', '.join(present)}")
-    if not keep.any():
-        raise GlanceError("no rounds left to fit after the exclusions above: " + "; ".join(notes))
-    sub = frame if keep.all() else frame.loc[keep]
-    if "drafter" in frame.columns:
-        dcodes, dnames = _codes(sub["drafter"])
-    else:
-        dcodes, dnames = np.zeros(int(keep.sum()), dtype=np.int64), ["unknown"]
-    if by:
-        gcodes, gnames = _codes(sub[by])
-        if POOLED in gnames:
-            raise GlanceError(f"column '{by}': a group is named '{POOLED}', which labels the pooled row; rename it")
-    else:
-        gcodes, gnames = np.zeros(int(keep.sum()), dtype=np.int64), []
-    out = {"H": H[keep], "a": a[keep], "L": L[keep], "w": None if w is None else w[keep],
-           "cl": _cluster_ids(sub, cluster), "d": dcodes, "dnames": dnames, "g": gcodes, "gnames": gnames}
-    return out
+LAW_INPUT = _sel.LAW_INPUT
+_compact = _sel.compact
 
 
 def _fit_b(method, H, a, L, w, b_init=None):
@@ -423,8 +319,8 @@ def _fit_b(method, H, a, L, w, b_init=None):
     return fit_affine_logit(H, a, L, w, b_init=(0.0, 0.0) if b_init is None else b_init)[0]
 
 
-def _cr1(method, b, H, a, L, w, cl, G):
-    """Prompt-clustered CR1 covariance of (b0, b1)."""
+def _cr1(method, b, H, a, L, w, cl, G, p=None):
+    """Prompt-clustered CR1 covariance of (b0, b1) (``p``: the fitted match probabilities, if at hand)."""
     if method == "nls":
         M, J = _mean_and_jacobian(b, H, L)
         r = a - M
@@ -436,11 +332,12 @@ def _cr1(method, b, H, a, L, w, cl, G):
         scores = J * r[:, None]
     else:
         s, f = _successes_failures(a, L)
-        resid = s - (s + f) * match_prob(H, b[0], b[1])
+        if p is None:
+            p = match_prob(H, b[0], b[1])
+        resid = s - (s + f) * p
         if w is not None:
             resid *= w
         scores = np.column_stack([resid, -H * resid])
-        p = match_prob(H, b[0], b[1])
         v = (s + f) * p * (1.0 - p) * (1.0 if w is None else w)
         vh = float(v @ H)
         bread = np.array([[v.sum(), -vh], [-vh, float(v @ (H * H))]])
@@ -505,6 +402,7 @@ def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     if b is not None:
         b0, b1 = float(b[0]), float(b[1])
         row["b0"], row["b1"] = b0, b1
+        p = match_prob(H, b0, b1)
         if opt["n_boot"] > 0:
             lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where)
             if bm is not None and cdraw is not None:
@@ -512,7 +410,7 @@ def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
                 row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
         elif G >= 2:
-            cov = _cr1(opt["method"], b, H, a, L, w, cl, G)
+            cov = _cr1(opt["method"], b, H, a, L, w, cl, G, p)
             half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
             lo, hi = b - half, b + half
         else:
@@ -520,7 +418,6 @@ def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
             notes.append(f"{where}: a single prompt; no prompt-clustered interval")
         row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
         row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
-        p = match_prob(H, b0, b1)
         pred = truncated_mean(p, L)
         row["r2_round"] = _curve.r_squared(a, pred, w)
         row["loglik"] = loglik(b, H, a, L, w)
@@ -626,10 +523,10 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
         raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
     if int(bins) < 2 or int(ceiling_bins) < 2:
         raise GlanceError("bins and ceiling_bins must be >= 2")
-    frame, skipped = _as_frame(rounds)
+    frame, skipped = _sel.as_frame(rounds)
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
                         for path, reason in skipped]
-    data = _prepare(frame, by, condition, weight, cluster, notes)
+    data = _sel.prepare(frame, by, condition, weight, cluster, notes)
     interval = "bootstrap" if n_boot > 0 else "cr1"
     opt = dict(method=method, level=float(level), n_boot=int(n_boot), seed=int(seed), bins=int(bins),
                ceiling_bins=int(ceiling_bins), alpha=float(alpha), min_r2_curve=float(min_r2_curve),
@@ -684,7 +581,7 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
     notes.append(f"ceiling: bias-corrected {ceiling_bins}-bin between/total (epsilon^2, unclipped, ~0 without "
                  "signal); ceiling_binned is the paper's SSB/SST (biased up by ~(B-1)/(n-1)); "
                  "ceiling_fraction = r2_round / ceiling")
-    notes.append(f"floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L)")
+    notes.append("floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L)")
     notes.append(f"holds: slope (b1_lo > 0), rank (rho < 0, prompt-aware p < {alpha:g}), curve (decile "
                  f"R^2 >= {min_r2_curve:g}), monotone (isotonic decile R^2 >= {min_r2_isotonic:g})")
     return LawFit(table=table, curves=curves, checks=checks, method=method, level=float(level), by=by,

@@ -15,6 +15,7 @@ import pandas as pd
 from . import format as _fmt
 from .errors import GlanceError
 from .results import Result
+from .selection import POOLED
 
 __all__ = ["LawFit", "LawChecks", "LAW_COLUMNS", "LAW_EXTRA_COLUMNS", "DISPLAY_COLUMNS", "CURVE_COLUMNS",
            "POOLED"]
@@ -35,7 +36,6 @@ DISPLAY_COLUMNS = ("drafter", "task", "rounds", "prompts", "mean_entropy", "mean
                    "r2_isotonic", "r2_round", "ceiling", "ceiling_fraction", "floor_mean", "cap", "sup", "p_ge8",
                    "holds", "failed_checks")
 CURVE_COLUMNS = ("bin", "n", "mean_entropy", "mean_accepted", "lo", "hi", "predicted", "isotonic")
-POOLED = "pooled"
 
 
 @dataclass(frozen=True, eq=False)
