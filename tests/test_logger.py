@@ -75,8 +75,10 @@ def _replay_accepted(topk, rank, L, k, budget):
 def test_offsets_consistent_with_accepted_and_tree(env, tmp_path, drafter, dmkey, k):
     _, res, rounds, prompts = _log_one(env, tmp_path, drafter, env[dmkey] if dmkey else None, k=k)
     assert len(rounds) == res.rounds and prompts["rounds"].iloc[0] == res.rounds
-    if dmkey == "target":                     # self-drafting: the check is not vacuous
-        assert rounds["accepted"].max() >= 2 and (rounds["target_rank"].map(lambda r: (r > 0).any())).any()
+    if dmkey == "target":                     # self-drafting: deep acceptance, the check is not vacuous
+        assert rounds["accepted"].max() >= 2
+    if dmkey == "draft":                      # a weaker draft: partial acceptance and misses
+        assert (rounds["accepted"] > 0).any() and rounds["target_rank"].map(lambda r: (r > 0).any()).any()
     stream = res.resolve_stream
     for _, row in rounds.iterrows():
         L, a = int(row["horizon"]), int(row["accepted"])
