@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import law as _law
-from .cluster import cluster_codes, cr1_covariance
+from .cluster import cluster_codes, cr1_covariance, t_crit
 from .errors import GlanceError, MissingColumnError
 from .schema import SUPPLIED_BY
 
@@ -121,6 +121,44 @@ def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> p
                                  "glance-log, which writes prompts-*.parquet next to the round files; "
                                  "pass them too")
     return read_logs(paths, kind="prompts", columns=columns).frame
+
+
+def proportion_ci(p: float, se: float, n_clusters: int, level: float = 0.95) -> tuple[float, float]:
+    """Interval for a proportion estimated with a prompt-clustered (CR1) standard error.
+
+    Inside (0, 1): the Wald interval on the logit scale, ``expit(logit p +- t se / (p(1-p)))``
+    with t on G-1 df, which stays inside [0, 1]. At 0 or 1 (no variation, se = 0) the exact
+    binomial bound treating each of the G prompts as one trial: ``[0, 1 - (alpha/2)^(1/G)]``
+    or ``[(alpha/2)^(1/G), 1]``. NaN with fewer than two prompts.
+    """
+    from scipy import special as _sp
+
+    G = int(n_clusters)
+    if G < 2 or not np.isfinite(p):
+        return np.nan, np.nan
+    alpha = 1.0 - level
+    if p <= 0.0:
+        return 0.0, float(1.0 - (alpha / 2) ** (1.0 / G))
+    if p >= 1.0:
+        return float((alpha / 2) ** (1.0 / G)), 1.0
+    if not np.isfinite(se):
+        return np.nan, np.nan
+    t = t_crit(G, level)
+    lg = float(_sp.logit(p))
+    half = t * se / (p * (1.0 - p))
+    return float(_sp.expit(lg - half)), float(_sp.expit(lg + half))
+
+
+def cli_by(args) -> list[str]:
+    """The grouping of ``python -m glance_law.fit --by``: ``none``/``pooled`` means no grouping."""
+    by = getattr(args, "by", "task")
+    if by is None or str(by).lower() in ("none", "pooled", ""):
+        return []
+    return [str(by)]
+
+
+def cli_level(args) -> float:
+    return float(getattr(args, "level", 0.95) or 0.95)
 
 
 def fmt_group(key: dict) -> str:

@@ -33,6 +33,7 @@ import pandas as pd
 from scipy import special, stats
 
 from . import _evidence as E
+from . import curve as _curve
 from . import law as _law
 from .cluster import clustered_mean, cr1_covariance, t_crit
 from .errors import GlanceError
@@ -43,6 +44,9 @@ __all__ = ["match_matrix", "leading_runs", "decile_bins", "offset_law", "offset_
            "RunSurvival", "cli_section", "add_cli_arguments"]
 
 ANALYSIS = "the per-offset analysis"
+#: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
+#: besides the law's own and the contract's key columns).
+CLI_COLUMNS = ("match",)
 
 
 # --------------------------------------------------------------------------
@@ -77,15 +81,12 @@ def leading_runs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decile_bins(H: np.ndarray, n_bins: int = 10) -> np.ndarray:
-    """Equal-count entropy bins 0..n_bins-1 (stable rank order; ties split deterministically)."""
+    """Equal-count entropy bins 0..n_bins-1, exactly the law's decile-curve bins
+    (:func:`glance_law.curve.equal_count_bins` on the stable entropy order)."""
     H = np.asarray(H, dtype=np.float64)
-    n = len(H)
-    if n == 0:
+    if len(H) == 0:
         return np.zeros(0, dtype=np.int64)
-    order = np.argsort(H, kind="stable")
-    b = np.empty(n, dtype=np.int64)
-    b[order] = (np.arange(n) * int(n_bins)) // n
-    return b
+    return _curve.equal_count_bins(np.argsort(H, kind="stable"), int(min(n_bins, len(H))))
 
 
 def _offset_fits(H, M, codes, G):
@@ -285,7 +286,7 @@ def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
                 continue
             y = g.M[known, j].astype(np.float64)
             rate, rse, gk = clustered_mean(y, g.codes[known], g.G)
-            r_lo, r_hi = _ci(rate, rse, gk, level)
+            r_lo, r_hi = E.proportion_ci(rate, rse, gk, level)
             se = np.sqrt(np.diag(cov[j])) if np.isfinite(cov[j]).all() else np.array([np.nan, np.nan])
             b0_lo, b0_hi = _ci(b[j, 0], se[0], gk, level)
             b1_lo, b1_hi = _ci(b[j, 1], se[1], gk, level)
@@ -318,10 +319,10 @@ def offset_hazards(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> 
                 if not known.any():
                     continue
                 m, mse, gm = clustered_mean((col[known] == 1).astype(float), g.codes[known], g.G)
-                m_lo, m_hi = _ci(m, mse, gm, level)
+                m_lo, m_hi = E.proportion_ci(m, mse, gm, level)
                 if at_risk.any():
                     h, hse, gh = clustered_mean((col[at_risk] == 1).astype(float), g.codes[at_risk], g.G)
-                    hl, hh = _ci(h, hse, gh, level)
+                    hl, hh = E.proportion_ci(h, hse, gh, level)
                 else:
                     h = hl = hh = np.nan
                 rows.append({**g.key, "bin": k + 1, "entropy_lo": h_lo, "entropy_hi": h_hi,
@@ -329,7 +330,8 @@ def offset_hazards(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> 
                              "hazard": h, "hazard_lo": hl, "hazard_hi": hh, "known": int(known.sum()),
                              "marginal": m, "marginal_lo": m_lo, "marginal_hi": m_hi})
     notes.append(f"bins: {n_bins} equal-count entropy bins per group; hazard at offset j = share matching "
-                 "among rounds whose offsets 1..j-1 all matched; CR1 prompt-clustered intervals")
+                 "among rounds whose offsets 1..j-1 all matched; CR1 prompt-clustered intervals on the logit scale "
+                 "(exact binomial over prompts at 0 or 1)")
     return OffsetHazards(pd.DataFrame(rows), level, tuple(notes))
 
 
@@ -406,7 +408,7 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
                     continue
                 y = (g.a[rows_l] >= l).astype(float)
                 s, se, gk = clustered_mean(y, g.codes[rows_l], g.G)
-                lo, hi = _ci(s, se, gk, level)
+                lo, hi = E.proportion_ci(s, se, gk, level)
                 two = np.nan
                 if ts is not None and ts["upper"] is not None and g.H[inb].max() <= ts["upper"] + 1e-12:
                     surv = ts["survival"]
@@ -447,10 +449,10 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
-    bins = int(getattr(args, "offset_bins", 10) or 10)
+    bins = int(getattr(args, "offset_bins", 10))
     if bins < 1:
         raise GlanceError("--offset-bins must be >= 1")
-    by = getattr(args, "by", None) or "task"
-    level = float(getattr(args, "level", 0.95) or 0.95)
+    by = E.cli_by(args)
+    level = E.cli_level(args)
     return [offset_law(logs, by, level), offset_hazards(logs, by, bins, level),
             assumption2_test(logs, by, bins, level), run_survival(logs, by, bins, level)]

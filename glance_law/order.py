@@ -38,6 +38,9 @@ __all__ = ["DEFAULT_ORDER", "task_order", "OrderResult", "cli_section", "add_cli
 
 DEFAULT_ORDER = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
 ANALYSIS = "the task ordering"
+#: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
+#: besides the law's own and the contract's key columns).
+CLI_COLUMNS = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,11 +107,12 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int, notes: list[str], label:
     t = t_crit(G, level)
     ma, sa, _ = clustered_mean(a, codes, G)
     mh, sh, _ = clustered_mean(H, codes, G)
-    pg, sp, _ = clustered_mean((a >= ge).astype(float), codes, G)
+    pg, sp, gp = clustered_mean((a >= ge).astype(float), codes, G)
+    pg_lo, pg_hi = E.proportion_ci(pg, sp, gp, level)
     row = {"rounds": len(a), "prompts": G,
            "mean_accepted": ma, "mean_accepted_lo": ma - t * sa, "mean_accepted_hi": ma + t * sa,
            "mean_entropy": mh, "mean_entropy_lo": mh - t * sh, "mean_entropy_hi": mh + t * sh,
-           f"p_ge{ge}": pg, f"p_ge{ge}_lo": max(0.0, pg - t * sp), f"p_ge{ge}_hi": min(1.0, pg + t * sp)}
+           f"p_ge{ge}": pg, f"p_ge{ge}_lo": pg_lo, f"p_ge{ge}_hi": pg_hi}
     try:
         b, cov, _, _ = E.law_fit(H, a, L, codes, G)
         se = np.sqrt(np.diag(cov))
@@ -202,7 +206,8 @@ def task_order(rounds, order: Sequence[str] | None = None, level: float = 0.95, 
                       "kendall_tau_slopes": float(stats.kendalltau(np.arange(len(slopes)), slopes).statistic)
                       if np.isfinite(slopes).all() else np.nan})
     method: list[str] = []
-    method.append(f"intervals {int(level * 100)}%: means, p_ge{ge} and b0/b1 CR1 prompt-clustered (t, G-1 df); gap: "
+    method.append(f"intervals {int(level * 100)}%: means and b0/b1 CR1 prompt-clustered (t, G-1 df), p_ge{ge} the same "
+                 "on the logit scale; gap: "
                  f"percentile interval of {n_boot} prompt-bootstrap resamples (within task); slope_gap: Wald with the "
                  "two tasks' CR1 variances (t with the smaller task's G-1 df)")
     method.append("mw_u/mw_p: Mann-Whitney on prompt means (one value per prompt, the independent unit), "

@@ -459,9 +459,9 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
-    level = float(getattr(args, "level", 0.95) or 0.95)
+    level = E.cli_level(args)
     seed = int(getattr(args, "seed", 0) or 0)
-    by = getattr(args, "by", None) or "task"
+    by = E.cli_by(args) or ["task"]
     n_boot = int(getattr(args, "probe_bootstrap", 2000))
     out: list[Result] = [probe(logs, by, level, n_boot, seed)]
     for col in getattr(args, "probe_signal", None) or []:

@@ -44,6 +44,9 @@ __all__ = ["per_prompt_cost", "timing_ledger", "round_cost", "TimingResult", "Ro
            "cli_section", "add_cli_arguments"]
 
 ANALYSIS = "the timing ledger"
+#: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
+#: besides the law's own and the contract's key columns).
+CLI_COLUMNS = ("round_ms", "draft_passes", "budget")
 
 
 def _norm(frame: pd.DataFrame) -> pd.DataFrame:

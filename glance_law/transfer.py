@@ -34,6 +34,7 @@ import pandas as pd
 from scipy import special, stats
 
 from . import _evidence as E
+from . import curve as _curve
 from . import law as _law
 from .cluster import cluster_codes, clustered_mean, t_crit
 from .errors import GlanceError
@@ -48,14 +49,14 @@ ANALYSIS = "the transfer analysis"
 
 
 def curve_r2(a, pred, bins) -> float:
-    """R^2 of the binned curve: observed bin means against predicted bin means."""
+    """R^2 of the binned curve (the law table's ``r2_curve``): observed bin means against
+    predicted bin means, unweighted over bins (:func:`glance_law.curve.r_squared`)."""
     a = np.asarray(a, float)
     pred = np.asarray(pred, float)
     ks = np.unique(bins)
     obs = np.array([a[bins == k].mean() for k in ks])
     hat = np.array([pred[bins == k].mean() for k in ks])
-    ss = ((obs - obs.mean()) ** 2).sum()
-    return float(1.0 - ((obs - hat) ** 2).sum() / ss) if ss > 0 else np.nan
+    return _curve.r_squared(obs, hat)
 
 
 def mean_derivative(p, L) -> np.ndarray:
@@ -292,7 +293,9 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     train, test = parse_spec(getattr(args, "transfer"))
+    if int(getattr(args, "transfer_bins", 10)) < 2:
+        raise GlanceError("--transfer-bins must be >= 2")
     level = float(getattr(args, "level", 0.95) or 0.95)
     res = transfer(logs, train, test, getattr(args, "transfer_by", "task") or "task",
-                   int(getattr(args, "transfer_bins", 10) or 10), level)
+                   int(getattr(args, "transfer_bins", 10)), level)
     return [res, res.calibration()]

@@ -77,7 +77,7 @@ def mismatch_from(m: pd.DataFrame, b0: float, b1: float, seed: int = 0, shift: f
     from scipy import special
 
     rng = np.random.default_rng(seed)
-    x = m.drop(columns=[c for c in ("match", "target_rank", "target_logq") if c in m.columns]).copy()
+    x = m.drop(columns=[c for c in ("match", "target_rank", "target_logq", "committed") if c in m.columns]).copy()
     H = m["root_entropy"].to_numpy(float) * np.exp(shift + rng.normal(0, sd, len(m)))
     pm = m["_p"].to_numpy(float)
     am = m["accepted"].to_numpy(np.int64)
@@ -94,3 +94,113 @@ def mismatch_from(m: pd.DataFrame, b0: float, b1: float, seed: int = 0, shift: f
     x["run_id"] = "probe"
     x["_p"] = p
     return x
+
+
+EXAMPLE_TASKS = (TaskSpec("caption", 0.8, 0.46, shape=3.0, scale=0.55, floor_weight=0.03),
+                 TaskSpec("textvqa", 0.9, 0.58, shape=2.5, scale=0.5, floor_weight=0.08),
+                 TaskSpec("docvqa", 1.2, 0.95, shape=1.5, scale=0.4, floor_weight=0.25))
+
+
+def example_logs(folder: Path, n_prompts: int = 12, rounds: int = 15, seed: int = 0,
+                 probe: bool = True, baseline: bool = True, audit: bool = True) -> dict:
+    """A folder shaped like glance-log's output for three tasks: the block arm's rounds and
+    prompts (audited), a mismatched-image probe run, and an autoregressive baseline arm
+    (rounds with horizon 0 and prompts, written to a ``baseline/`` subfolder)."""
+    folder = Path(folder)
+    rng = np.random.default_rng(seed)
+    m = simulate_rounds(list(EXAMPLE_TASKS), n_prompts=n_prompts, rounds_per_prompt=rounds, seed=seed,
+                        horizon=10, run_id="block", drafter="block", truth=True)
+    cfg = rng.integers(1, 4, len(m))
+    budget = rng.choice([15, 31, 63], len(m))
+    m["draft_passes"] = cfg.astype(np.int16)
+    m["budget"] = budget.astype(np.int16)
+    m["round_ms"] = (20 + 2.0 * cfg + 0.05 * budget + rng.normal(0, 1, len(m))).astype(np.float32)
+    m["min_path_margin"] = np.abs(m["min_path_margin"]).astype(np.float32) + np.float32(0.5)
+    committed, tokens = [], {}
+    for (task, pid), sub in m.groupby(["task", "prompt_id"], observed=True, sort=False):
+        stream = rng.integers(10, 500, int((sub["accepted"] + 1).sum()))
+        tokens[(task, pid)] = stream
+        pos = 0
+        for a in sub["accepted"].to_numpy():
+            committed.append(stream[pos:pos + a + 1])
+            pos += a + 1
+    m["committed"] = committed
+    out = {"rounds": m}
+    write_logs(folder, m, stem="block")
+    prom = []
+    for (task, pid), sub in m.groupby(["task", "prompt_id"], observed=True, sort=False):
+        nt = int((sub["accepted"] + 1).sum())
+        row = dict(run_id="block", prompt_id=pid, task=task, drafter="block", condition="matched", new_tokens=nt,
+                   decode_ms=float(sub["round_ms"].sum()), rounds=len(sub), tokens=tokens[(task, pid)])
+        if audit:
+            row.update(greedy_match=True, first_divergence=-1, divergence_margin=None)
+        prom.append(row)
+    prompts = pd.DataFrame(prom)
+    if audit:   # plant one near-tie divergence and one wide-margin divergence
+        prompts.loc[0, ["greedy_match", "first_divergence", "divergence_margin"]] = [False, 7, 0.01]
+        prompts.loc[1, ["greedy_match", "first_divergence", "divergence_margin"]] = [False, 3, 4.0]
+    write_table(prompts, folder / "prompts-block.parquet", kind="prompts")
+    out["prompts"] = prompts
+    if probe:
+        mis = [TaskSpec(t.name, t.b0, t.b1, shape=t.shape, scale=t.scale * 1.8, floor_weight=t.floor_weight / 2)
+               for t in EXAMPLE_TASKS]
+        parts = [mismatch_from(m.loc[m["task"] == t.name], t.b0, t.b1, seed=seed + 1, shift=0.5) for t in mis]
+        x = concat(*parts)
+        write_logs(folder, x, stem="probe")
+        out["probe"] = x
+    if baseline:
+        bfold = folder / "baseline"
+        brows, bprom = [], []
+        for (task, pid), stream in tokens.items():
+            per_tok = 20.0 * np.exp(rng.normal(0, 0.1))
+            ms = per_tok * np.exp(rng.normal(0, 0.05, len(stream)))
+            for r, (tok, t_ms) in enumerate(zip(stream, ms)):
+                brows.append(dict(run_id="ar", task=task, prompt_id=pid, round=r, root_entropy=0.5, accepted=0,
+                                  horizon=0, drafter="ar", round_ms=t_ms, draft_passes=0, budget=0))
+            bprom.append(dict(run_id="ar", prompt_id=pid, task=task, drafter="ar", condition="matched",
+                              new_tokens=len(stream), decode_ms=float(ms.sum()), tokens=stream))
+        write_table(pd.DataFrame(brows), bfold / "rounds-ar.parquet", kind="rounds")
+        write_table(pd.DataFrame(bprom), bfold / "prompts-ar.parquet", kind="prompts")
+        out["baseline"] = bfold
+    return out
+
+
+FORMATS = ("text", "markdown", "latex", "html", "json", "csv")
+
+
+def run_cli(argv, capsys):
+    """Run python -m glance_law.fit in-process; returns (exit code, stdout, stderr)."""
+    from glance_law.fit import main
+
+    rc = main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def check_cli_formats(argv, capsys, section: str, titles):
+    """Every output format renders the section; JSON carries it under its name."""
+    import json
+
+    for fmt in FORMATS:
+        rc, out, err = run_cli(list(argv) + ["--format", fmt], capsys)
+        assert rc == 0, err
+        if fmt == "json":
+            doc = json.loads(out)
+            assert section in doc and doc[section], doc.keys()
+            for t in titles:
+                assert t in doc[section]
+        elif fmt == "csv":
+            assert f"# {section}: " in out
+        else:
+            assert titles[0].split(":")[0] in out
+
+
+def check_cli_error(argv, capsys, *needles):
+    rc, out, err = run_cli(argv, capsys)
+    assert rc == 2, (rc, out, err)
+    assert out == ""
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in err, err
+    return err

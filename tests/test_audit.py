@@ -100,3 +100,54 @@ def test_nothing_to_audit_is_a_clear_error():
     P = pd.DataFrame([_prompt("docvqa", "p0", "block", new_tokens=5)])
     with pytest.raises(MissingColumnError, match="--audit"):
         A.audit(P)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    from _evidence_fixtures import example_logs
+
+    folder = tmp_path_factory.mktemp("audit_cli")
+    ex = example_logs(folder, n_prompts=6, rounds=8, probe=False)
+    return folder, ex
+
+
+def test_cli_audit_every_format_and_labels_the_planted_divergences(example, capsys):
+    from _evidence_fixtures import check_cli_formats, run_cli
+    import json
+
+    folder, _ = example
+    check_cli_formats([folder / "*.parquet", "--audit"], capsys, "audit",
+                      [A.AuditResult.title, A.AuditDivergences.title])
+    rc, out, _ = run_cli([folder / "*.parquet", "--audit", "--format", "json"], capsys)
+    doc = json.loads(out)["audit"]
+    labels = {r["prompt_id"]: r["label"] for r in doc[A.AuditDivergences.title]}
+    assert labels == {"caption-0000": "near-tie", "caption-0001": "wide"}
+    verdict = {r["task"]: r["verdict"] for r in doc[A.AuditResult.title]}
+    assert verdict == {"caption": "NOT lossless", "docvqa": "lossless", "textvqa": "lossless"}
+
+
+def test_cli_audit_token_comparison_with_the_baseline_folder(example, capsys, tmp_path):
+    from _evidence_fixtures import run_cli, write_logs
+    import json
+
+    folder, ex = example
+    P = ex["prompts"].drop(columns=["greedy_match", "first_divergence", "divergence_margin"])
+    write_logs(tmp_path, ex["rounds"], P, stem="block")
+    rc, out, err = run_cli([tmp_path, folder / "baseline", "--audit", "--format", "json"], capsys)
+    assert rc == 0, err
+    rows = json.loads(out)["audit"][A.AuditResult.title]
+    assert all(r["verdict"] == "lossless" and r["audited"] == 6 for r in rows)
+
+
+def test_cli_audit_without_prompt_files_fails_clearly(example, capsys, tmp_path):
+    from _evidence_fixtures import check_cli_error, write_logs
+
+    folder, ex = example
+    write_logs(tmp_path, ex["rounds"])
+    check_cli_error([tmp_path, "--audit"], capsys, "prompt files")
+    P = ex["prompts"].drop(columns=["greedy_match", "first_divergence", "divergence_margin"])
+    write_logs(tmp_path, prompts=P)
+    check_cli_error([tmp_path, "--audit"], capsys, "glance-log --audit")

@@ -173,3 +173,43 @@ def test_null_coverage_of_the_assumption2_interval_and_offset_slopes():
     print(f"assumption2 diff coverage {cd:.3f}, offset b1 coverage {cb:.3f} over {reps} replicates")
     assert 0.88 <= cd <= 0.995
     assert 0.90 <= cb <= 0.99
+
+
+def test_proportion_interval_stays_in_the_unit_interval():
+    from glance_law._evidence import proportion_ci
+
+    lo, hi = proportion_ci(1.0, 0.0, 10)
+    assert lo == pytest.approx(0.025 ** 0.1) and hi == 1.0
+    lo, hi = proportion_ci(0.0, 0.0, 10)
+    assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** 0.1)
+    lo, hi = proportion_ci(0.05, 0.2, 4)
+    assert 0 < lo < 0.05 < hi < 1
+    assert np.isnan(proportion_ci(0.5, 0.1, 1)[0])
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    from _evidence_fixtures import example_logs
+
+    folder = tmp_path_factory.mktemp("offsets_cli")
+    example_logs(folder, n_prompts=8, rounds=12)
+    return folder
+
+
+def test_cli_offsets_every_format(example, capsys):
+    from _evidence_fixtures import check_cli_formats
+
+    check_cli_formats([example / "*.parquet", "--offsets", "--offset-bins", "3"], capsys, "offsets",
+                      [O.OffsetLaw.title, O.OffsetHazards.title, O.Assumption2Test.title, O.RunSurvival.title])
+
+
+def test_cli_offsets_without_match_vectors_fails_clearly(tmp_path, capsys):
+    from _evidence_fixtures import check_cli_error, write_logs
+
+    f = simulate_rounds([PLAIN], n_prompts=5, rounds_per_prompt=5, seed=1, vectors=False)
+    write_logs(tmp_path, f)
+    check_cli_error([tmp_path, "--offsets"], capsys, "match", "glance-log")
+    check_cli_error([tmp_path, "--offsets", "--offset-bins", "0"], capsys, "--offset-bins")

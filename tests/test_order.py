@@ -110,3 +110,46 @@ def test_null_two_identical_tasks():
     assert 0.88 <= c <= 0.995
     assert 0.88 <= s <= 0.995
     assert r <= 0.11
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    from _evidence_fixtures import example_logs
+
+    folder = tmp_path_factory.mktemp("order_cli")
+    example_logs(folder, n_prompts=8, rounds=12, probe=False)
+    return folder
+
+
+def test_cli_order_every_format(example, capsys):
+    from _evidence_fixtures import check_cli_formats, run_cli
+    import json
+
+    check_cli_formats([example / "*.parquet", "--order", "--order-bootstrap", "200"], capsys, "order",
+                      [O.OrderResult.title, O.OrderGaps.title, O.OrderVerdict.title])
+    rc, out, _ = run_cli([example / "*.parquet", "--order", "--task-order", "docvqa,caption", "--format", "json"],
+                         capsys)
+    doc = json.loads(out)["order"]
+    assert [r["task"] for r in doc[O.OrderResult.title]] == ["docvqa", "caption"]
+    assert doc[O.OrderGaps.title][0]["task"] == "caption - docvqa"
+
+
+def test_cli_order_fails_clearly(example, capsys):
+    from _evidence_fixtures import check_cli_error
+
+    check_cli_error([example / "*.parquet", "--order", "--task-order", "caption,chartqa"], capsys, "at least two")
+    check_cli_error([example / "*.parquet", "--order", "--task-order", "caption"], capsys, "--task-order")
+
+
+def test_order_slopes_match_the_law_table():
+    from glance_law.law import fit_law
+
+    f = simulate_rounds(ORDERED, n_prompts=20, rounds_per_prompt=15, seed=9)
+    t = O.task_order(f, ["caption", "textvqa", "docvqa"], n_boot=0).to_frame().set_index("task")
+    law = fit_law(f).to_frame().set_index("task")
+    for task in ("caption", "textvqa", "docvqa"):
+        for c in ("b1", "b1_lo", "b1_hi", "b0", "mean_accepted", "mean_accepted_lo"):
+            assert t.loc[task, c] == pytest.approx(law.loc[task, c], rel=1e-6, abs=1e-9), (task, c)

@@ -190,3 +190,48 @@ def test_null_coverage_of_the_partial_correlation():
     rate = float(np.mean(cover))
     print(f"partial correlation null coverage {rate:.3f} over {reps} replicates")
     assert 0.88 <= rate <= 0.995
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    from _evidence_fixtures import example_logs
+
+    folder = tmp_path_factory.mktemp("probe_cli")
+    ex = example_logs(folder, n_prompts=8, rounds=12)
+    return folder, ex
+
+
+def test_cli_probe_every_format(example, capsys):
+    from _evidence_fixtures import check_cli_formats, run_cli
+    import json
+
+    folder, _ = example
+    check_cli_formats([folder / "*.parquet", "--probe", "--probe-bootstrap", "200"], capsys, "probe",
+                      [P.ProbeResult.title])
+    rc, out, err = run_cli([folder / "*.parquet", "--probe", "--probe-bootstrap", "200", "--format", "json"], capsys)
+    rows = json.loads(out)["probe"][P.ProbeResult.title]
+    assert [r["task"] for r in rows] == ["caption", "docvqa", "textvqa", "pooled"]
+    assert all(r["relative_effect"] > 0 for r in rows)
+
+
+def test_cli_probe_signal(example, capsys, tmp_path):
+    from _evidence_fixtures import check_cli_error, check_cli_formats, write_logs
+
+    folder, ex = example
+    r = ex["rounds"].copy()
+    r["attn_image"] = np.random.default_rng(0).random(len(r))
+    write_logs(tmp_path, r.drop(columns=["committed"]), stem="sig")
+    write_logs(tmp_path, ex["probe"], stem="probe")
+    check_cli_formats([tmp_path, "--probe", "--probe-signal", "attn_image", "--probe-bootstrap", "100"], capsys,
+                      "probe", [P.ProbeResult.title, P.SignalResult.title])
+    check_cli_error([tmp_path, "--probe", "--probe-signal", "nope"], capsys, "nope")
+
+
+def test_cli_probe_without_mismatched_rounds_fails_clearly(tmp_path, capsys):
+    from _evidence_fixtures import check_cli_error, write_logs
+
+    write_logs(tmp_path, _matched(n_prompts=4, rounds=4))
+    check_cli_error([tmp_path, "--probe"], capsys, "mismatched", "glance-log --probe mismatched")

@@ -122,3 +122,42 @@ def test_null_coverage_of_the_paired_margin():
     c, g = float(np.mean(cover)), float(np.mean(gcover))
     print(f"timing null: margin coverage {c:.3f}, geomean coverage {g:.3f} over {reps} replicates")
     assert 0.88 <= c <= 0.995 and 0.88 <= g <= 0.995
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    from _evidence_fixtures import example_logs
+
+    folder = tmp_path_factory.mktemp("timing_cli")
+    ex = example_logs(folder, n_prompts=8, rounds=12, probe=False)
+    return folder, ex
+
+
+def test_cli_timing_every_format(example, capsys):
+    from _evidence_fixtures import check_cli_formats, run_cli
+    import json
+
+    folder, ex = example
+    argv = [folder / "*.parquet", "--timing", str(ex["baseline"] / "*.parquet"), "--timing-bootstrap", "500"]
+    check_cli_formats(argv, capsys, "timing", [T.TimingResult.title, T.RoundCostResult.title])
+    rc, out, _ = run_cli(argv + ["--format", "json"], capsys)
+    doc = json.loads(out)["timing"]
+    rows = {r["task"]: r for r in doc[T.TimingResult.title]}
+    assert set(rows) == {"caption", "docvqa", "textvqa", "geomean"}
+    terms = {r["term"]: r for r in doc[T.RoundCostResult.title]}
+    assert terms["ms_per_draft_pass"]["estimate_lo"] <= 2.0 <= terms["ms_per_draft_pass"]["estimate_hi"]
+    assert terms["ms_per_tree_node"]["estimate_lo"] <= 0.05 <= terms["ms_per_tree_node"]["estimate_hi"]
+
+
+def test_cli_timing_fails_clearly(example, capsys, tmp_path):
+    from _evidence_fixtures import check_cli_error, write_logs
+
+    folder, ex = example
+    check_cli_error([folder / "*.parquet", "--timing", tmp_path / "nothing-*.parquet"], capsys, "matches no files")
+    check_cli_error([folder / "*.parquet", "--timing", folder / "*.parquet"], capsys, "candidate arm")
+    P = ex["prompts"].drop(columns=["decode_ms"])
+    write_logs(tmp_path, ex["rounds"], P)
+    check_cli_error([tmp_path / "*.parquet", "--timing", str(ex["baseline"])], capsys, "decode_ms")

@@ -113,3 +113,43 @@ def test_null_coverage_of_transfer_intervals():
     assert 0.88 <= c <= 0.995
     assert 0.88 <= s <= 0.995
     assert w <= 0.12
+
+
+def test_own_fit_curve_r2_matches_the_law_table():
+    from glance_law.law import fit_law
+
+    f = _tasks(seed=8, n_prompts=15, rounds=12)
+    r = T.transfer(f, ["caption"], ["docvqa"]).to_frame().iloc[0]
+    law = fit_law(f).to_frame().set_index("task")
+    assert r.r2_curve_own == pytest.approx(law.loc["docvqa", "r2_curve"], rel=1e-9)
+    assert r.b1_own == pytest.approx(law.loc["docvqa", "b1"], rel=1e-6)
+
+
+# ---------------------------------------------------------------- CLI
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    from _evidence_fixtures import example_logs
+
+    folder = tmp_path_factory.mktemp("transfer_cli")
+    example_logs(folder, n_prompts=8, rounds=12, probe=False)
+    return folder
+
+
+def test_cli_transfer_every_format(example, capsys):
+    from _evidence_fixtures import check_cli_formats
+
+    check_cli_formats([example / "*.parquet", "--transfer", "caption,textvqa:docvqa"], capsys, "transfer",
+                      [T.TransferResult.title, T.TransferCalibration.title])
+    check_cli_formats([example / "*.parquet", "--transfer", "caption:", "--transfer-bins", "4"], capsys,
+                      "transfer", [T.TransferResult.title])
+
+
+def test_cli_transfer_fails_clearly(example, capsys):
+    from _evidence_fixtures import check_cli_error
+
+    check_cli_error([example / "*.parquet", "--transfer", "caption"], capsys, "TRAIN:TEST")
+    check_cli_error([example / "*.parquet", "--transfer", "chartqa:docvqa"], capsys, "chartqa", "present")
+    check_cli_error([example / "*.parquet", "--transfer", "caption:docvqa", "--transfer-by", "target"], capsys,
+                    "target")
