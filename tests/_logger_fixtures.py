@@ -160,3 +160,19 @@ def write_jsonl_task(folder: Path, n: int = 3, with_images: bool = True, size: i
         lines.append(json.dumps(rec))
     (folder / "data.jsonl").write_text("\n".join(lines) + "\n")
     return folder
+
+
+def make_perturbed(path: Path, src: Path, noise: float = 0.5, seed: int = 1):
+    """A weaker draft: the model at ``src`` with Gaussian noise (relative scale ``noise``) added to
+    every weight matrix, so it agrees with the target often but not always."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(src)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.add_(torch.randn(p.shape, generator=g) * p.std() * noise)
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(src).save_pretrained(path)
+    return Path(path)

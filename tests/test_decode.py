@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from _logger_fixtures import PROMPTS, make_block_head, make_image, make_llama, make_qwen2_vl  # noqa: E402
+from _logger_fixtures import PROMPTS, make_block_head, make_image, make_llama, make_perturbed, make_qwen2_vl  # noqa: E402
 
 from glance_log.decode import Forced, decode, greedy_reference  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
@@ -25,7 +25,7 @@ MAX_NEW = 20
 def llama(tmp_path_factory):
     root = tmp_path_factory.mktemp("models")
     tgt = make_llama(root / "target", seed=0, init=1.0)       # peaked: repeats, so pld and drafts hit
-    other = make_llama(root / "draft", seed=1, init=0.3)       # a different small model
+    other = make_perturbed(root / "draft", tgt)               # a noisy copy: partial agreement
     head = make_block_head(root / "head", tgt, horizon=6)
     return {"target": load_target(tgt), "target_path": tgt, "draft": other, "head": head}
 

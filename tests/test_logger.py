@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from _logger_fixtures import PROMPTS, make_block_head, make_llama  # noqa: E402
+from _logger_fixtures import PROMPTS, make_block_head, make_llama, make_perturbed  # noqa: E402
 
 from glance_law import io as gio  # noqa: E402
 from glance_law.tree import build_tree  # noqa: E402
@@ -30,7 +30,7 @@ MAX_NEW = 20
 def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("logger")
     tgt = make_llama(root / "target", seed=0, init=1.0)
-    draft = make_llama(root / "draft", seed=1, init=0.3)
+    draft = make_perturbed(root / "draft", tgt)
     head = make_block_head(root / "head", tgt, horizon=6)
     data = root / "data"
     data.mkdir()
