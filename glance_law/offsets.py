@@ -54,13 +54,18 @@ CLI_COLUMNS = ("match",)
 # --------------------------------------------------------------------------
 
 def match_matrix(values) -> np.ndarray:
-    """(n, Lmax) int8 matrix of per-offset matches, padded with -1 (unknown)."""
-    rows = [np.asarray([] if v is None else v, dtype=np.int8).ravel() for v in values]
-    n = len(rows)
-    width = max((len(r) for r in rows), default=0)
+    """(n, Lmax) int8 matrix of per-offset matches, padded with -1 (unknown); None rows are all -1."""
+    vals = list(values)
+    n = len(vals)
+    lens = np.fromiter((0 if v is None else len(v) for v in vals), dtype=np.int64, count=n)
+    width = int(lens.max()) if n else 0
     out = np.full((n, width), -1, dtype=np.int8)
-    for i, r in enumerate(rows):
-        out[i, :len(r)] = r
+    if n == 0 or width == 0:
+        return out
+    flat = np.concatenate([np.asarray(v, dtype=np.int8).ravel() for v in vals if v is not None and len(v)])
+    rows = np.repeat(np.arange(n), lens)
+    cols = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    out[rows, cols] = flat
     return out
 
 
