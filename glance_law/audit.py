@@ -126,24 +126,34 @@ def _streams_from_rounds(rounds: pd.DataFrame | None) -> dict:
     return out
 
 
-def _round_margin(rounds: pd.DataFrame | None, drafter, task, pid, pos) -> float:
-    """min_path_margin of the speculative round that committed generated token ``pos``."""
-    if rounds is None or "min_path_margin" not in rounds.columns:
-        return np.nan
-    sub = rounds.loc[(rounds["drafter"] == drafter) & (rounds["task"] == task) &
-                     (rounds["prompt_id"] == pid) & (rounds["condition"] == "matched")].sort_values("round")
-    if not len(sub):
-        return np.nan
-    n_commit = sub["accepted"].to_numpy(np.int64) + 1
-    if "position" in sub.columns and sub["position"].notna().all():
-        start = sub["position"].to_numpy(np.int64)
-    else:
-        start = np.r_[0, np.cumsum(n_commit)[:-1]]
-    hit = np.flatnonzero((start <= pos) & (pos < start + n_commit))
-    if not hit.size:
-        return np.nan
-    v = sub["min_path_margin"].to_numpy(float)[hit[0]]
-    return float(v) if np.isfinite(v) else np.nan
+class _RoundIndex:
+    """Speculative rounds grouped once by (drafter, task, prompt_id), in round order."""
+
+    def __init__(self, rounds: pd.DataFrame | None):
+        self.groups = {}
+        if rounds is None or "min_path_margin" not in rounds.columns:
+            return
+        r = rounds.loc[rounds["condition"] == "matched"]
+        cols = [c for c in ("round", "accepted", "position", "min_path_margin") if c in r.columns]
+        for key, sub in r[["drafter", "task", "prompt_id"] + cols].groupby(["drafter", "task", "prompt_id"],
+                                                                          sort=False):
+            self.groups[key] = sub.sort_values("round")
+
+    def margin(self, drafter, task, pid, pos) -> float:
+        """min_path_margin of the speculative round that committed generated token ``pos``."""
+        sub = self.groups.get((drafter, task, pid))
+        if sub is None or not len(sub):
+            return np.nan
+        n_commit = sub["accepted"].to_numpy(np.int64) + 1
+        if "position" in sub.columns and sub["position"].notna().all():
+            start = sub["position"].to_numpy(np.int64)
+        else:
+            start = np.r_[0, np.cumsum(n_commit)[:-1]]
+        hit = np.flatnonzero((start <= pos) & (pos < start + n_commit))
+        if not hit.size:
+            return np.nan
+        v = sub["min_path_margin"].to_numpy(float)[hit[0]]
+        return float(v) if np.isfinite(v) else np.nan
 
 
 def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
@@ -173,6 +183,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
         raise MissingColumnError("either greedy_match (the logger's audit) or the autoregressive arm's tokens",
                                  ANALYSIS, f"{SUPPLIED_BY['greedy_match']} or {SUPPLIED_BY['drafter=ar']}")
     streams = _streams_from_rounds(R)
+    index = _RoundIndex(R)
     per_prompt = []
     n_disagree = 0
     for row in spec.to_dict("records"):
@@ -204,7 +215,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
             if dm is not None and not pd.isna(dm):
                 margin, msource = float(dm), "divergence_margin"
             elif div is not None:
-                margin = _round_margin(R, row["drafter"], row["task"], row["prompt_id"], div)
+                margin = index.margin(row["drafter"], row["task"], row["prompt_id"], div)
                 msource = "round min_path_margin" if np.isfinite(margin) else ""
         label = "" if equal else ("unknown" if not np.isfinite(margin) else
                                   ("near-tie" if margin < threshold else "wide"))
