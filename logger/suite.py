@@ -51,7 +51,7 @@ OBJECTS = _w("dog cat car bus bicycle tree bench woman man child kite umbrella b
              "bird truck train clock lamp chair table laptop cup bottle book ball sign "
              "fence flower bag hat phone sofa bed window door guitar pizza cake sheep cow "
              "giraffe elephant bear skateboard surfboard motorcycle plane vase bowl banana")
-SIZES = _w("small large old young tall little")
+SIZES = _w("small large old little")
 SETTINGS = {
     "park": ["in a park", "on the grass", "under the trees"],
     "street": ["on a street", "on the road", "in the city"],
@@ -220,31 +220,33 @@ def _lerp_int(lo: int, hi: int, d: float) -> int:
     return int(round(lo + (hi - lo) * max(0.0, min(1.0, d))))
 
 
+def draw_caption(rng, objs, setting: str) -> str:
+    """One caption of ``objs`` ((colour or None, noun) pairs) in ``setting``: an opener, two or
+    three of the objects in random order joined by relations, maybe a setting phrase."""
+    def np_(c, n):
+        adj = c if (c and rng.random() < 0.7) else (rng.choice(SIZES) if rng.random() < 0.3 else None)
+        words = f"{adj} {n}" if adj else n
+        return f"{_art(words)} {words}"
+
+    order = rng.sample(list(objs), rng.randint(2, min(3, len(objs))))
+    parts = [rng.choice(CAPTION_OPENERS), np_(*order[0])]
+    if order[0][1] in ACTIONS and rng.random() < 0.4:
+        parts.append(ACTIONS[order[0][1]])
+    for o in order[1:]:
+        parts += [rng.choice(RELATIONS), np_(*o)]
+    if rng.random() < 0.7:
+        parts.append(rng.choice(SETTINGS[setting]))
+    return " ".join(parts) + "."
+
+
 def gen_caption(rng, difficulty=1.0, n_questions=1) -> Example:
     setting = rng.choice(sorted(SETTINGS))
     names = rng.sample(OBJECTS, rng.randint(3, 5))
     objs = [(rng.choice(COLORS) if rng.random() < 0.6 else None, n) for n in names]
     listing = ", ".join(f"{c} {n}" if c else n for c, n in objs)
     context = f"objects: {listing}\nsetting: {setting}"
-
-    def np_(c, n):
-        adj = c if (c and rng.random() < 0.7) else (rng.choice(SIZES) if rng.random() < 0.3 else None)
-        words = f"{adj} {n}" if adj else n
-        return f"{_art(words)} {words}"
-
-    def one_caption():
-        order = rng.sample(objs, rng.randint(2, min(3, len(objs))))
-        parts = [rng.choice(CAPTION_OPENERS), np_(*order[0])]
-        if order[0][1] in ACTIONS and rng.random() < 0.4:
-            parts.append(ACTIONS[order[0][1]])
-        for o in order[1:]:
-            parts += [rng.choice(RELATIONS), np_(*o)]
-        if rng.random() < 0.7:
-            parts.append(rng.choice(SETTINGS[setting]))
-        return " ".join(parts) + "."
-
     q = rng.choice(["describe the image.", "write a caption for the image.", "what does the image show?"])
-    cap = one_caption()
+    cap = draw_caption(rng, objs, setting)
     return Example("caption", context, (QA(q, cap, (cap,)),), fields=tuple(objs), title=setting)
 
 
@@ -501,7 +503,7 @@ def render_png(example: Example, path) -> str:
         lines = []
         for para in example.context.split("\n"):
             lines += textwrap.wrap(para, 70) or [""]
-        H = 20 + 16 * len(lines)
+        H = max(64, 20 + 16 * len(lines))
         img = Image.new("RGB", (W, H), "white")
         d = ImageDraw.Draw(img)
         for i, line in enumerate(lines):

@@ -148,7 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--inter", type=int, default=384)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads (1: on a shared machine two threads spin and run ~6x slower)")
     ap.add_argument("--eval-every", type=int, default=250)
     ap.add_argument("--log", default=None, help="JSON-lines progress file (default OUT.train.jsonl)")
     ap.add_argument("--ckpt", default=None, help="checkpoint file (default OUT.ckpt)")
