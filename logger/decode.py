@@ -102,6 +102,7 @@ class RoundEvent:
     marks: tuple
     drafter: str
     own_tokens: Optional[list] = None
+    position_offset: int = 0   # hooks whose first root is a prompt token log position - 1
 
 
 @dataclass

@@ -151,6 +151,13 @@ def audit_fields(tokens: Sequence[int], reference: Sequence[int], margins: Seque
             "divergence_margin": float(margins[first]) if first < len(margins) else None}
 
 
+def _host(x, dtype) -> np.ndarray:
+    """Host copy of a device tensor (hooks hand device values; glance-log's decoder hands numpy)."""
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x, dtype=dtype)
+
+
 class RoundLogger:
     """Decoder callback writing ``rounds`` and ``prompts`` part files into ``out_dir``.
 
@@ -223,6 +230,8 @@ class RoundLogger:
         off = 0
         for i, (ev, _, full) in enumerate(pending):
             L = ev.horizon
+            ids, logq, committed = (_host(ev.ids, np.int64), _host(ev.logq, np.float32),
+                                    [int(t) for t in _host(ev.committed, np.int64)])
             fr = fl = None
             if full is not None:
                 m = min(ev.accepted + 1, L)
@@ -233,18 +242,18 @@ class RoundLogger:
             else:
                 toks = [int(stream[ev.position + j]) if ev.position + j < len(stream) else None
                         for j in range(1, L + 1)]
-            match, rank, tlq = resolve_offsets(ev.ids, ev.logq, toks, full_rank=fr, full_logq=fl,
+            match, rank, tlq = resolve_offsets(ids, logq, toks, full_rank=fr, full_logq=fl,
                                                point_mass=ev.point_mass)
             h, margin, pmax, minm = stats[i]
             m0, m1, m2, m3 = ev.marks
             rows.append({
                 "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,
                 "root_entropy": h, "accepted": ev.accepted, "horizon": L, "condition": self.condition,
-                "drafter": self.drafter or ev.drafter, "position": ev.position, "root_margin": margin, "root_pmax": pmax,
+                "drafter": self.drafter or ev.drafter, "position": max(ev.position - ev.position_offset, 0), "root_margin": margin, "root_pmax": pmax,
                 "min_path_margin": minm, "budget": ev.budget, "draft_passes": ev.draft_passes,
-                "committed": list(ev.committed), "match": match, "target_logq": tlq, "target_rank": rank,
-                "topk_logq": np.asarray(ev.logq, np.float32).reshape(-1),
-                "copy_len": copy_len(ev.committed, self._reference) if self._reference else None,
+                "committed": committed, "match": match, "target_logq": tlq, "target_rank": rank,
+                "topk_logq": logq.reshape(-1),
+                "copy_len": copy_len(committed, self._reference) if self._reference else None,
                 "draft_ms": timer.ms(m0, m1), "verify_ms": timer.ms(m1, m2), "round_ms": timer.ms(m0, m3),
             })
         extra = audit_fields(pev.tokens, *self._audit) if self._audit is not None else {}
