@@ -64,19 +64,20 @@ def truncated_mean(p, L) -> np.ndarray:
 def truncated_mean_derivative(p, L) -> np.ndarray:
     """M'(p) = sum_{l=1}^{L} l p^(l-1) = (1 - (L+1) p^L + L p^(L+1)) / (1 - p)^2.
 
-    Near p = 1 (where the closed form cancels) the expansion in q = 1 - p to
-    second order is used: L(L+1)/2 - q (L-1)L(L+1)/3 + q^2 (L+1)L(L-1)(L-2)/8;
-    M'(1) = L(L+1)/2.
+    Evaluated as ((1 - p^L) - L q p^L) / q^2 with q = 1 - p and 1 - p^L from
+    ``expm1``, which keeps ~1e-12 relative accuracy down to q L = 1e-4; below that
+    the expansion L(L+1)/2 - q (L-1)L(L+1)/3 + q^2 (L+1)L(L-1)(L-2)/8 is used
+    (M'(1) = L(L+1)/2).
     """
     p = np.asarray(p, dtype=np.float64)
     L = np.asarray(L, dtype=np.float64)
     q = 1.0 - p
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        pL = np.power(p, L)
-        closed = (1.0 - (L + 1.0) * pL + L * pL * p) / (q * q)
+        one_minus_pL = -np.expm1(L * np.log(p))
+        closed = (one_minus_pL - L * q * (1.0 - one_minus_pL)) / (q * q)
     series = L * (L + 1.0) / 2.0 - q * (L - 1.0) * L * (L + 1.0) / 3.0 \
         + q * q * (L + 1.0) * L * (L - 1.0) * (L - 2.0) / 8.0
-    return np.where(q * np.maximum(L, 1.0) < 1e-3, series, closed)
+    return np.where(q * np.maximum(L, 1.0) < 1e-4, series, np.where(p <= 0, 1.0, closed))
 
 
 def truncated_variance(p, L) -> np.ndarray:
@@ -534,7 +535,7 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
     group_notes: list[str] = []
     rows, curves, checks = [], {}, {}
     dnames = data["dnames"]
-    present_d = np.flatnonzero(np.bincount(data["d"], minlength=len(dnames)))
+    present_d = sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
     for di in present_d:
         dname = dnames[di]
         dmask = data["d"] == di
