@@ -108,6 +108,23 @@ def test_offsets_consistent_with_accepted_and_tree(env, tmp_path, drafter, dmkey
             assert all(v in (0.0, -np.inf) for v in tlq[:min(a + 1, L)])
 
 
+@pytest.mark.parametrize("drafter,dmkey,k,budget", [("block", "head", 4, 15), ("two_model", "draft", 3, 63),
+                                                     ("two_model", "draft", 1, 63), ("pld", None, 1, 15),
+                                                     ("block", "head", 8, 1)])
+def test_accepted_equals_the_counterfactual_replay(env, tmp_path, drafter, dmkey, k, budget):
+    """glance_law.replay at the logged budget reproduces the logged accepted on every round."""
+    replay = pytest.importorskip("glance_law.replay")
+    _, _, rounds, _ = _log_one(env, tmp_path, drafter, env[dmkey] if dmkey else None, budget=budget, k=k,
+                               prompt=PROMPTS[0] + " " + PROMPTS[0])       # repetition gives pld matches
+    logq, rank, usable, _ = replay.round_arrays(rounds)
+    arr = replay.replay_arrays(logq[usable], rank[usable], n_max=max(budget, 1))
+    curve = arr.curve()
+    logged_budget = rounds["budget"].to_numpy()[usable]
+    got = curve[np.arange(curve.shape[0]), logged_budget]
+    assert np.array_equal(got, rounds["accepted"].to_numpy()[usable])
+    assert (rounds["accepted"].to_numpy()[~usable] == 0).all()       # rounds without a draft accept nothing
+
+
 def test_root_statistics_match_an_independent_forward(env, tmp_path):
     pr, res, rounds, _ = _log_one(env, tmp_path, "two_model", env["draft"])
     t = env["t"]
