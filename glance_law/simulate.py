@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-__all__ = ["TaskSpec", "TwoStateTail", "DEFAULT_TASKS", "simulate_arrays", "simulate_rounds",
+__all__ = ["TaskSpec", "TwoStateTail", "DEFAULT_TASKS", "simulate_arrays", "simulate_rounds", "simulate_tree_rounds",
            "truncated_geometric_survival", "two_state_survival_matrix"]
 
 
@@ -269,3 +269,136 @@ def simulate_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | None = N
 def with_task_params(spec: TaskSpec, **changes) -> TaskSpec:
     """A copy of ``spec`` with fields replaced (convenience for sweeps)."""
     return replace(spec, **changes)
+
+
+def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | None = None, *,
+                         n_prompts: int = 40, rounds_per_prompt: int | tuple[int, int] = (20, 60),
+                         horizon: int = 15, k: int = 8, budget: int = 63,
+                         rescue: tuple[float, float] = (0.5, 0.0), prompt_sd: float = 0.3,
+                         profile: tuple[float, float] = (0.3, 0.95), end_unknown: bool = True,
+                         truth: bool = False, seed: int = 0, run_id: str = "sim-tree",
+                         drafter: str = "block", condition: str = "matched") -> pd.DataFrame:
+    """Simulated *tree-mode* round log: drafter marginals, the target's path, and the accepted
+    length of the best-first tree of ``budget`` nodes built by :mod:`glance_law.tree`.
+
+    Per task (a :class:`TaskSpec`; its two-state ``tail`` is not used here), prompt g and
+    round: the root entropy H is drawn as in :func:`simulate_arrays`; the drafter's top-1
+    probability at every offset is ``p = sigmoid(b0 - b1 H + u_g)`` with a prompt effect
+    ``u_g ~ N(0, prompt_sd)`` (rounds of a prompt are correlated); the *rescue* probability
+    (the target's token is inside the drafter's top-k when it is not the top-1) is
+    ``r = min(sigmoid(c0 - c1 H), (k-1) p / (1-p))`` with ``rescue = (c0, c1)`` (the cap lets
+    the other top-k entries stay below p). Each offset's row of ``topk_logq`` is
+    ``log(p, (1-p) r w_1, ..., (1-p) r w_{k-1})`` with a decreasing profile ``w`` (geometric
+    ratio drawn from ``profile``, mixed with uniform when needed to keep the row sorted);
+    the target's rank there is 0 with probability p, rank ``rho`` in 1..k-1 with probability
+    ``(1-p) r w_rho`` (a calibrated drafter), else outside the top-k (rank >= k). Offsets are
+    independent given the round, so the chain's accepted length (leading rank-0 offsets) is
+    the truncated geometric of the law with match probability p, and the marginal value of
+    width is ``r (1 - p^L)``-shaped, not ``p (1 - p^L)``.
+
+    ``accepted`` is the length of the target's path inside the best-first tree of
+    ``budget`` nodes (:func:`glance_law.tree.best_first`, membership of each prefix),
+    ``horizon = L``. With ``end_unknown`` the last round of each prompt ends the stream: its
+    offsets past ``accepted + 1`` are unknown (``target_rank = -1``, ``match = -1``), as in
+    logger logs. ``truth=True`` adds ``_p``, ``_r`` and ``_g``.
+    """
+    from .tree import best_first
+
+    if isinstance(tasks, Mapping):
+        tasks = [TaskSpec(name, **dict(v)) for name, v in tasks.items()]
+    tasks = tuple(DEFAULT_TASKS if tasks is None else tasks)
+    L, k, budget = int(horizon), int(k), int(budget)
+    if L < 1 or k < 1 or budget < 1:
+        raise ValueError("horizon, k and budget must be >= 1")
+    rng = np.random.default_rng(seed)
+    c0, c1 = float(rescue[0]), float(rescue[1])
+    frames = []
+    for spec in tasks:
+        if isinstance(rounds_per_prompt, (tuple, list)):
+            n_r = rng.integers(rounds_per_prompt[0], rounds_per_prompt[1] + 1, size=n_prompts)
+        else:
+            n_r = np.full(n_prompts, int(rounds_per_prompt))
+        g = np.repeat(np.arange(n_prompts), n_r)
+        n = g.size
+        m = np.exp(rng.normal(0.0, spec.prompt_entropy_sd, size=n_prompts))[g]
+        is_floor = rng.random(n) < spec.floor_weight
+        x = np.where(is_floor, rng.exponential(spec.floor_scale, size=n), rng.gamma(spec.shape, spec.scale, size=n))
+        H = (m * x).astype(np.float32).astype(np.float64)
+        u = rng.normal(0.0, prompt_sd, size=n_prompts)[g] if prompt_sd > 0 else np.zeros(n)
+        p = special.expit(spec.b0 - spec.b1 * H + u)
+        miss = 1.0 - p
+        if k > 1:
+            r = np.minimum(special.expit(c0 - c1 * H), (k - 1) * p / np.maximum(miss, 1e-300) * (1 - 1e-9))
+            gam = rng.uniform(profile[0], profile[1], size=(n, L, 1))
+            geo = gam ** np.arange(k - 1)[None, None, :]
+            geo /= geo.sum(axis=2, keepdims=True)
+            cap_w = (p / np.maximum(miss * r, 1e-300))[:, None, None]
+            uni = 1.0 / (k - 1)
+            lam = np.clip((geo[:, :, :1] - cap_w) / np.maximum(geo[:, :, :1] - uni, 1e-300), 0.0, 1.0)
+            w = (1.0 - lam) * geo + lam * uni
+            rest = (miss * r)[:, None, None] * w                      # (n, L, k-1)
+            probs = np.concatenate([np.broadcast_to(p[:, None, None], (n, L, 1)), rest], axis=2)
+        else:
+            r = np.zeros(n)
+            probs = np.broadcast_to(p[:, None, None], (n, L, 1)).copy()
+        logq = np.log(np.maximum(probs, 1e-300)).astype(np.float32)
+        logq = np.minimum.accumulate(logq, axis=2)                      # float32 rounding keeps rows sorted
+        # the target's rank at each offset: inverse CDF over (top-1, ranks 1..k-1, outside)
+        cdf = np.cumsum(probs, axis=2)
+        v = rng.random((n, L))
+        inside_rank = (cdf < v[:, :, None]).sum(axis=2)               # k when v falls in the outside mass
+        outside = k + rng.geometric(0.3, size=(n, L)) - 1
+        rank = np.where(inside_rank < k, inside_rank, outside).astype(np.int64)
+        # the tree of `budget` nodes and the target's path through it (membership of each prefix)
+        s_, d_, c_ = best_first(logq, budget)
+        inside = rank < k
+        code = np.zeros(n, np.int64)
+        ok = np.ones(n, bool)
+        acc = np.zeros(n, np.int64)
+        for j in range(L):
+            ok &= inside[:, j]
+            code = code * k + np.where(ok, rank[:, j], 0)
+            member = ((d_ == j + 1) & (c_ == code[:, None])).any(axis=1)
+            ok &= member
+            acc += ok
+        match = (rank == 0).astype(np.int8)
+        tl = np.take_along_axis(logq, np.minimum(rank, k - 1)[:, :, None], axis=2)[:, :, 0]
+        tlogq = np.where(inside, tl, np.nan).astype(np.float32)
+        rnd = np.concatenate([np.arange(c) for c in n_r]) if n else np.zeros(0, np.int64)
+        if end_unknown and n:
+            last = np.r_[rnd[1:] == 0, True]
+            past = last[:, None] & (np.arange(1, L + 1)[None, :] > acc[:, None] + 1)
+            rank = np.where(past, -1, rank)
+            match = np.where(past, -1, match).astype(np.int8)
+            tlogq = np.where(past, np.nan, tlogq).astype(np.float32)
+        committed = acc + 1
+        starts = np.r_[True, rnd[1:] == 0] if n else np.zeros(0, bool)
+        csum = np.cumsum(committed)
+        first_idx = np.maximum.accumulate(np.where(starts, np.arange(n), 0)) if n else np.zeros(0, np.int64)
+        position = csum - committed - (csum[first_idx] - committed[first_idx])
+        pmax, margin = _pmax_from_entropy(H)
+        draft_ms = rng.gamma(20.0, 0.1, size=n)
+        verify_ms = rng.gamma(50.0, 0.2, size=n) * (1.0 + budget / 256.0)
+        part = pd.DataFrame({
+            "run_id": run_id, "task": spec.name,
+            "prompt_id": np.array([f"{spec.name}-{i:04d}" for i in range(n_prompts)], dtype=object)[g],
+            "round": rnd.astype(np.int32), "root_entropy": H.astype(np.float32),
+            "accepted": acc.astype(np.int16), "horizon": np.full(n, L, np.int16), "condition": condition,
+            "drafter": drafter, "position": position.astype(np.int32),
+            "root_margin": margin.astype(np.float32), "root_pmax": pmax.astype(np.float32),
+            "min_path_margin": (margin * rng.uniform(0.3, 1.0, size=n)).astype(np.float32),
+            "budget": np.full(n, budget, np.int16), "draft_passes": np.ones(n, np.int16),
+            "match": list(match), "target_logq": list(tlogq), "target_rank": list(rank.astype(np.int16)),
+            "topk_logq": list(logq.reshape(n, L * k)),
+            "draft_ms": draft_ms.astype(np.float32), "verify_ms": verify_ms.astype(np.float32),
+            "round_ms": (draft_ms + verify_ms + rng.gamma(4.0, 0.25, size=n)).astype(np.float32),
+        })
+        if truth:
+            part["_p"] = p
+            part["_r"] = r
+            part["_g"] = g
+        frames.append(part)
+    frame = pd.concat(frames, ignore_index=True)
+    for c in ("run_id", "task", "prompt_id", "condition", "drafter"):
+        frame[c] = frame[c].astype("category")
+    return frame

@@ -251,7 +251,11 @@ def best_first(logq, n_max: int, floor=None):
     Exact for any input (ties included); see the module docstring for how the
     enumeration avoids sorting more than one short row per round.
     """
-    logq = _check_logq(logq)
+    return _best_first_prepared(_check_logq(logq), n_max, floor)
+
+
+def _best_first_prepared(logq: np.ndarray, n_max: int, floor=None):
+    """:func:`best_first` on an array already passed through :func:`_check_logq`."""
     R, L, k = logq.shape
     n_max = int(n_max)
     if n_max < 1:
