@@ -138,10 +138,12 @@ class DecodeResult:
 
 @dataclass
 class Forced:
-    """A live run's trajectory to replay: its emitted-or-committed stream and round positions."""
+    """A live run's trajectory to replay: every token it committed (``resolve_stream``), its
+    round positions, and how many of those tokens it emitted (None: all)."""
 
     stream: Sequence[int]
     positions: Sequence[int]
+    emitted: Optional[int] = None
 
 
 def _select(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
@@ -158,7 +160,7 @@ def _full_ancestors(tree: Optional[Tree], device) -> torch.Tensor:
     anc[:, 0] = True
     if n:
         anc[1:, 1:] = tree.ancestor_mask()
-    return torch.from_numpy(anc).to(device)
+    return _to_device(anc, device, torch.bool)
 
 
 def _to_device(values, device, dtype=torch.long) -> torch.Tensor:
@@ -327,7 +329,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         stop, reason = _stop_index(stream, eos, max_new_tokens)
         tokens = stream[:stop]
     else:
-        tokens, reason = list(stream), "forced"
+        tokens, reason = list(stream[:forced.emitted]), "forced"
     timer.resolve()
     pev = PromptEvent(prompt_tokens=prompt.n_tokens, tokens=tokens, resolve_stream=list(stream), rounds=rounds,
                       stop_reason=reason, prefill_marks=(p0, p1), decode_marks=(d0, d1), timer=timer,

@@ -120,7 +120,7 @@ class HFRoundRecorder:
             eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) if eos is not None else set()
             stop_reason = "eos" if gen and gen[-1] in eos else "max_new_tokens"
         self.timer.resolve()
-        self.logger.on_prompt_end(PromptEvent(prompt_tokens=self.prompt_len - 0, tokens=gen, resolve_stream=stream,
+        self.logger.on_prompt_end(PromptEvent(prompt_tokens=self.prompt_len, tokens=gen, resolve_stream=stream,
                                               rounds=len(self._rounds), stop_reason=stop_reason,
                                               prefill_marks=(None, None), decode_marks=(self._t0, t1),
                                               timer=self.timer))

@@ -292,7 +292,7 @@ def run(cfg: RunConfig) -> dict:
                     decode(target, dr, mprompt, budget=cfg.budget, branch_k=cfg.branch_k,
                            max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                            generator=_generator(cfg, target.device, item.prompt_id + ":mismatched"),
-                           callbacks=[lm], forced=Forced(live.resolve_stream, live.positions))
+                           callbacks=[lm], forced=Forced(live.resolve_stream, live.positions, len(live.tokens)))
                     arm["probed"] = arm.get("probed", 0) + 1
         except torch.cuda.OutOfMemoryError:
             raise GlanceError(f"out of GPU memory on prompt {items[i].prompt_id}; every completed prompt is "

@@ -300,3 +300,17 @@ def test_failure_keeps_completed_prompts(env, tmp_path, monkeypatch, capsys):
     prompts = gio.read_logs(tmp_path / "logs", kind="prompts").frame
     assert sorted(prompts["prompt_id"]) == ["p0", "p1", "p2", "p3"]
     gio.read_logs(tmp_path / "logs")                                    # no duplicate round keys
+
+
+def test_cli_bf16_audit_and_sampling(env, tmp_path, capsys):
+    assert _cli(env, tmp_path, "--drafter", "two_model", "--draft-model", str(env["draft"]), "--dtype", "bf16",
+                "--audit", "--n", "2", "--budget", "15", "--branch-k", "4") == 0
+    p = gio.read_logs(tmp_path / "logs", kind="prompts").frame
+    assert p["greedy_match"].notna().all() and (p["first_divergence"] >= -1).all()
+    diverged = p[p["greedy_match"] == False]  # noqa: E712 - bf16 may diverge from fp32 greedy at near-ties
+    assert diverged["divergence_margin"].notna().all() or diverged.empty
+    assert _cli(env, tmp_path, "--drafter", "pld", "--temperature", "0.8", "--n", "2", "--seed", "5") == 0
+    r = gio.read_logs(tmp_path / "logs").frame
+    assert (r[r["drafter"] == "pld"]["accepted"] >= 0).all()
+    assert _cli(env, tmp_path, "--drafter", "pld", "--temperature", "0.8", "--audit") == 2
+    assert "--audit compares with greedy" in capsys.readouterr().err
