@@ -255,7 +255,10 @@ class DFlashDrafter(BlockDrafter):
         mask_id = int(self.model.mask_token_id)
         block = torch.full((1, L + 1), mask_id, dtype=torch.long, device=state.root_dev.device)
         block[0, 0] = state.root_dev
-        emb = F.embedding(block, self._target.model.get_input_embeddings().weight)
+        cfg = self.model.config
+        scale = float(getattr(cfg, "dflash_config", {}).get("input_embedding_scale",
+                                                              getattr(cfg, "input_embedding_scale", 1.0)))
+        emb = F.embedding(block, self._target.model.get_input_embeddings().weight) * scale
         start = self._start
         pos = torch.arange(start - ctx.shape[1], start + L + 1, device=block.device)[None]
         hid = self.model(target_hidden=ctx, noise_embedding=emb, position_ids=pos,
