@@ -222,7 +222,6 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         state = DraftState(root=root, root_dev=root_dev, stream=stream, prompt_ids=prompt.prompt_ids,
                            hidden=hidden, round=rounds)
         prop: Optional[Proposal] = drafter.propose(state)
-        m1 = mark()
         # 2. tree (host, numpy)
         tree = None
         logq_h = np.zeros((0, 1), np.float32)
@@ -242,6 +241,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         node_tokens = tree.tokens(ids_h) if tree is not None else np.zeros(0, np.int64)
         tokens_h = np.concatenate([[root], node_tokens]).astype(np.int64)
         depth_h = np.concatenate([[0], tree.depth if tree is not None else []]).astype(np.int64)
+        m1 = mark()                                             # drafting + tree building end here
         # 3. one target pass
         past = target.cache_len(cache)
         logits, hid = target.verify(cache, _to_device(tokens_h, dev), _to_device(depth_h, dev),
