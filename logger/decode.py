@@ -266,13 +266,13 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
             cur = nxt
         accepted = len(path) - 1
         own = [int(tokens_h[r]) for r in path[1:]] + [int(row_tok_h[path[-1]])]
+        contiguous = path == list(range(len(path)))
+        path_dev = _to_device(path, dev) if (want or not contiguous or drafter.wants_rows) else None
         if forced is None:
             committed = own
-            keep_rows = path
-            last_row = path[-1]
-            hidden_next = hid[last_row]
-            target.commit(cache, past, keep_rows, None)
-            obs_rows = _to_device(keep_rows, dev) if drafter.wants_rows else None
+            hidden_next = hid[path[-1]]
+            target.commit(cache, past, path, path_dev)
+            obs_rows = path_dev if drafter.wants_rows else None
         else:
             if drafter.wants_rows:
                 raise NotImplementedError("teacher-forced replay does not support drafters that read "
@@ -300,7 +300,6 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         if obs_rows is not None:
             drafter.observe(obs_rows, target.cache_len(cache))
         if want:
-            path_dev = _to_device(path, dev)
             ev = RoundEvent(round=rounds, position=position, root=root, accepted=accepted,
                             committed=own, horizon=horizon, budget=n, tree=tree,
                             logq=logq_h, ids=ids_h, draft_passes=0 if prop is None else int(prop.passes),

@@ -130,10 +130,9 @@ class PLDDrafter(Drafter):
         if not cont:
             return None
         ids = torch.tensor(cont, dtype=torch.long).view(-1, 1)
-        logq = torch.zeros(len(cont), 1, dtype=torch.float32)
+        logq = torch.zeros(len(cont), 1, dtype=torch.float32, device=self._device)
         if self._device.type != "cpu":
             ids = ids.pin_memory().to(self._device, non_blocking=True)
-            logq = logq.to(self._device)
         return Proposal(logq=logq, ids=ids, full_logp=None, passes=0, point_mass=True)
 
     def config(self):
