@@ -282,7 +282,7 @@ class RunSurvival(_Table):
 def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
     """The law fitted per offset: b0_j, b1_j (CR1 prompt-clustered intervals) and match rates."""
     groups, notes = _prepare(rounds, by)
-    rows = []
+    rows, few = [], []
     for g in groups:
         b, cov, _ = _offset_fits(g.H, g.M, g.codes, g.G)
         for j in range(g.M.shape[1]):
@@ -302,8 +302,13 @@ def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
             if not np.isfinite(b[j, 0]):
                 notes.append(f"{E.fmt_group(g.key)} offset {j + 1}: the logistic fit is not identified "
                              "(no variation in match or entropy); b0/b1 left empty")
-    notes.append(f"{int(level * 100)}% intervals: CR1 prompt-clustered (cluster = task, prompt_id), t with G-1 df; "
-                 "offsets with match = -1 (unknown) excluded per offset")
+            elif min(y.sum(), len(y) - y.sum()) < 10:
+                few.append(f"{E.fmt_group(g.key)}:{j + 1}")
+    if few:
+        notes.append(f"fewer than 10 matches or 10 misses at {len(few)} offset(s) ({', '.join(few[:6])}"
+                     f"{', ...' if len(few) > 6 else ''}): b0/b1 and their intervals are unreliable there")
+    notes.append(f"{int(level * 100)}% intervals: CR1 prompt-clustered (cluster = task, prompt_id), t with G-1 df "
+                 "(match rates on the logit scale); offsets with match = -1 (unknown) excluded per offset")
     return OffsetLaw(pd.DataFrame(rows), level, tuple(notes))
 
 

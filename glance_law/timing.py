@@ -317,7 +317,10 @@ def _forward_cost(baseline_rounds, baseline_prompts, notes):
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("timing ledger (--timing BASELINE_GLOB)")
+    g = parser.add_argument_group(
+        "timing ledger (--timing BASELINE_GLOB)",
+        "BASELINE_GLOB: the baseline arm's files or folder (quote a glob so the shell does not expand it); "
+        "the candidate is the speculative arm among the main PATHS")
     g.add_argument("--timing-bootstrap", type=int, default=8000, metavar="B",
                    help="paired prompt-bootstrap resamples for the margin (default 8000)")
 
