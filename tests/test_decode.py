@@ -4,6 +4,8 @@ at budgets 1, 15 and 63; cache gather; teacher-forced replay; sampling preserves
 target's distribution."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,7 @@ from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
 
 torch.set_num_threads(1)
+DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")     # benchmarks/gpu_check.sh sets cuda
 BUDGETS = (1, 15, 63)
 MAX_NEW = 20
 
@@ -27,7 +30,7 @@ def llama(tmp_path_factory):
     tgt = make_llama(root / "target", seed=0, init=1.0)       # peaked: repeats, so pld and drafts hit
     other = make_perturbed(root / "draft", tgt)               # a noisy copy: partial agreement
     head = make_block_head(root / "head", tgt, horizon=6)
-    return {"target": load_target(tgt), "target_path": tgt, "draft": other, "head": head}
+    return {"target": load_target(tgt, device=DEVICE), "target_path": tgt, "draft": other, "head": head}
 
 
 def _drafters(m):
@@ -62,7 +65,7 @@ def test_deep_trees_actually_accept(llama):
 def test_width_one_chain_and_qwen_families(tmp_path):
     for fam in ("qwen2", "qwen3"):
         p = make_llama(tmp_path / fam, family=fam, init=1.0, seed=3)
-        t = load_target(p)
+        t = load_target(p, device=DEVICE)
         pr = t.encode(PROMPTS[1])
         ref, _ = greedy_reference(t, pr, MAX_NEW)
         dr = make_drafter("two_model", t, draft_model=p, branch_k=1, draft_len=4)
@@ -85,7 +88,7 @@ def test_lossless_vlm_with_image(tmp_path, family):
     p = make_qwen2_vl(tmp_path / family, family=family)
     head = make_block_head(tmp_path / "head", p, horizon=5)
     size = 56 if family == "qwen2_vl" else 64
-    t = load_target(p)
+    t = load_target(p, device=DEVICE)
     for i in range(2):
         img = make_image(tmp_path / f"{i}.png", seed=i, size=size)
         pr = t.encode(None, image=str(img), question=PROMPTS[i])
@@ -101,7 +104,7 @@ def test_lossless_vlm_with_image(tmp_path, family):
 def test_vlm_positions_matter(tmp_path):
     """The rope delta of the image is what keeps tree tokens exact: dropping it diverges."""
     p = make_qwen2_vl(tmp_path / "vl")
-    t = load_target(p)
+    t = load_target(p, device=DEVICE)
     pr = t.encode(None, image=str(make_image(tmp_path / "i.png")), question=PROMPTS[0])
     ref, _ = greedy_reference(t, pr, MAX_NEW)
     t.prefill(pr, t.new_cache())
@@ -122,21 +125,22 @@ def test_commit_gathers_cache_to_the_path(llama):
     cache_a = t.new_cache()
     t.prefill(pr, cache_a)
     seq = res.resolve_stream[:-1]
-    t.extend(cache_a, torch.tensor(seq))
+    t.extend(cache_a, torch.tensor(seq, device=t.device))
     # and the decoder's own cache after the same rounds, via teacher forcing of the live run
     cache_b = t.new_cache()
     t.prefill(pr, cache_b)
-    logits, _ = t.verify(cache_b, torch.tensor(seq), torch.arange(len(seq)),
-                         torch.ones(len(seq), len(seq), dtype=torch.bool).tril())
+    d = t.device
+    logits, _ = t.verify(cache_b, torch.tensor(seq, device=d), torch.arange(len(seq), device=d),
+                         torch.ones(len(seq), len(seq), dtype=torch.bool, device=d).tril())
     for la, lb in zip(cache_a.layers, cache_b.layers):
         assert torch.allclose(la.keys, lb.keys, atol=1e-5)
     # gather: keep rows 0, 2, 3 of a 4-token block
     c = t.new_cache()
     t.prefill(pr, c)
     past = t.cache_len(c)
-    toks = torch.tensor(seq[:4])
-    t.verify(c, toks, torch.tensor([0, 1, 1, 2]), torch.tensor(
-        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool))
+    toks = torch.tensor(seq[:4], device=d)
+    t.verify(c, toks, torch.tensor([0, 1, 1, 2], device=d), torch.tensor(
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=torch.bool, device=d))
     k_before = [l.keys.clone() for l in c.layers]
     t.commit(c, past, [0, 2, 3])
     assert t.cache_len(c) == past + 3
@@ -175,14 +179,14 @@ def test_sampling_preserves_the_target_distribution(llama):
     for tok in torch.nonzero(p1 > 1e-4).view(-1).tolist():
         c = t.new_cache()
         t.prefill(pr, c)
-        lg, _ = t.extend(c, torch.tensor([tok]))
+        lg, _ = t.extend(c, torch.tensor([tok], device=t.device))
         p2 += p1[tok] * torch.softmax(lg[-1].float(), -1)
     dr = make_drafter("two_model", t, draft_model=llama["target_path"], branch_k=4, draft_len=2)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator(device=t.device).manual_seed(0)
     n = 200
     second = [decode(t, dr, pr, budget=15, branch_k=4, max_new_tokens=3, temperature=1.0, generator=g).tokens[1]
               for _ in range(n)]
-    expected = p2.double().numpy() * n
+    expected = p2.double().cpu().numpy() * n
     top = np.argsort(-expected)[:6]
     top = top[expected[top] >= 5]
     obs = np.array([sum(s == k for s in second) for k in top] + [sum(s not in top for s in second)])

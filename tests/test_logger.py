@@ -5,6 +5,7 @@ audit, mismatched probe)."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from glance_log.models import load_target  # noqa: E402
 from glance_log.record import RoundLogger, audit_fields, copy_len, encode_reference, resolve_offsets  # noqa: E402
 
 torch.set_num_threads(1)
+DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")     # benchmarks/gpu_check.sh sets cuda
 MAX_NEW = 20
 
 
@@ -41,7 +43,7 @@ def env(tmp_path_factory):
             fh.write(json.dumps({"id": f"p{i}", "prompt": f"{c}\n{PROMPTS[i % 3]}", "context": c,
                                  "reference": c}) + "\n")
     return {"root": root, "target": tgt, "draft": draft, "head": head, "data": data,
-            "t": load_target(tgt)}
+            "t": load_target(tgt, device=DEVICE)}
 
 
 def _log_one(env, tmp_path, drafter, dm=None, budget=15, k=4, prompt=PROMPTS[0]):
@@ -130,7 +132,7 @@ def test_root_statistics_match_an_independent_forward(env, tmp_path):
     t = env["t"]
     seq = pr.prompt_ids + res.resolve_stream
     with torch.no_grad():
-        logits = t.model(torch.tensor([seq])).logits[0].float()
+        logits = t.model(torch.tensor([seq], device=t.device)).logits[0].float().cpu()
     n0 = len(pr.prompt_ids)
     for _, row in rounds.iterrows():
         lg = logits[n0 + row["position"]]                      # the row that predicts offset 1 after the root
@@ -216,7 +218,7 @@ def test_per_round_hook_adds_no_host_device_sync(env, tmp_path, monkeypatch):
     monkeypatch.setattr(RoundLogger, "on_round", wrapped)
     # the counter can fail: a sync inside the flag is seen
     calls["inside"] = True
-    torch.ones(1).item()
+    torch.ones(1, device=env["t"].device).item()
     calls["inside"] = False
     assert calls["n"] == 1
     calls["n"] = 0
@@ -228,7 +230,8 @@ def test_per_round_hook_adds_no_host_device_sync(env, tmp_path, monkeypatch):
 
 def _cli(env, tmp_path, *extra):
     return main(["--task", "docvqa", "--model", str(env["target"]), "--data", str(env["data"]),
-                 "--out", str(tmp_path / "logs"), "--max-new-tokens", str(MAX_NEW), "--quiet", *extra])
+                 "--out", str(tmp_path / "logs"), "--max-new-tokens", str(MAX_NEW), "--quiet", "--device", DEVICE,
+                 *extra])
 
 
 def test_cli_baseline_audit_probe_and_resume(env, tmp_path, capsys):
