@@ -17,8 +17,8 @@ a fresh child process, so every peak RSS belongs to that step alone:
                    accepted, horizon), validated, as a pandas frame
 * ``read all``   : ``read_logs`` of every column the simulator wrote
 
-and prints one table (seconds, peak RSS MB of the whole child process, and time
-relative to ``arrow 2col``). Each step runs ``--repeat`` times in fresh processes
+and prints one table (seconds, peak RSS MB of the whole child process, the size of
+the returned pandas frame, and time relative to ``arrow 2col``). Each step runs ``--repeat`` times in fresh processes
 (fastest time, largest peak); ratios are measured side by side in one run.
 """
 from __future__ import annotations
@@ -52,10 +52,11 @@ else:
     n = len(ls.frame)
     assert not ls.skipped
 dt = time.perf_counter() - t0
+frame_mb = ls.frame.memory_usage(deep=True).sum() / 2 ** 20 if step == "read" else 0.0
 # VmHWM: this process's peak resident set (ru_maxrss would include the parent's
 # pre-exec memory on Linux)
 hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
-print(json.dumps({"seconds": dt, "rows": n, "peak_mb": int(hwm) / 1024}))
+print(json.dumps({"seconds": dt, "rows": n, "peak_mb": int(hwm) / 1024, "frame_mb": frame_mb}))
 """
 
 
@@ -72,7 +73,7 @@ def child(step: str, path: str, cols, repeat: int = 1) -> dict:
             best = r
         else:
             best = {"seconds": min(best["seconds"], r["seconds"]), "rows": r["rows"],
-                    "peak_mb": max(best["peak_mb"], r["peak_mb"])}
+                    "peak_mb": max(best["peak_mb"], r["peak_mb"]), "frame_mb": r["frame_mb"]}
     return best
 
 
@@ -134,12 +135,13 @@ def main(argv=None) -> int:
                     r["ratio"] = r["seconds"] / floor["seconds"]
                     rows.append((n, label, step, r))
                     print(f"  {label:>11} {step:<10} {r['seconds']:7.3f} s  peak {r['peak_mb']:6.0f} MB"
-                          f"  ({r['ratio']:.1f}x arrow 2col)", flush=True)
+                          f"  frame {r['frame_mb']:6.0f} MB  ({r['ratio']:.1f}x arrow 2col)", flush=True)
     print()
-    print(f"{'rounds':>11} {'files':>11} {'step':<10} {'seconds':>8} {'peak MB':>8} {'x floor':>8}")
+    print(f"{'rounds':>11} {'files':>11} {'step':<10} {'seconds':>8} {'peak MB':>8} {'frame MB':>8} {'x floor':>8}")
     for n, label, step, r in rows:
         ratio = f"{r['ratio']:.1f}" if "ratio" in r else "1.0" if step == "arrow 2col" else ""
-        print(f"{n:>11,} {label:>11} {step:<10} {r['seconds']:8.3f} {r['peak_mb']:8.0f} {ratio:>8}")
+        frame = f"{r['frame_mb']:.0f}" if r.get("frame_mb") else ""
+        print(f"{n:>11,} {label:>11} {step:<10} {r['seconds']:8.3f} {r['peak_mb']:8.0f} {frame:>8} {ratio:>8}")
     return 0
 
 

@@ -16,31 +16,40 @@ import pandas as pd
 __all__ = ["composite_key", "has_duplicates", "duplicate_mask", "duplicate_files"]
 
 
-def _codes(s: pd.Series) -> tuple[np.ndarray, int]:
-    """Dense non-negative integer codes of a column and their range."""
+def _codes(s: pd.Series) -> tuple[np.ndarray, int, int]:
+    """(codes, offset, range): ``codes + offset`` are dense non-negative integers below
+    ``range``, equal iff the values are equal (missing values get a code of their own).
+    Codes stay in their narrow dtype; nothing is copied for categoricals and integers."""
     if isinstance(s.dtype, pd.CategoricalDtype):
-        c = s.cat.codes.to_numpy().astype(np.int64)  # -1 (NaN) -> 0 after the shift
-        return c + 1, len(s.cat.categories) + 1
+        c = s.cat.codes.to_numpy()
+        has_na = c.size and int(c.min()) < 0
+        return c, (1 if has_na else 0), len(s.cat.categories) + (1 if has_na else 0)
     v = s.to_numpy()
     if v.dtype.kind in "iu" and v.size:
         lo, hi = int(v.min()), int(v.max())
         if hi - lo < 2 ** 40:
-            return v.astype(np.int64) - lo, hi - lo + 1
+            return (v.astype(np.int64) if v.dtype == np.uint64 else v), -lo, hi - lo + 1
     c, u = pd.factorize(s, sort=False, use_na_sentinel=False)
-    return c.astype(np.int64), len(u)
+    return c, 0, max(len(u), 1)
 
 
 def composite_key(frame: pd.DataFrame, key: Sequence[str]) -> np.ndarray:
-    """One int64 per row, equal iff the rows agree on every column of ``key``."""
+    """One int64 per row, equal iff the rows agree on every column of ``key``
+    (mixed radix over the columns' codes; compacted when the space would overflow)."""
     out = np.zeros(len(frame), dtype=np.int64)
     space = 1
     for k in key:
-        c, n = _codes(frame[k])
+        c, off, n = _codes(frame[k])
+        if n <= 1:
+            continue  # a constant column does not split keys
         if space * n >= 2 ** 62:  # compact what we have so far, then continue
             _, out = np.unique(out, return_inverse=True)
             out = out.astype(np.int64).reshape(-1)
             space = int(out.max()) + 1 if out.size else 1
-        out = out * n + c
+        out *= n
+        out += c
+        if off:
+            out += off
         space *= n
     return out
 

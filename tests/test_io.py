@@ -499,6 +499,15 @@ def test_key_arithmetic_matches_pandas(rows, wide):
     assert K.has_duplicates(K.composite_key(frame, key)) == bool(want.any())
 
 
+def test_key_arithmetic_edge_dtypes():
+    f = pd.DataFrame({"u": np.array([2 ** 63, 1, 2 ** 63, 1], dtype=np.uint64),
+                      "c": pd.Categorical(["x", None, "x", "y"]),
+                      "s": ["a", "b", "a", None], "k": [5, 5, 5, 5]})
+    k = K.composite_key(f, ["u", "c", "s", "k"])
+    assert k[0] == k[2] and len({k[0], k[1], k[3]}) == 3
+    np.testing.assert_array_equal(gio.duplicate_mask(f, ["u", "c", "s", "k"]), [True, False, True, False])
+
+
 def test_has_duplicates_sort_path():
     k = np.array([3, 2 ** 60, 7, 2 ** 60], dtype=np.int64)  # key space too large for the bitmap
     assert K.has_duplicates(k) and not K.has_duplicates(k[:3])
