@@ -394,12 +394,11 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
 
     The law (b0, b1) is fitted on the group's rounds (exact MLE); its survival in a decile is
     the average of ``sigmoid(b0 - b1 H_i)^l`` over the decile's rounds (not the survival at
-    the mean entropy). The two-state survival comes from ``glance_law.tail`` fitted on the
-    group's floor regime and is shown for the deciles inside that regime.
+    the mean entropy). The two-state survival comes from ``glance_law.tail`` fitted in regime
+    on the group's bottom entropy bin (the floor) and is shown for that bin.
     """
     groups, notes = _prepare(rounds, by, need_match=False)
-    frame = E.as_frame(rounds)
-    tail_fits = _tail_fits(frame, groups, notes) if two_state else {}
+    tail_fits = _tail_fits(groups, n_bins, notes) if two_state else {}
     rows = []
     for g in groups:
         try:
@@ -419,10 +418,7 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
                 y = (g.a[rows_l] >= l).astype(float)
                 s, se, gk = clustered_mean(y, g.codes[rows_l], g.G)
                 lo, hi = E.proportion_ci(s, se, gk, level)
-                two = np.nan
-                if ts is not None and ts["upper"] is not None and g.H[inb].max() <= ts["upper"] + 1e-12:
-                    surv = ts["survival"]
-                    two = float(surv[l - 1]) if l - 1 < len(surv) else np.nan
+                two = float(ts[l - 1]) if ts is not None and k == 0 and l - 1 < len(ts) else np.nan
                 rows.append({**g.key, "decile": k + 1, "mean_entropy": float(g.H[inb].mean()),
                              "l": l, "rounds": int(rows_l.sum()), "empirical": s, "empirical_lo": lo,
                              "empirical_hi": hi, "geometric": float(np.mean(p[rows_l] ** l)),
@@ -432,20 +428,27 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
     return RunSurvival(pd.DataFrame(rows), level, tuple(notes))
 
 
-def _tail_fits(frame, groups, notes) -> dict:
-    """Two-state survival per group from glance_law.tail (empty, with a note, when unavailable)."""
+def _tail_fits(groups, n_bins: int, notes: list[str]) -> dict:
+    """In-regime two-state fit per group on its bottom entropy bin (the floor regime), from
+    :mod:`glance_law.tail`; empty, with a note, when that module is not available."""
     try:
         from . import tail as _tail
-        fit_tail = _tail.fit_tail
+        fit_two_state, survival = _tail.fit_two_state, _tail.survival
     except (ImportError, AttributeError):
-        notes.append("two-state column empty: glance_law.tail.fit_tail is not available yet")
+        notes.append("two-state column empty: glance_law.tail (fit_two_state, survival) is not available")
         return {}
-    return _tail_fits_impl(frame, groups, notes, _tail, fit_tail)
-
-
-def _tail_fits_impl(frame, groups, notes, _tail, fit_tail) -> dict:  # pragma: no cover - filled below
-    notes.append("two-state column empty: glance_law.tail.fit_tail's interface is not wired here yet")
-    return {}
+    out = {}
+    for g in groups:
+        floor = decile_bins(g.H, n_bins) == 0
+        try:
+            fit = fit_two_state(g.a[floor], g.L[floor])
+            out[E.fmt_group(g.key)] = np.asarray(survival(fit.theta, int(g.L[floor].max())), dtype=float)
+        except (ValueError, ArithmeticError) as exc:
+            notes.append(f"{E.fmt_group(g.key)}: two-state model not fitted on the floor ({exc})")
+    if out:
+        notes.append("two_state: the two-state survival model (glance_law.tail) fitted by maximum likelihood on "
+                     "the bottom entropy bin's rounds only (in regime, as Assumption 3 prescribes), shown there")
+    return out
 
 
 # --------------------------------------------------------------------------

@@ -213,3 +213,18 @@ def test_cli_offsets_without_match_vectors_fails_clearly(tmp_path, capsys):
     write_logs(tmp_path, f)
     check_cli_error([tmp_path, "--offsets"], capsys, "match", "glance-log")
     check_cli_error([tmp_path, "--offsets", "--offset-bins", "0"], capsys, "--offset-bins")
+
+
+def test_run_survival_two_state_column_in_the_floor():
+    tail = pytest.importorskip("glance_law.tail")
+    if not hasattr(tail, "fit_two_state"):
+        pytest.skip("glance_law.tail.fit_two_state not available")
+    f = simulate_rounds([TAIL], n_prompts=50, rounds_per_prompt=30, horizon=10, seed=5)
+    s = O.run_survival(f, n_bins=5).to_frame()
+    floor = s[s.decile == 1]
+    assert floor.two_state.notna().all() and s[s.decile > 1].two_state.isna().all()
+    # in the copy regime the two-state survival tracks the empirical curve, the geometric does not
+    err_two = (floor.two_state - floor.empirical).abs().mean()
+    err_geo = (floor.geometric - floor.empirical).abs().mean()
+    assert err_two < err_geo / 2
+    assert ((floor.empirical_lo <= floor.two_state) & (floor.two_state <= floor.empirical_hi)).all()
