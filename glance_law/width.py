@@ -186,7 +186,7 @@ def node_masses(logq: np.ndarray, depth: np.ndarray, code: np.ndarray, p: np.nda
     logq = np.asarray(logq, dtype=np.float64)
     R, L, k = logq.shape
     T = np.empty((R, L, k))
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         T[:, :, 0] = np.log(p)[:, None]
         if k > 1:
             rest = logq[:, :, 1:]

@@ -1,0 +1,283 @@
+"""Width allocation at equal budget: allocation maths against brute force, the law-indexed node
+masses against explicit products, the keys' reversal, and the policies on simulated tree logs
+where the truth is known (oracle >= fixed, keyed in between, Proposition 6 on the data)."""
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from scipy import special
+
+from glance_law import allocate as al
+from glance_law import width as W
+from glance_law.errors import GlanceError
+from glance_law.fit import main as fit_main
+from glance_law.io import write_table
+from glance_law.simulate import TaskSpec, simulate_rounds, simulate_tree_rounds
+from glance_law.tree import best_first
+
+from test_tree import brute_order, random_logq
+
+
+# ----------------------------------------------------------------------------- allocation maths
+
+def brute_majorant(y):
+    """Least concave majorant of the points (n, y[n]), n = 0..len-1, by brute force."""
+    n = len(y)
+    out = np.array(y, dtype=float)
+    for x in range(n):
+        for i in range(0, x + 1):
+            for j in range(x, n):
+                if i == j:
+                    continue
+                v = y[i] + (y[j] - y[i]) * (x - i) / (j - i)
+                out[x] = max(out[x], v)
+    return out
+
+
+def random_pos(rng, R, L, n_max):
+    """Replay positions: strictly increasing for the first `stop` prefixes, then not placed."""
+    pos = np.cumsum(rng.integers(0, 6, size=(R, L)), axis=1) + np.arange(L)[None, :]
+    stop = rng.integers(0, L + 1, R)
+    pos = np.where(np.arange(L)[None, :] < stop[:, None], pos, n_max)
+    return np.minimum(pos, n_max)
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_envelope_is_the_least_concave_majorant(seed):
+    rng = np.random.default_rng(seed)
+    R, L, n_max = 6, int(rng.integers(1, 6)), int(rng.integers(3, 30))
+    pos = random_pos(rng, R, L, n_max)
+    seg = al.envelope_segments(pos, n_max)
+    for r in range(R):
+        curve = [(pos[r] < n).sum() for n in range(n_max + 1)]
+        want = brute_majorant(curve)
+        # the envelope is flat after its last vertex; the majorant too (the curve is non-decreasing)
+        got = [al.envelope_value(seg, np.array([n] * R))[r] for n in range(n_max + 1)]
+        assert np.allclose(got, want), (r, got, want)
+        # unit values are the envelope's increments
+        uv = al.unit_values(seg, n_max)[r]
+        assert np.allclose(np.cumsum(uv), want[1:])
+        assert np.all(np.diff(uv) <= 1e-12)                     # concave
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_greedy_allocation_is_optimal_on_envelopes(seed):
+    rng = np.random.default_rng(100 + seed)
+    R, L, n_max = 3, 4, int(rng.integers(4, 9))
+    pos = random_pos(rng, R, L, n_max)
+    seg = al.envelope_segments(pos, n_max)
+    ss = al.SortedSegments.build(seg)
+    E = np.array([[al.envelope_value(seg, np.full(R, n))[r] for n in range(n_max + 1)] for r in range(R)])
+    for B in range(0, R * n_max + 1, 2):
+        n = al.allocate(ss, [B])[0]
+        assert n.sum() <= B and (n <= n_max).all()
+        best = max(sum(E[r, c[r]] for r in range(R)) for c in itertools.product(range(n_max + 1), repeat=R)
+                   if sum(c) <= B)
+        assert E[np.arange(R), n].sum() == pytest.approx(best)
+
+
+def test_weights_and_exchange_rate():
+    rng = np.random.default_rng(5)
+    pos = random_pos(rng, 20, 6, 40)
+    seg = al.envelope_segments(pos, 40)
+    ss = al.SortedSegments.build(seg)
+    a = al.allocate(ss, [100, 250])
+    assert np.array_equal(a, al.allocate(ss, [100, 250], np.ones(20)))
+    w = rng.integers(0, 3, 20).astype(float)
+    n = al.allocate(ss, [150.0], w)[0]
+    assert (w * n).sum() <= 150 + 1e-9 and (n[w == 0] >= 0).all()
+    # exchange rate: only segments worth >= lam per node are bought, so spending stops early
+    lam = 0.3
+    s2 = al.SortedSegments.build(seg, lam)
+    n2 = al.allocate(s2, [10_000])[0]
+    uv = al.unit_values(seg, 40)
+    bought = np.arange(1, 41)[None, :] <= n2[:, None]
+    assert (uv[bought] >= lam).all() and (uv[~bought] < lam).all()
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_prop6_bound_holds_for_best_first_allocations(seed):
+    """Proposition 6 is a theorem for best-first allocations of equal size: check the code."""
+    rng = np.random.default_rng(200 + seed)
+    R, L, n_max = 30, 6, 40
+    pos = random_pos(rng, R, L, n_max)
+    true = al.envelope_segments(pos, n_max)
+    grid = np.arange(1, n_max + 1)
+    pred = al.hull_segments(np.broadcast_to(grid.astype(float), (R, n_max)),
+                            np.cumsum(rng.gamma(0.5, 1.0, (R, 1)) * rng.random((R, n_max)) ** 2, axis=1))
+    for N in (1, 3, 7):
+        B = N * R
+        n_star = al.allocate(al.SortedSegments.build(true), [B])[0]
+        n_hat = al.allocate(al.SortedSegments.build(pred), [B])[0]
+        if n_star.sum() != n_hat.sum():
+            continue
+        reg, bound = al.prop6(true, pred, n_star, n_hat, n_max)
+        assert reg >= -1e-9 and reg <= bound + 1e-9
+
+
+# ----------------------------------------------------------------------------- masses and keys
+
+@pytest.mark.parametrize("seed", range(8))
+def test_node_masses_are_explicit_products(seed):
+    rng = np.random.default_rng(300 + seed)
+    L, k, R = int(rng.integers(1, 4)), int(rng.integers(1, 4)), 4
+    lq = random_logq(rng, L, k, inf_frac=0.15 if seed % 2 else 0.0, R=R).astype(np.float64)
+    p, r = rng.uniform(0.2, 0.9, R), rng.uniform(0.1, 0.9, R)
+    n = sum(k ** d for d in range(1, L + 1))
+    _, dep, cod = best_first(lq, n)
+    m = W.node_masses(lq, dep, cod, p, r)
+    for i in range(R):
+        for col in range(n):
+            d = int(dep[i, col])
+            if d == 0:
+                assert m[i, col] == 0
+                continue
+            ch = [(int(cod[i, col]) // k ** (d - 1 - j)) % k for j in range(d)]
+            want = 1.0
+            for j, c in enumerate(ch):
+                if c == 0:
+                    want *= p[i]
+                else:
+                    rest = np.exp(lq[i, j, 1:])
+                    want *= (1 - p[i]) * r[i] * rest[c - 1] / rest.sum()
+            assert m[i, col] == pytest.approx(want, rel=1e-9, abs=1e-300)
+        if not np.isinf(lq[i]).any():                          # the masses of each depth sum up
+            for d in range(1, L + 1):
+                assert m[i][dep[i] == d].sum() == pytest.approx((p[i] + (1 - p[i]) * r[i] * (k > 1)) ** d)
+
+
+def test_keys_identity_and_reversal():
+    H = np.linspace(0, 4, 41)
+    b0, b1, L = 1.0, 0.8, 15
+    p = special.expit(b0 - b1 * H)
+    assert np.allclose(W.paper_key(H, L, b0, b1), p * (1 - p ** L))            # E[a|H](1-p) = p(1-p^L)
+    assert special.expit(b0) < (L + 1) ** (-1 / L)
+    assert np.all(np.diff(W.paper_key(H, L, b0, b1)) < 0)                      # V highest at low entropy
+    assert np.all(np.diff(W.rescue_key(H, L, b0, b1, 0.5, 0.0)) > 0)           # constant r: the reverse
+    assert np.allclose(W.rescue_key(H, L, b0, b1, b0, b1), W.paper_key(H, L, b0, b1))   # r = p: the paper
+
+
+def test_fit_rescue_recovers_a_logistic_truth():
+    rng = np.random.default_rng(9)
+    H = rng.gamma(2.0, 0.6, 40_000)
+    y = rng.random(H.size) < special.expit(1.5 - 0.9 * H)
+    c0, c1, how = W.fit_rescue(H, y)
+    assert how == "logistic" and abs(c0 - 1.5) < 0.08 and abs(c1 - 0.9) < 0.06
+    c0, c1, how = W.fit_rescue(np.ones(50), np.r_[np.ones(20), np.zeros(30)])
+    assert how == "constant" and special.expit(c0) == pytest.approx(0.4) and c1 == 0
+
+
+# ----------------------------------------------------------------------------- policies on simulated logs
+
+TASK = (TaskSpec("t", b0=1.0, b1=0.8, shape=2.0, scale=0.6, floor_weight=0.1),)
+
+
+@pytest.fixture(scope="module")
+def informative():
+    """r(H) falls with entropy like p: both keys point the same way; width is worth more at low H."""
+    f = simulate_tree_rounds(TASK, n_prompts=80, rescue=(3.0, 3.0), seed=2, truth=True)
+    return f, W.width_allocation(f, budgets=(3, 7, 15, 31, 63), n_boot=60, seed=1)
+
+
+def test_oracle_dominates_fixed_and_keyed_lie_between(informative):
+    f, res = informative
+    t = res.to_frame()
+    assert len(t) == 5 and (t["rounds"] == len(f)).all()
+    assert (t["oracle"] >= t["fixed"]).all()
+    for p in ("paper", "rescue"):
+        assert ((t[p] > t["fixed"]) & (t[p] < t["oracle"])).all(), p
+    assert (t["headroom_lo"] > 0).all() and (t["gain_rescue_lo"] > 0).all()
+    for c in ("headroom", "gain_paper", "gain_rescue"):
+        assert ((t[c + "_lo"] <= t[c]) & (t[c] <= t[c + "_hi"])).all()
+    # Proposition 6 on the data, in both currencies
+    g = res.regret.to_frame()
+    assert len(g) == 10 and g["holds"].all() and g["holds_realized"].all()
+    assert (g["regret"] > 0).all() and (g["regret"] <= g["bound"]).all()
+
+
+def test_rescue_fit_and_keys_recover_the_truth(informative):
+    f, res = informative
+    tab = res.rescue.to_frame()
+    coef = res.rescue.coef.iloc[0]
+    assert abs(coef.c0 - 3.0) < 0.6 and abs(coef.c1 - 3.0) < 0.8
+    # the true mean rescue probability of each bin lies in its prompt-clustered interval
+    H = f["root_entropy"].to_numpy()
+    hits = [(row.rescue_rate_lo <= f["_r"][(H >= row.h_lo) & (H <= row.h_hi)].mean() <= row.rescue_rate_hi)
+            for row in tab.itertuples()]
+    assert sum(hits) >= len(hits) - 1
+    assert np.all(np.diff(tab["key_rescue"].to_numpy()) < 0)
+
+
+def test_paper_key_loses_when_rescue_rises_with_entropy():
+    """With r(H) increasing in H the paper's V (r = p) gives width to the wrong rounds: it falls
+    below the fixed width, while the rescue-corrected policy does not."""
+    f = simulate_tree_rounds(TASK, n_prompts=80, rescue=(-2.0, -2.0), seed=3)
+    t = W.width_allocation(f, budgets=(7, 15, 31), n_boot=40, seed=0).to_frame()
+    assert (t["paper"] < t["fixed"]).all() and (t["gain_paper_hi"] < 0).all()
+    assert (t["rescue"] > t["paper"]).all() and (t["rescue"] >= 0.995 * t["fixed"]).all()
+
+
+def test_exchange_rate_stops_spending(informative):
+    f, _ = informative
+    t = W.width_allocation(f, budgets=(15, 63), exchange_rate=0.05, n_boot=0).to_frame()
+    assert (t["nodes_fixed"] == t["budget"]).all()
+    for p in ("oracle", "paper", "rescue"):
+        assert (t[f"nodes_{p}"] <= t["budget"] + 1e-9).all()
+    assert t["nodes_oracle"].iloc[1] < 63 and t["nodes_rescue"].iloc[1] < 63
+
+
+def test_pareto_plot(informative, tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    _, res = informative
+    fig = res.plot(tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 10_000
+    ax = fig.axes[0]
+    assert "nodes per round" in ax.get_xlabel() and "tokens per round" in ax.get_ylabel()
+    styles = {(l.get_linestyle(), l.get_marker()) for l in ax.get_lines()}
+    assert len(styles) == 4                                   # told apart without colour
+    par = res.pareto
+    assert set(par["policy"]) == set(W.POLICIES)
+    fx = par[par["policy"] == "fixed"].sort_values("budget")
+    assert np.all(np.diff(fx["accepted"].to_numpy()) >= 0)
+
+
+def test_inputs_and_cli(tmp_path, capsys):
+    f = simulate_tree_rounds(n_prompts=8, rounds_per_prompt=(15, 25), seed=7)
+    write_table(f, tmp_path / "logs" / "a.parquet")
+    rc = fit_main([str(tmp_path / "logs"), "--width", "--budgets", "7,15", "--width-boot", "20",
+                   "--format", "json", "--width-plot", str(tmp_path / "fig.png")])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    assert "width allocation" in out.out and "Proposition 6" in out.out and "rescue probability" in out.out
+    assert (tmp_path / "fig.png").exists()
+    # logs without the marginals: one line naming the logger flag, exit 2
+    g = simulate_rounds(n_prompts=4, rounds_per_prompt=5)
+    write_table(g, tmp_path / "plain" / "b.parquet")
+    assert fit_main([str(tmp_path / "plain"), "--width"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "topk_logq" in err and "glance-log" in err
+    assert fit_main([str(tmp_path / "logs"), "--width", "--budgets", "0,15"]) == 2
+    assert "positive" in capsys.readouterr().err
+    with pytest.raises(GlanceError, match="n_max"):
+        W.width_allocation(f, budgets=(300,), n_max=255)
+
+
+@pytest.mark.slow
+def test_policies_over_many_simulated_logs():
+    """Across 12 simulated logs: the oracle never falls below the fixed width, Proposition 6 holds
+    in every row, and the rescue-corrected policy beats the fixed width in most rows."""
+    wins, rows = 0, 0
+    for s in range(12):
+        resc = [(3.0, 3.0), (0.5, 0.0), (-2.0, -2.0), (2.0, 1.0)][s % 4]
+        f = simulate_tree_rounds(TASK, n_prompts=40, rescue=resc, seed=50 + s)
+        res = W.width_allocation(f, budgets=(3, 15, 63), n_boot=0)
+        t = res.to_frame()
+        assert (t["oracle"] >= t["fixed"]).all()
+        assert res.regret.to_frame()["holds"].all()
+        wins += int((t["rescue"] > t["fixed"]).sum())
+        rows += len(t)
+    assert wins >= 0.8 * rows
