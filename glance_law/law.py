@@ -108,6 +108,11 @@ def law_supremum(b0: float, L: int) -> float:
     return float(np.exp(b0) * -np.expm1(L * np.log(p)))
 
 
+def _dot(x, y) -> float:
+    """sum(x * y) for long vectors without BLAS (whose threads can cost 10x on a busy machine)."""
+    return float(np.einsum("i,i->", x, y))
+
+
 def _successes_failures(a, L):
     a = np.asarray(a, dtype=np.float64)
     L = np.asarray(L, dtype=np.float64)
@@ -144,11 +149,12 @@ def score_and_information(b, H, a, L, weight=None):
     X = _design(H)
     s, f = _successes_failures(a, L)
     w = np.ones_like(s) if weight is None else np.asarray(weight, dtype=np.float64)
-    p = special.expit(X @ np.asarray(b, dtype=np.float64))
+    b = np.asarray(b, dtype=np.float64)
+    p = special.expit(b[0] + b[1] * X[:, 1])  # X = (1, -H)
     n_trials = s + f
     resid = s - n_trials * p
     scores = X * (w * resid)[:, None]
-    info = (X * (w * n_trials * p * (1.0 - p))[:, None]).T @ X
+    info = np.einsum("ij,i,ik->jk", X, w * n_trials * p * (1.0 - p), X)
     return scores, info
 
 
@@ -183,39 +189,44 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     live = n_tr > 0
     if np.ptp(H[live]) == 0:
         raise ValueError("root_entropy does not vary, so the slope b1 is not identified")
-    SH = float(s @ H)
+    SH = _dot(s, H)
     H2 = H * H
 
     def ll(b):
-        return b[0] * S - b[1] * SH - float(n_tr @ np.logaddexp(0.0, b[0] - b[1] * H))
+        return b[0] * S - b[1] * SH - _dot(n_tr, np.logaddexp(0.0, b[0] - b[1] * H))
 
-    buf, npv = np.empty_like(H), np.empty_like(H)
+    e, p, npv = np.empty_like(H), np.empty_like(H), np.empty_like(H)
 
-    def grad_info(b):  # in place: this loop dominates the fit's time on 10^6+ rounds
-        np.multiply(H, -b[1], out=buf)
-        np.add(buf, b[0], out=buf)
-        special.expit(buf, out=buf)                  # p
-        np.multiply(n_tr, buf, out=npv)              # (s + f) p
-        g = np.array([S - npv.sum(), -(SH - float(npv @ H))])
-        np.subtract(1.0, buf, out=buf)
-        np.multiply(buf, npv, out=buf)               # (s + f) p (1 - p)
-        vh = float(buf @ H)
-        return g, np.array([[buf.sum(), -vh], [-vh, float(buf @ H2)]])
+    def grad_info(b):
+        # In place, with p = 1/(1 + e^-eta) and 1 - p = e^-eta p (both without cancellation):
+        # this loop dominates the fit's time on 10^6+ rounds.
+        np.multiply(H, b[1], out=e)
+        np.subtract(e, b[0], out=e)
+        np.minimum(e, 700.0, out=e)
+        np.exp(e, out=e)                             # e^-eta
+        np.add(e, 1.0, out=p)
+        np.reciprocal(p, out=p)                      # p
+        np.multiply(n_tr, p, out=npv)                # (s + f) p
+        g = np.array([S - npv.sum(), -(SH - _dot(npv, H))])
+        np.multiply(e, p, out=e)                     # 1 - p
+        np.multiply(e, npv, out=e)                   # (s + f) p (1 - p)
+        vh = _dot(e, H)
+        return g, np.array([[e.sum(), -vh], [-vh, _dot(e, H2)]])
 
     b = np.asarray(b_init, dtype=np.float64).copy()
     if not np.any(b):
         b = np.array([special.logit(S / N), 0.0])  # the intercept-only MLE
-        if H.size > 200_000:
+        if H.size > 100_000:
             # Warm start from a strided subsample: Newton converges quadratically, so two or three
             # full-data iterations then reach the exact MLE (the result does not depend on the start).
-            k = H.size // 50_000
+            k = H.size // 25_000
             try:
                 b = fit_affine_logit(H[::k], a_arr[::k], L_arr[::k], None if w is None else w[::k],
                                      tol=1e-6)[0]
             except ValueError:
                 pass
     g, info = grad_info(b)
-    converged = False
+    converged, ll_cur = False, None
     for _ in range(max_iter):
         try:
             step = np.linalg.solve(info, g)
@@ -224,25 +235,28 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
         if not np.all(np.isfinite(step)):
             raise ValueError("the information matrix is singular; the data cannot identify (b0, b1)")
         if np.max(np.abs(step)) < tol * (1.0 + np.max(np.abs(b))):
-            b = b + step  # already converged: the step is below round-off of the likelihood's slope
-            g, info = grad_info(b)
+            b = b + step  # converged: the information is unchanged at this precision
             converged = True
             break
-        t, ll_old = 1.0, None
+        t, ll_new = 1.0, None
+        # in Newton's quadratic regime a step this small cannot lower the likelihood
+        small = np.max(np.abs(step)) < 1e-4 * (1.0 + np.max(np.abs(b)))
         while True:
             # Damped Newton. Along the step the log-likelihood is concave, so a non-negative
             # directional derivative at the new point proves it did not decrease; only
             # otherwise are log-likelihoods compared (and the step halved if it fell).
             b_new = b + t * step
             g_new, info_new = grad_info(b_new)
-            if g_new @ step >= 0 or t < 1e-8:
+            if g_new @ step >= 0 or t < 1e-8 or small:
+                ll_new = None
                 break
-            if ll_old is None:
-                ll_old = ll(b)
-            if ll(b_new) >= ll_old - 1e-12 * max(1.0, abs(ll_old)):
+            if ll_cur is None:
+                ll_cur = ll(b)
+            ll_new = ll(b_new)
+            if ll_new >= ll_cur - 1e-12 * max(1.0, abs(ll_cur)):
                 break
             t *= 0.5
-        b, g, info = b_new, g_new, info_new
+        b, g, info, ll_cur = b_new, g_new, info_new, ll_new
         if np.max(np.abs(t * step)) < tol * (1.0 + np.max(np.abs(b))):
             converged = True
             break
@@ -278,12 +292,12 @@ def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, m
     b = np.asarray(b_init, dtype=np.float64).copy()
     M, J = _mean_and_jacobian(b, H, L)
     r = a - M
-    sse = float(w @ (r * r))
+    sse = _dot(w, r * r)
     converged = False
     for _ in range(max_iter):
         JW = J * w[:, None]
         try:
-            step = np.linalg.solve(JW.T @ J, JW.T @ r)
+            step = np.linalg.solve(np.einsum("ij,ik->jk", JW, J), np.einsum("ij,i->j", JW, r))
         except np.linalg.LinAlgError:
             raise ValueError("the least-squares Jacobian is singular; the data cannot identify (b0, b1)") from None
         t = 1.0
@@ -291,7 +305,7 @@ def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, m
             b_new = b + t * step
             M_new, J_new = _mean_and_jacobian(b_new, H, L)
             r_new = a - M_new
-            sse_new = float(w @ (r_new * r_new))
+            sse_new = _dot(w, r_new * r_new)
             if sse_new <= sse * (1.0 + 1e-14) or t < 1e-8:
                 break
             t *= 0.5
@@ -327,9 +341,9 @@ def _cr1(method, b, H, a, L, w, cl, G, p=None):
         r = a - M
         if w is not None:
             r = r * w
-            bread = (J * w[:, None]).T @ J
+            bread = np.einsum("ij,i,ik->jk", J, w, J)
         else:
-            bread = J.T @ J
+            bread = np.einsum("ij,ik->jk", J, J)
         scores = J * r[:, None]
     else:
         s, f = _successes_failures(a, L)
@@ -340,8 +354,8 @@ def _cr1(method, b, H, a, L, w, cl, G, p=None):
             resid *= w
         scores = np.column_stack([resid, -H * resid])
         v = (s + f) * p * (1.0 - p) * (1.0 if w is None else w)
-        vh = float(v @ H)
-        bread = np.array([[v.sum(), -vh], [-vh, float(v @ (H * H))]])
+        vh = _dot(v, H)
+        bread = np.array([[v.sum(), -vh], [-vh, _dot(v, H * H)]])
     return cr1_covariance(scores, np.linalg.inv(bread), cl, G)
 
 
@@ -359,12 +373,12 @@ def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     row = _nan_row()
     row.update(task=label, rounds=int(round(W)), prompts=G, method=opt["method"], interval=opt["interval"],
                level=level, horizon=int(L.max()), converged=False)
-    row["mean_entropy"] = float(ones @ H / W)
+    row["mean_entropy"] = _dot(ones, H) / W
     mean_a, se_a, _ = clustered_mean(a, cl, G, w)
     row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
     half = t_crit(G, level) * se_a if G >= 2 else np.nan
     row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
-    row["p_ge8"] = float(ones @ (a >= 8) / W)
+    row["p_ge8"] = _dot(ones, (a >= 8).astype(np.float64)) / W
     ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order)
     row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
     if L.min() != L.max():
@@ -430,7 +444,7 @@ def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
             row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
             # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L), at the floor rounds' L
             pf = special.expit(b0) ** L[floor]
-            row["sup"] = float(np.exp(b0) * (1.0 - (ones[floor] @ pf) / ones[floor].sum()))
+            row["sup"] = float(np.exp(b0) * (1.0 - _dot(ones[floor], pf) / ones[floor].sum()))
     checks = LawChecks(group=label, drafter=str(drafter if drafter is not None else "unknown"),
                        b1=row["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"], rho=rho, rho_p=rho_p,
                        r2_curve=row["r2_curve"], r2_isotonic=row["r2_isotonic"], alpha=opt["alpha"],
@@ -467,7 +481,7 @@ def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where)
             if cdraws is not None:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     cdraws[k] = np.bincount(bins, wr * a, B) / np.bincount(bins, wr, B)
-            mdraws[k] = (wr @ a) / wr.sum()
+            mdraws[k] = _dot(wr, a) / wr.sum()
             k += 1
     if failed:
         notes.append(f"{where}: {failed} of {n_boot} bootstrap replicates could not be refitted "

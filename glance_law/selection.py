@@ -35,17 +35,18 @@ def as_frame(rounds):
     raise GlanceError("the law expects a rounds DataFrame or a LogSet from glance_law.read_logs")
 
 
-def codes_of(series: pd.Series) -> tuple[np.ndarray, list[str]]:
+def codes_of(series: pd.Series, names: bool = True) -> tuple[np.ndarray, list[str] | int]:
+    """Integer codes of a column and its distinct values as strings (or, with ``names=False``,
+    just how many there are: cheaper for the many prompt ids)."""
     if isinstance(series.dtype, pd.CategoricalDtype):
         codes = series.cat.codes.to_numpy().astype(np.int64)
-        cats = [str(c) for c in series.cat.categories]
+        uniq = series.cat.categories
     else:
         codes, uniq = pd.factorize(series, sort=True)
         codes = codes.astype(np.int64)
-        cats = [str(u) for u in uniq]
     if codes.size and codes.min() < 0:
         raise GlanceError(f"column '{series.name}': {int((codes < 0).sum())} missing value(s); every round needs one")
-    return codes, cats
+    return codes, ([str(u) for u in uniq] if names else len(uniq))
 
 
 def compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
@@ -68,12 +69,12 @@ def cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
         raise MissingColumnError(f"cluster column(s) {', '.join(cluster)}", "the draftability law")
     out, size = np.zeros(len(frame), dtype=np.int64), 1
     for c in cols:
-        k, cats = codes_of(frame[c])
-        size *= max(len(cats), 1)
+        k, m = codes_of(frame[c], names=False)
+        size *= max(m, 1)
         if size >= 2 ** 62:
             from .cluster import cluster_codes
             return cluster_codes(frame, cols)[0]
-        out = out * max(len(cats), 1) + k
+        out = out * max(m, 1) + k
     return out
 
 

@@ -1,0 +1,183 @@
+"""Benchmark of the law fit (issue 2): speed and memory at 10^6 and 10^7 rounds, side by side
+with merely reading the two columns (root_entropy, accepted) from Parquet, and the paper's
+reference method against the MLE.
+
+    nice -n 15 python benchmarks/bench_fit.py               # 10^6 and 10^7 rounds
+    nice -n 15 python benchmarks/bench_fit.py --sizes 1e6   # 10^6 only
+    python benchmarks/bench_fit.py --reference-only          # the bias of the paper's method
+
+Measured (all in one run, so ratios compare like with like):
+
+* ``read2``    pyarrow reads the two columns of the Parquet log into numpy (in-process);
+* ``fit``      ``fit_law`` on the frame: MLE per task and pooled, CR1 prompt-clustered
+               intervals, decile curve with clustered intervals, isotonic curve, three R^2,
+               clustered Spearman, both ceilings, floor/cap/sup, the four checks (in-process);
+* ``read+fit`` ``read_logs`` (validated, only the law's columns) then ``fit_law`` (in-process);
+* ``cli``      ``python -m glance_law.fit LOG --format json`` as a fresh process: wall time and
+               peak RSS (includes interpreter start and imports);
+* ``cli-read2`` a fresh process that only imports pyarrow and reads the two columns.
+
+In-process timings are the best of ``--repeat`` runs (the machine is shared); process
+figures are single runs. Nothing here is asserted: the figures go in the report.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+from scipy import optimize, special
+
+from glance_law.io import read_logs, write_table
+from glance_law.law import fit_affine_logit, fit_law
+from glance_law.simulate import DEFAULT_TASKS, TaskSpec, simulate_arrays, simulate_rounds
+
+LAW_COLUMNS = ["root_entropy", "accepted", "horizon", "task", "prompt_id", "condition", "drafter"]
+
+
+def write_log(folder: Path, n_rounds: int, part_rows: int = 1_000_000) -> list[Path]:
+    """Simulated five-task logs of about ``n_rounds`` rounds, in parts of ``part_rows``."""
+    paths = []
+    per_prompt = 40  # (20, 60) rounds per prompt on average
+    for i, start in enumerate(range(0, n_rounds, part_rows)):
+        rows = min(part_rows, n_rounds - start)
+        n_prompts = max(1, rows // (per_prompt * len(DEFAULT_TASKS)))
+        frame = simulate_rounds(DEFAULT_TASKS, n_prompts=n_prompts, vectors=False, seed=1000 + i,
+                                run_id=f"bench{i}")
+        frame["prompt_id"] = frame["prompt_id"].astype(str) + f"-p{i}"
+        paths.append(write_table(frame, folder / f"rounds-bench-{i:03d}.parquet", run={"bench": True}))
+    return paths
+
+
+def best_of(fn, repeat: int) -> tuple[float, float, object]:
+    """Best wall and best CPU seconds of ``repeat`` calls (CPU time is what the process itself
+    spent; on a shared machine it is the steadier figure)."""
+    best, best_cpu, out = np.inf, np.inf, None
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        out = fn()
+        best_cpu = min(best_cpu, time.process_time() - c)
+        best = min(best, time.perf_counter() - t)
+    return best, best_cpu, out
+
+
+# A child's ru_maxrss counts the parent's memory at fork time, so each child reports the
+# high-water mark of its own address space (VmHWM) when it exits.
+_HWM = ("import atexit, runpy, sys\n"
+        "def _hwm():\n"
+        "    for line in open('/proc/self/status'):\n"
+        "        if line.startswith('VmHWM'):\n"
+        "            sys.stderr.write('VMHWM_KB ' + line.split()[1] + '\\n')\n"
+        "atexit.register(_hwm)\n")
+
+
+def process(args: list[str], module: str | None = None, code: str | None = None) -> tuple[float, float, float, int]:
+    """Wall seconds, CPU seconds, peak RSS (MB) and exit code of one fresh Python process running
+    ``python -m module args`` or ``python -c code args``."""
+    body = _HWM + (f"sys.argv = [{module!r}] + sys.argv[1:]\nrunpy.run_module({module!r}, run_name='__main__')\n"
+                   if module else code)
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", body] + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    rc = os.waitstatus_to_exitcode(status)
+    proc.returncode = rc
+    hwm = [float(line.split()[1]) / 1024.0 for line in err.splitlines() if line.startswith("VMHWM_KB")]
+    if rc != 0:
+        print(f"  ! {module or 'code'} exited {rc}: {err.strip()[-300:]}")
+    return wall, usage.ru_utime + usage.ru_stime, (hwm[-1] if hwm else float("nan")), rc
+
+
+def read_two(paths):
+    cols = [pq.read_table(p, columns=["root_entropy", "accepted"]) for p in paths]
+    return [(t.column(0).to_numpy(), t.column(1).to_numpy()) for t in cols]
+
+
+def fit_only(paths, repeat: int):
+    frame = read_logs(paths, "rounds", columns=LAW_COLUMNS).frame
+    return best_of(lambda: fit_law(frame), repeat)
+
+
+def bench_size(n: int, repeat: int, tmp: Path) -> None:
+    folder = tmp / f"n{n}"
+    folder.mkdir()
+    t = time.perf_counter()
+    paths = write_log(folder, n)
+    n_real = sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+    size = sum(p.stat().st_size for p in paths) / 1e6
+    print(f"\n== {n_real:,} rounds in {len(paths)} Parquet part(s), {size:.0f} MB "
+          f"(simulated in {time.perf_counter() - t:.0f} s)")
+    t_read2, c_read2, _ = best_of(lambda: read_two(paths), repeat)
+    t_fit, c_fit, fit = fit_only(paths, repeat)
+    t_all, c_all, _ = best_of(lambda: fit_law(read_logs(paths, "rounds", columns=LAW_COLUMNS)), repeat)
+    pooled = fit.row("pooled")
+    print(f"in-process, best of {repeat} (wall / CPU seconds):")
+    print(f"  read2    {t_read2:6.2f} / {c_read2:6.2f}")
+    print(f"  fit      {t_fit:6.2f} / {c_fit:6.2f}   (CPU x{c_fit / c_read2:.1f} read2)")
+    print(f"  read+fit {t_all:6.2f} / {c_all:6.2f}   (CPU x{c_all / c_read2:.1f} read2)")
+    print(f"  pooled b0 = {pooled.b0:.4f} [{pooled.b0_lo:.4f}, {pooled.b0_hi:.4f}], "
+          f"b1 = {pooled.b1:.4f} [{pooled.b1_lo:.4f}, {pooled.b1_hi:.4f}], prompts {pooled.prompts}")
+    glob = str(folder / "*.parquet")
+    cli = process([glob, "--format", "json"], module="glance_law.fit")
+    code = ("[pq.read_table(p, columns=['root_entropy','accepted']).to_pandas() for p in sys.argv[1:]]\n")
+    r2 = process([str(p) for p in paths], code="import pyarrow.parquet as pq\n" + code)
+    imp = process([], code="import glance_law.fit\n")
+    print("fresh processes (wall s / CPU s / peak RSS MB):")
+    print(f"  cli       {cli[0]:6.2f} / {cli[1]:6.2f} / {cli[2]:6.0f}   (exit {cli[3]})")
+    print(f"  read2     {r2[0]:6.2f} / {r2[1]:6.2f} / {r2[2]:6.0f}")
+    print(f"  imports   {imp[0]:6.2f} / {imp[1]:6.2f} / {imp[2]:6.0f}   (python -c 'import glance_law.fit')")
+    print(f"  cli / read2: wall x{cli[0] / r2[0]:.1f}, CPU x{cli[1] / r2[1]:.1f}, RSS x{cli[2] / r2[2]:.1f}")
+    for p in paths:
+        p.unlink()
+
+
+def paper_reference(n_prompts: int = 400, seed: int = 0) -> None:
+    """The paper's reference fit - unweighted least squares of the untruncated geometric mean
+    p/(1-p), clipped at 15 - against the MLE, on logs simulated at b0 = 3, b1 = 1 (L = 15)."""
+    print("\n== the paper's reference method vs the MLE (truth b0 = 3, b1 = 1, L = 15)")
+    for label, spec in (("default entropy mix", TaskSpec("t", 3.0, 1.0)),
+                        ("no floor component", TaskSpec("t", 3.0, 1.0, floor_weight=0.0))):
+        arr = simulate_arrays([spec], n_prompts=n_prompts, vectors=False, seed=seed)
+        H = arr["root_entropy"].astype(float)
+        a = arr["accepted"].astype(float)
+        L = arr["horizon"].astype(float)
+
+        def clipped(x):
+            p = special.expit(x[0] - x[1] * H)
+            return a - np.minimum(p / (1.0 - p), 15.0)
+
+        ref = optimize.least_squares(clipped, x0=[1.0, 0.5]).x
+        mle = fit_affine_logit(H, a, L)[0]
+        print(f"  {label:20s} ({H.size:,} rounds): reference LS b0 = {ref[0]:.3f}, b1 = {ref[1]:.3f} | "
+              f"MLE b0 = {mle[0]:.3f}, b1 = {mle[1]:.3f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1e6,1e7", help="comma-separated round counts (default 1e6,1e7)")
+    ap.add_argument("--repeat", type=int, default=3, help="in-process repeats, best taken (default 3)")
+    ap.add_argument("--reference-only", action="store_true", help="only the paper-reference comparison")
+    args = ap.parse_args(argv)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
+          f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    paper_reference()
+    if args.reference_only:
+        return 0
+    with tempfile.TemporaryDirectory(prefix="bench_fit_") as tmp:
+        for s in args.sizes.split(","):
+            n = int(float(s))
+            bench_size(n, args.repeat if n <= 2_000_000 else 1, Path(tmp))
+    print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
