@@ -19,12 +19,9 @@ from __future__ import annotations
 import glob as _glob
 import json
 import os
-import platform
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -35,6 +32,7 @@ import pyarrow.parquet as pq
 
 from . import schema as S
 from .errors import GlanceError
+from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
 from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
 from ._version import __version__
 
@@ -65,40 +63,6 @@ class LogError(GlanceError):
 # --------------------------------------------------------------------------
 # metadata
 # --------------------------------------------------------------------------
-
-def library_versions() -> dict:
-    """Versions of the libraries that shape results: the base dependencies (from package
-    metadata when not imported, so nothing heavy is imported here) and torch/transformers
-    when the process has imported them."""
-    from importlib import metadata
-    out = {"python": platform.python_version(), "glance-law": __version__}
-    dists = {"numpy": "numpy", "scipy": "scipy", "pandas": "pandas", "pyarrow": "pyarrow",
-             "statsmodels": "statsmodels", "sklearn": "scikit-learn", "torch": "torch",
-             "transformers": "transformers"}
-    for name, dist in dists.items():
-        mod = sys.modules.get(name)
-        if mod is not None:
-            out[name] = getattr(mod, "__version__", "?")
-        elif name not in ("torch", "transformers"):
-            try:
-                out[name] = metadata.version(dist)
-            except metadata.PackageNotFoundError:  # pragma: no cover - base deps are installed
-                pass
-    return out
-
-
-def run_metadata(**fields) -> dict:
-    """The ``glance.run`` JSON document: the caller's fields plus provenance defaults."""
-    meta = {
-        "tool": "glance-law",
-        "tool_version": __version__,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
-        "libraries": library_versions(),
-    }
-    meta.update({k: v for k, v in fields.items() if v is not None})
-    return meta
-
 
 def _kv(kind: str, run: Mapping | None) -> dict:
     return {
@@ -517,10 +481,6 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
 # read_logs
 # --------------------------------------------------------------------------
 
-def _constant_categorical(value: str, n: int) -> pd.Categorical:
-    return pd.Categorical.from_codes(np.zeros(n, dtype=np.int8), categories=[value])
-
-
 def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
               skip_bad: bool = False) -> LogSet:
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
@@ -576,7 +536,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS):
         for name, default in S.FILLED_WHEN_NULL.items():
             if name not in frame.columns:
-                frame[name] = _constant_categorical(default, len(frame))
+                frame[name] = pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=[default])
             elif frame[name].isna().any():
                 n_null = int(frame[name].isna().sum())
                 s = frame[name]
@@ -586,6 +546,9 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
                 notes.append(f"{n_null} row(s) without a {name} read as {default!r}")
         frame, infos, dskip = _check_duplicates(frame, file_idx, infos, kind, skip_bad)
         skipped.extend(dskip)
+        if not infos:
+            raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
+                           "fix the files or point at other logs")
     return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
 
 
@@ -601,20 +564,11 @@ def _load_one(path: Path, kind: str, columns):
 
 
 def _load_all(files: list[Path], kind: str, columns, skip_bad: bool) -> list:
-    """:func:`_load_one` over the files, in input order; several files are read in
-    parallel threads (Arrow releases the GIL). Without skip_bad, reading stops at the
-    first bad file in input order."""
-    workers = min(8, os.cpu_count() or 1, len(files))
-    if workers <= 1:
-        out = []
-        for p in files:
-            out.append(_load_one(p, kind, columns))
-            if isinstance(out[-1], LogError) and not skip_bad:
-                break
-        return out
+    """:func:`_load_one` over the files, in input order, several at a time in threads
+    (Arrow releases the GIL). Without skip_bad, reading stops at the first bad file."""
     from concurrent.futures import ThreadPoolExecutor
-    out = []
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    out: list = []
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(files)))) as pool:
         futures = [pool.submit(_load_one, p, kind, columns) for p in files]
         for f in futures:
             out.append(f.result())

@@ -418,6 +418,8 @@ def test_duplicate_within_a_file(tmp_path):
     assert "columns (run_id, prompt_id, condition, round)" in msg
     assert "within this file" in msg and f"prompt_id={df['prompt_id'].iloc[4]}" in msg
     assert f"round={df['round'].iloc[4]}" in msg
+    with pytest.raises(gio.LogError, match="every rounds file was bad"):  # nothing left is an error
+        gio.read_logs(bad, skip_bad=True)
 
 
 def test_duplicate_across_files_blames_the_later_file(tmp_path):
