@@ -134,11 +134,33 @@ def main(argv=None) -> int:
                 (on_loop if on else off_loop).append(loop_ms)
                 (on_wall if on else off_wall).append(wall)
     logger.flush()
+    # direct measure: time spent inside the per-round hook, as a share of the logged loops
+    inside = [0.0]
+    orig = logger.on_round
+
+    def timed(ev):
+        if t.device.type == "cuda":
+            torch.cuda.synchronize()
+        h0 = time.perf_counter()
+        orig(ev)
+        if t.device.type == "cuda":
+            torch.cuda.synchronize()
+        inside[0] += time.perf_counter() - h0
+
+    logger.on_round = timed
+    loop_total = 0.0
+    for task, it, pr in prompts:
+        _, loop_ms, _ = _timed_decode(decode, t, dr, pr, logger, args, f"{it.prompt_id}-hook")
+        loop_total += loop_ms
+    logger.on_round = orig
+    hook_share = inside[0] * 1e3 / loop_total
     r_loop = _boot_ratio(on_loop, off_loop, rng)
     r_wall = _boot_ratio(on_wall, off_wall, rng)
     print(f"\nlogger on/off, {len(on_loop)} paired decodes:")
     print(f"  decode loop   ratio {r_loop[0]:.4f}  95% bootstrap [{r_loop[1]:.4f}, {r_loop[2]:.4f}]  (target <= 1.03)")
     print(f"  incl. prompt-end resolution + rows  ratio {r_wall[0]:.4f}  [{r_wall[1]:.4f}, {r_wall[2]:.4f}]")
+    print(f"  direct: time inside the per-round hook = {100 * hook_share:.2f}% of the decode loop "
+          f"(synchronised around the hook on CUDA, so an upper bound there)")
 
     # 2. speculative vs ar per task
     print("\nspeculative vs ar (decode ms per emitted token; speedup = ar / spec):")
@@ -169,6 +191,7 @@ def main(argv=None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"models": what, "device": str(t.device), "drafter": name,
                                                "logger_ratio_loop": r_loop, "logger_ratio_wall": r_wall,
+                                               "hook_share_of_loop": hook_share,
                                                "per_task": per_task}, indent=2))
     return 0
 

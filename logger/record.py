@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -158,6 +158,34 @@ def _host(x, dtype) -> np.ndarray:
     return np.asarray(x, dtype=dtype)
 
 
+class _Round(NamedTuple):
+    """What the logger keeps of a round until prompt end (host values, small tensors)."""
+
+    round: int
+    position: int
+    position_offset: int
+    accepted: int
+    horizon: int
+    budget: int
+    logq: object
+    ids: object
+    committed: object
+    draft_passes: int
+    point_mass: bool
+    marks: tuple
+    drafter: str
+    own_tokens: Optional[list]
+    full: bool
+
+
+def _device_index(values, device) -> torch.Tensor:
+    """A long index tensor on ``device`` without a synchronising copy (pinned, non-blocking)."""
+    t = torch.as_tensor(np.asarray(values, dtype=np.int64))
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t
+
+
 class RoundLogger:
     """Decoder callback writing ``rounds`` and ``prompts`` part files into ``out_dir``.
 
@@ -168,7 +196,8 @@ class RoundLogger:
 
     def __init__(self, out_dir, *, run_id: str, task: str, run: dict | None = None, tokenizer=None,
                  condition: str = S.CONDITIONS_DEFAULT, drafter: str | None = None, stem: str | None = None,
-                 flush_rows: int = 4096, flush_seconds: float = 10.0):
+                 flush_rows: int = 4096, flush_seconds: float = 10.0, reduce_rounds: int = 32,
+                 reduce_bytes: int = 64 << 20):
         self.run_id = run_id
         self.task = task
         self.condition = condition
@@ -183,6 +212,15 @@ class RoundLogger:
         self.flush_seconds = float(flush_seconds)
         self._last_flush = time.monotonic()
         self._pending: list = []
+        self._rows: list = []
+        self._lp: list = []
+        self._toks: list = []
+        self._stats: list = []
+        self._tl: list = []
+        self._rk: list = []
+        self._rows_bytes = 0
+        self.reduce_rounds = int(reduce_rounds)
+        self.reduce_bytes = int(reduce_bytes)
         self._prompt_id: Optional[str] = None
         self._reference = ""
         self._audit = None
@@ -202,38 +240,75 @@ class RoundLogger:
 
     # -- the per-round hook: device work only -------------------------------------
     def on_round(self, ev) -> None:
-        stats = device_root_stats(ev.verify_logits, ev.path_rows)
-        full = None
+        """Device work only: copy the rows the statistics need; the statistics themselves are
+        computed in batches of rounds (:meth:`_reduce`), still on the device."""
+        self._rows.append(ev.verify_logits.index_select(0, ev.path_rows))     # root + accepted rows
+        self._rows_bytes += (ev.accepted + 1) * ev.verify_logits.shape[-1] * 4
+        full = False
         if ev.full_logp is not None and ev.horizon > 0:
             m = min(ev.accepted + 1, ev.horizon)
-            toks = ev.row_tokens.index_select(0, ev.path_rows[:m])      # target tokens at offsets 1..m
-            lp = ev.full_logp[:m].float()
+            self._lp.append(ev.full_logp[:m].clone())                            # drafter rows, offsets 1..m
+            self._toks.append(ev.row_tokens.index_select(0, ev.path_rows[:m]))  # the target's tokens there
+            self._rows_bytes += m * ev.full_logp.shape[-1] * 4
+            full = True
+        # keep only host values and small tensors: never the round's logits
+        self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
+                                    ev.budget, ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
+                                    ev.marks, ev.drafter, ev.own_tokens, full))
+        if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= self.reduce_bytes:
+            self._reduce()
+
+    def _reduce(self) -> None:
+        """Statistics of the buffered rounds in one batch of device ops (no synchronisation):
+        root entropy, root top-2 margin, root max probability, min top-2 margin on the path;
+        exact drafter ranks/log-probabilities of the target's tokens."""
+        if self._rows:
+            counts = [r.shape[0] for r in self._rows]
+            rows = torch.cat(self._rows).float()                                # (S, V)
+            dev = rows.device
+            starts = _device_index(np.cumsum([0] + counts[:-1]), dev)
+            seg = _device_index(np.repeat(np.arange(len(counts)), counts), dev)
+            top = torch.topk(rows, 2, dim=-1).values
+            gap = top[:, 0] - top[:, 1]
+            roots = rows.index_select(0, starts)
+            lse = torch.logsumexp(roots, dim=-1)
+            ent = (lse - (torch.softmax(roots, dim=-1) * roots).sum(dim=-1)).clamp_min(0.0)
+            pmax = torch.exp(top.index_select(0, starts)[:, 0] - lse)
+            minm = torch.full((len(counts),), float("inf"), device=dev).scatter_reduce(0, seg, gap, "amin")
+            self._stats.append(torch.stack([ent, gap.index_select(0, starts), pmax, minm], dim=1))
+            self._rows = []
+        if self._lp:
+            lp = torch.cat(self._lp).float()
+            toks = torch.cat(self._toks)
             tl = lp.gather(1, toks[:, None])
-            rank = (lp > tl).sum(dim=1)
-            full = (tl[:, 0], rank)
-        self._pending.append((ev, stats, full))
+            self._tl.append(tl[:, 0])
+            self._rk.append((lp > tl).sum(dim=1))
+            self._lp, self._toks = [], []
+        self._rows_bytes = 0
 
     # -- prompt end: one copy, resolution, rows -----------------------------------
     def on_prompt_end(self, pev) -> None:
         if self._prompt_id is None:
             raise RuntimeError("RoundLogger: begin_prompt() was not called before decoding")
+        self._reduce()
         pending, self._pending = self._pending, []
         if pending:
-            stats = torch.stack([s for _, s, _ in pending]).cpu().numpy().astype(np.float64)
-            fulls = [f for _, _, f in pending if f is not None]
-            if fulls:
-                tl_all = torch.cat([f[0] for f in fulls]).cpu().numpy()
-                rk_all = torch.cat([f[1] for f in fulls]).cpu().numpy()
+            stats = torch.cat(self._stats).cpu().numpy().astype(np.float64)   # the one copy per prompt
+            if self._tl:
+                tl_all = torch.cat(self._tl).cpu().numpy()
+                rk_all = torch.cat(self._rk).cpu().numpy()
+        self._stats, self._tl, self._rk = [], [], []
         timer = pev.timer
         stream = pev.resolve_stream
         rows = []
         off = 0
-        for i, (ev, _, full) in enumerate(pending):
+        for i, ev in enumerate(pending):
+            full = ev.full
             L = ev.horizon
             ids, logq, committed = (_host(ev.ids, np.int64), _host(ev.logq, np.float32),
                                     [int(t) for t in _host(ev.committed, np.int64)])
             fr = fl = None
-            if full is not None:
+            if full:
                 m = min(ev.accepted + 1, L)
                 fl, fr = tl_all[off:off + m], rk_all[off:off + m]
                 off += m
@@ -261,7 +336,7 @@ class RoundLogger:
         decode_ms = timer.ms(*pev.decode_marks)
         prow = {
             "run_id": self.run_id, "prompt_id": self._prompt_id, "task": self.task, "condition": self.condition,
-            "drafter": self.drafter or (pending[0][0].drafter if pending else "unknown"),
+            "drafter": self.drafter or (pending[0].drafter if pending else "unknown"),
             "prompt_tokens": pev.prompt_tokens, "new_tokens": len(pev.tokens), "prefill_ms": prefill_ms,
             "decode_ms": decode_ms, "rounds": pev.rounds, "stop_reason": pev.stop_reason,
             "greedy_match": extra.get("greedy_match"),

@@ -49,7 +49,8 @@ def env(tmp_path_factory):
 def _log_one(env, tmp_path, drafter, dm=None, budget=15, k=4, prompt=PROMPTS[0]):
     t = env["t"]
     dr = make_drafter(drafter, t, draft_model=dm, branch_k=k)
-    lg = RoundLogger(tmp_path, run_id="r", task="docvqa", tokenizer=t.tokenizer, drafter=drafter)
+    lg = RoundLogger(tmp_path, run_id="r", task="docvqa", tokenizer=t.tokenizer, drafter=drafter,
+                     reduce_rounds=3)                     # several device batches per prompt
     lg.begin_prompt("p0", [prompt])
     pr = t.encode(prompt)
     res = decode(t, dr, pr, budget=budget, branch_k=k, max_new_tokens=MAX_NEW, callbacks=[lg])
