@@ -112,6 +112,22 @@ def make_qwen2_vl(path: Path, seed: int = 0, family: str = "qwen2_vl", init: flo
         improc = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=56 * 56, patch_size=14, merge_size=2,
                                        temporal_patch_size=2)
         Proc = Qwen2VLProcessor
+    elif family == "qwen2_5_vl":
+        from transformers import Qwen2_5_VLConfig, Qwen2_5_VLProcessor, Qwen2VLImageProcessor
+        text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                    rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}, initializer_range=init,
+                    eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id)
+        vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,
+                      spatial_merge_size=2, temporal_patch_size=2, in_channels=3, out_hidden_size=64,
+                      window_size=56, fullatt_block_indexes=[1])
+        cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+                               vision_start_token_id=ids["<|vision_start|>"],
+                               vision_end_token_id=ids["<|vision_end|>"], video_token_id=ids["<|image_pad|>"],
+                               tie_word_embeddings=False)
+        improc = Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=56 * 56, patch_size=14, merge_size=2,
+                                       temporal_patch_size=2)
+        Proc = Qwen2_5_VLProcessor
     else:
         from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLProcessor
         text = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
