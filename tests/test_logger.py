@@ -318,3 +318,19 @@ def test_cli_bf16_audit_and_sampling(env, tmp_path, capsys):
     assert (r[r["drafter"] == "pld"]["accepted"] >= 0).all()
     assert _cli(env, tmp_path, "--drafter", "pld", "--temperature", "0.8", "--audit") == 2
     assert "--audit compares with greedy" in capsys.readouterr().err
+
+
+def test_resume_repairs_rounds_without_a_prompt_row(env, tmp_path, capsys):
+    """A crash between the rounds part and the prompts part leaves rounds without a prompt row:
+    the rerun removes them (saying so) and logs the prompt again, with no duplicate keys."""
+    assert _cli(env, tmp_path, "--drafter", "pld", "--n", "2") == 0
+    before = gio.read_logs(tmp_path / "logs").frame
+    for f in (tmp_path / "logs").glob("prompts-*.parquet"):
+        f.unlink()
+    capsys.readouterr()
+    assert _cli(env, tmp_path, "--drafter", "pld", "--n", "2") == 0
+    assert "removed" in capsys.readouterr().err
+    after = gio.read_logs(tmp_path / "logs").frame
+    assert len(after) == len(before)
+    prompts = gio.read_logs(tmp_path / "logs", kind="prompts").frame
+    assert len(prompts) == 2 and set(prompts["prompt_id"]) == set(before["prompt_id"])
