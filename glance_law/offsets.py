@@ -398,7 +398,7 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
     on the group's bottom entropy bin (the floor) and is shown for that bin.
     """
     groups, notes = _prepare(rounds, by, need_match=False)
-    tail_fits = _tail_fits(groups, n_bins, notes) if two_state else {}
+    tail_fits = _tail_fits(rounds, groups, by, n_bins, notes) if two_state else {}
     rows = []
     for g in groups:
         try:
@@ -428,26 +428,34 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
     return RunSurvival(pd.DataFrame(rows), level, tuple(notes))
 
 
-def _tail_fits(groups, n_bins: int, notes: list[str]) -> dict:
-    """In-regime two-state fit per group on its bottom entropy bin (the floor regime), from
-    :mod:`glance_law.tail`; empty, with a note, when that module is not available."""
+def _tail_fits(rounds, groups, by, n_bins: int, notes: list[str]) -> dict:
+    """Two-state survival per group from :func:`glance_law.tail.fit_tail`, fitted in regime on the
+    group's bottom entropy bin (``quantile = 1/n_bins``: the same rounds as this table's first
+    bin); empty, with a note, when the tail module is not available."""
     try:
         from . import tail as _tail
-        fit_two_state, survival = _tail.fit_two_state, _tail.survival
+        fit_tail, survival = _tail.fit_tail, _tail.survival
     except (ImportError, AttributeError):
-        notes.append("two-state column empty: glance_law.tail (fit_two_state, survival) is not available")
+        notes.append("two-state column empty: glance_law.tail (fit_tail, survival) is not available")
+        return {}
+    by = [by] if isinstance(by, str) else list(by or [])
+    try:
+        tf = fit_tail(E.as_frame(rounds), by=by[0] if by else None, quantile=1.0 / n_bins, n_boot=0,
+                      heldout=False, b0=0.0)
+    except GlanceError as exc:
+        notes.append(f"two-state column empty: the tail fit failed ({exc})")
         return {}
     out = {}
     for g in groups:
-        floor = decile_bins(g.H, n_bins) == 0
+        label = E.fmt_group(g.key)
         try:
-            fit = fit_two_state(g.a[floor], g.L[floor])
-            out[E.fmt_group(g.key)] = np.asarray(survival(fit.theta, int(g.L[floor].max())), dtype=float)
-        except (ValueError, ArithmeticError) as exc:
-            notes.append(f"{E.fmt_group(g.key)}: two-state model not fitted on the floor ({exc})")
+            tt = tf[label] if g.key else tf.tasks[0]
+        except (GlanceError, IndexError):
+            continue
+        out[label] = np.asarray(survival(tt.theta, int(g.L.max())), dtype=float)
     if out:
-        notes.append("two_state: the two-state survival model (glance_law.tail) fitted by maximum likelihood on "
-                     "the bottom entropy bin's rounds only (in regime, as Assumption 3 prescribes), shown there")
+        notes.append("two_state: glance_law.tail.fit_tail's two-state survival, fitted by maximum likelihood on "
+                     "each group's bottom entropy bin only (in regime, Assumption 3), shown for that bin")
     return out
 
 

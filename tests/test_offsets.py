@@ -217,8 +217,8 @@ def test_cli_offsets_without_match_vectors_fails_clearly(tmp_path, capsys):
 
 def test_run_survival_two_state_column_in_the_floor():
     tail = pytest.importorskip("glance_law.tail")
-    if not hasattr(tail, "fit_two_state"):
-        pytest.skip("glance_law.tail.fit_two_state not available")
+    if not hasattr(tail, "fit_tail"):
+        pytest.skip("glance_law.tail.fit_tail not available")
     f = simulate_rounds([TAIL], n_prompts=50, rounds_per_prompt=30, horizon=10, seed=5)
     s = O.run_survival(f, n_bins=5).to_frame()
     floor = s[s.decile == 1]
