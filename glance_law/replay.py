@@ -43,7 +43,7 @@ from .errors import GlanceError, MissingColumnError
 from .results import Result
 from .schema import SUPPLIED_BY
 
-__all__ = ["replay_arrays", "ReplayArrays", "round_arrays", "replay", "Replay", "chain_run",
+__all__ = ["replay_arrays", "target_prefixes", "ReplayArrays", "round_arrays", "replay", "Replay", "chain_run",
            "REPLAY_COLUMNS"]
 
 #: the round columns the replay reads
@@ -105,13 +105,40 @@ def chain_run(target_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return top1.astype(np.int64), known.astype(np.int64)
 
 
+def target_prefixes(logq: np.ndarray, rank: np.ndarray):
+    """The target's prefixes as tree nodes: ``(score, code, placeable, known)``.
+
+    ``logq`` (R, L, k) already checked (:func:`glance_law.tree._check_logq`); ``rank`` (R, L).
+    ``score``/``code`` (R, L) are those of the prefix of depth d+1 (scores accumulated in
+    float64 from offset 1, exactly as the builder does); ``placeable`` (R,) counts the leading
+    offsets whose target token is inside the logged top-k with a finite log-probability,
+    ``known`` the leading offsets whose target token is known."""
+    R, L, k = logq.shape
+    rank = np.asarray(rank).astype(np.int64)
+    known_m = rank >= 0
+    rk = np.clip(rank, 0, k - 1)
+    tl = np.take_along_axis(logq, rk[:, :, None], axis=2)[:, :, 0]
+    inside = known_m & (rank < k) & np.isfinite(tl)
+    lead = np.cumprod(inside, axis=1).astype(bool)
+    placeable = lead.sum(axis=1)
+    known = np.cumprod(known_m, axis=1).sum(axis=1)
+    score = np.cumsum(np.where(lead, tl, 0.0), axis=1)
+    code = np.zeros((R, L), np.int64)
+    acc = np.zeros(R, np.int64)
+    for j in range(L):
+        acc = acc * k + np.where(lead[:, j], rk[:, j], 0)
+        code[:, j] = acc
+    return score, code, placeable.astype(np.int64), known.astype(np.int64)
+
+
 def replay_arrays(logq, target_rank, n_max: int) -> ReplayArrays:
     """Replay every budget up to ``n_max`` for rounds given as arrays.
 
     ``logq``: (R, L, k) top-k log-probabilities per offset (rows sorted descending, NaN or
     -inf = not proposed); ``target_rank``: (R, L) ints (>= k: outside the logged top-k;
     -1: unknown). Vectorised over rounds; rounds whose offset-1 target is outside the top-k
-    skip the best-first pass (A = 0 at every budget).
+    skip the pass (A = 0 at every budget), the others enumerate only the nodes that can
+    precede a target prefix (:func:`glance_law.tree.target_positions`).
     """
     logq = _tree._check_logq(logq)
     R, L, k = logq.shape
@@ -121,40 +148,15 @@ def replay_arrays(logq, target_rank, n_max: int) -> ReplayArrays:
     rank = np.asarray(target_rank)
     if rank.shape != (R, L):
         raise GlanceError(f"target_rank has shape {rank.shape}, expected {(R, L)} (one rank per offset)")
-    rank = rank.astype(np.int64)
-    known_m = rank >= 0
-    rk = np.clip(rank, 0, k - 1)
-    tl = np.take_along_axis(logq, rk[:, :, None], axis=2)[:, :, 0]
-    inside = known_m & (rank < k) & np.isfinite(tl)
-    lead = np.cumprod(inside, axis=1).astype(bool)
-    placeable = lead.sum(axis=1)
-    known = np.cumprod(known_m, axis=1).sum(axis=1)
-    # prefix scores accumulated exactly as the builder does (float64, offset 1 first)
-    score = np.cumsum(np.where(lead, tl, 0.0), axis=1)
-    code = np.zeros((R, L), np.int64)
-    acc = np.zeros(R, np.int64)
-    for j in range(L):
-        acc = acc * k + np.where(lead[:, j], rk[:, j], 0)
-        code[:, j] = acc
-    pos = np.full((R, L), n_max, np.int32)
-    rows = np.flatnonzero(placeable > 0)
-    if rows.size:
-        floor = score[rows, placeable[rows] - 1]
-        _, dep, cod = _tree._best_first_prepared(logq[rows], n_max, floor)
-        dd = dep.astype(np.int64)
-        D = placeable[rows]
-        ok = (dd >= 1) & (dd <= D[:, None])
-        want = np.take_along_axis(code[rows], np.maximum(dd - 1, 0), axis=1)
-        hit = ok & (cod == want)
-        i, col = np.nonzero(hit)
-        pos[rows[i], dd[i, col] - 1] = col
+    score, code, placeable, known = target_prefixes(logq, rank)
+    pos = _tree._target_positions_prepared(logq, score, code, placeable, n_max)
     # censoring: the path stops at an unknown offset (not at a miss outside the top-k)
     stops_unknown = (placeable == known) & (known < L)
     last = np.where(placeable > 0, pos[np.arange(R), np.maximum(placeable - 1, 0)], -1)
     censor_from = np.where(stops_unknown, np.where(placeable > 0, last + 1, 1), n_max + 1)
     censor_from = np.where(censor_from > n_max, n_max + 1, censor_from)
-    return ReplayArrays(pos=pos, placeable=placeable.astype(np.int64), known=known.astype(np.int64),
-                        censor_from=censor_from.astype(np.int64), n_max=n_max)
+    return ReplayArrays(pos=pos, placeable=placeable, known=known, censor_from=censor_from.astype(np.int64),
+                        n_max=n_max)
 
 
 def _lists(col: pd.Series, what: str):

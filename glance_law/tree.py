@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["best_first", "build_tree", "Tree", "chain_tree", "max_code_bits"]
+__all__ = ["best_first", "target_positions", "build_tree", "Tree", "chain_tree", "max_code_bits"]
 
 #: rounds x budget processed per chunk: bounds memory (a few hundred MB) whatever the input size
 _CHUNK_NODES = 1 << 18
@@ -114,115 +114,226 @@ def _seed_bound(logq: np.ndarray, n_max: int, width: int = _SEED_WIDTH) -> np.nd
     return np.partition(allv, allv.shape[1] - n_max, axis=1)[:, allv.shape[1] - n_max]
 
 
-def _rows_matrix(levels, slot: np.ndarray, n_rows: int, width: int):
-    """Scatter the per-depth node lists of the rounds with ``slot >= 0`` into padded
-    (n_rows, width) score/depth/code matrices, each row in (depth, code) order."""
-    S = np.full((n_rows, width), -np.inf)
-    D = np.zeros((n_rows, width), np.int16)
-    C = np.zeros((n_rows, width), np.int64)
-    fill = np.zeros(n_rows, np.int64)
-    for d, (r, s, c) in enumerate(levels, start=1):
-        row = slot[r]
-        sel = row >= 0
-        if not sel.all():
-            row, s, c = row[sel], s[sel], c[sel]
-        if row.size == 0:
-            continue
-        n = np.bincount(row, minlength=n_rows)
-        pos = fill[row] + np.arange(row.size) - (np.cumsum(n) - n)[row]   # rows are grouped in order
-        S[row, pos] = s
-        D[row, pos] = d
-        C[row, pos] = c
-        fill += n
-    return S, D, C
+class _Levels:
+    """The listed nodes of a chunk of R rounds, one (round, score, code) list per depth, each
+    grouped by round in (round, code) order, with per-round offsets so that the nodes of a few
+    rounds can be gathered without scanning the others."""
+
+    def __init__(self, R: int):
+        self.R = R
+        self.lists: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.starts: list[np.ndarray] = []          # (R + 1,) offsets per depth
+        self.count = np.zeros(R, np.int64)          # listed nodes per round
+
+    def append(self, r, s, c) -> np.ndarray:
+        n = np.bincount(r, minlength=self.R)
+        self.lists.append((r, s, c))
+        self.starts.append(np.r_[0, np.cumsum(n)])
+        self.count += n
+        return n
+
+    def matrix(self, rows: np.ndarray | None = None, full: bool = True):
+        """Padded (len(rows), width) score (and depth, code) matrices of the given rounds (all
+        when None), each row in (depth, code) order; padding scores are -inf."""
+        rows = np.arange(self.R) if rows is None else rows
+        nb = rows.size
+        width = max(int(self.count[rows].max(initial=0)), 1)
+        S = np.full((nb, width), -np.inf)
+        D = np.zeros((nb, width), np.int16) if full else None
+        C = np.zeros((nb, width), np.int64) if full else None
+        fill = np.zeros(nb, np.int64)
+        for d, ((_, s, c), st) in enumerate(zip(self.lists, self.starts), start=1):
+            a = st[rows]
+            n = st[rows + 1] - a
+            tot = int(n.sum())
+            if tot == 0:
+                continue
+            first = np.cumsum(n) - n
+            slot = np.repeat(np.arange(nb), n)
+            within = np.arange(tot) - first[slot]
+            src = a[slot] + within
+            col = fill[slot] + within
+            S[slot, col] = s[src]
+            if full:
+                D[slot, col] = d
+                C[slot, col] = c[src]
+            fill += n
+        return S, D, C
+
+    def prune(self, bound: np.ndarray) -> None:
+        """Drop the listed nodes scoring below ``bound[round]``."""
+        for i, (r, s, c) in enumerate(self.lists):
+            keep = s >= bound[r]
+            if not keep.all():
+                r, s, c = r[keep], s[keep], c[keep]
+                self.lists[i] = (r, s, c)
+                self.starts[i] = np.r_[0, np.cumsum(np.bincount(r, minlength=self.R))]
+        self.count = np.zeros(self.R, np.int64)
+        for st in self.starts:
+            self.count += np.diff(st)
+
+
+def _expand(colf: np.ndarray, k: int, fr_r, fr_s, fr_c, thr):
+    """The children of the frontier nodes (round ``fr_r``, score ``fr_s``, code ``fr_c``) scoring
+    >= ``thr`` (one bound per frontier node), as (round, score, code) in (round, code) order.
+    ``colf``: the next offset's rows, raveled. Rows are sorted, so child ranks are tried in order
+    and a parent stops at its first child below the bound."""
+    base = fr_r * k
+    nchild = np.zeros(fr_r.size, np.int64)
+    idx = np.arange(fr_r.size)
+    passes = []
+    for c in range(k):
+        sc = fr_s[idx] + colf[base[idx] + c]
+        ok = sc >= thr[idx]
+        if not ok.all():
+            idx, sc = idx[ok], sc[ok]
+        if idx.size == 0:
+            break
+        nchild[idx] += 1
+        passes.append((idx, sc))
+    off = np.cumsum(nchild) - nchild
+    total = int(nchild.sum())
+    lv_r = np.empty(total, np.int64)
+    lv_s = np.empty(total)
+    lv_c = np.empty(total, np.int64)
+    for c, (idx, sc) in enumerate(passes):
+        pos = off[idx] + c
+        lv_r[pos] = fr_r[idx]
+        lv_s[pos] = sc
+        lv_c[pos] = fr_c[idx] * k + c
+    return lv_r, lv_s, lv_c
 
 
 def _enumerate(logq: np.ndarray, n_max: int, lo: np.ndarray):
     """Every node scoring >= ``lo`` that can be among the first n_max, depth by depth.
 
-    Returns the per-depth lists ``[(round, score, code), ...]`` (each in (round, code)
-    order) and the strict bound ``strict`` from tightening: the answer is the first
-    n_max, by key, of the listed nodes scoring >= max(lo, strict)."""
+    Returns the listed nodes (:class:`_Levels`) and the strict bound ``strict`` from
+    tightening: the answer is the first n_max, by key, of the listed nodes scoring
+    >= max(lo, strict)."""
     R, L, k = logq.shape
     big_neg = -np.finfo(np.float64).max          # a finite stand-in for "no bound": -inf never passes
     lo = np.maximum(lo, big_neg)
     strict = np.full(R, -np.inf)
     cap = 2 * n_max
-    cnt = np.zeros(R, np.int64)
+    live = np.zeros(R, np.int64)                 # listed nodes at or above the current bounds
     fr_r = np.arange(R)
     fr_s = np.zeros(R)
     fr_c = np.zeros(R, np.int64)
-    levels = []
+    lv = _Levels(R)
     for d in range(L):
         if fr_r.size == 0:
             break
-        colf = logq[:, d, :].ravel()
         thr = np.maximum(lo, np.nextafter(strict, np.inf))[fr_r]
-        base = fr_r * k
-        nchild = np.zeros(fr_r.size, np.int64)
-        idx = np.arange(fr_r.size)
-        passes = []
-        for c in range(k):                        # child ranks in order: a parent stops at its first miss
-            sc = fr_s[idx] + colf[base[idx] + c]
-            ok = sc >= thr[idx]
-            if not ok.all():
-                idx, sc = idx[ok], sc[ok]
-            if idx.size == 0:
-                break
-            nchild[idx] += 1
-            passes.append((idx, sc))
-        off = np.cumsum(nchild) - nchild
-        total = int(nchild.sum())
-        lv_r = np.empty(total, np.int64)
-        lv_s = np.empty(total)
-        lv_c = np.empty(total, np.int64)
-        for c, (idx, sc) in enumerate(passes):
-            pos = off[idx] + c
-            lv_r[pos] = fr_r[idx]
-            lv_s[pos] = sc
-            lv_c[pos] = fr_c[idx] * k + c
-        levels.append((lv_r, lv_s, lv_c))
-        if total:
-            cnt += np.bincount(lv_r, minlength=R)
-        big = np.flatnonzero(cnt >= cap)
+        r, sc, c = _expand(logq[:, d, :].ravel(), k, fr_r, fr_s, fr_c, thr)
+        live += lv.append(r, sc, c)
+        big = np.flatnonzero(live >= cap)
         if big.size:
-            slot = np.full(R, -1)
-            slot[big] = np.arange(big.size)
-            S, _, _ = _rows_matrix(levels, slot, big.size, int(cnt[big].max()))
+            # tighten: the n_max-th best listed score; deeper nodes must beat it strictly
+            S, _, _ = lv.matrix(big, full=False)
             th = np.partition(S, S.shape[1] - n_max, axis=1)[:, S.shape[1] - n_max]
             strict[big] = np.maximum(strict[big], th)
-            for i, (r, s, c) in enumerate(levels):
-                keep = s >= strict[r]
-                if not keep.all():
-                    levels[i] = (r[keep], s[keep], c[keep])
-            cnt = np.zeros(R, np.int64)
-            for r, _, _ in levels:
-                cnt += np.bincount(r, minlength=R)
-            lv_r, lv_s, lv_c = levels[-1]
-        keep = lv_s > strict[lv_r]
-        fr_r, fr_s, fr_c = lv_r[keep], lv_s[keep], lv_c[keep]
-    return levels, strict
+            live[big] = (S >= strict[big][:, None]).sum(axis=1)
+        keep = sc > strict[r]
+        fr_r, fr_s, fr_c = r[keep], sc[keep], c[keep]
+    return lv, strict
+
+
+def _target_chunk(logq: np.ndarray, n_max: int, tscore: np.ndarray, tcode: np.ndarray, D: np.ndarray):
+    """Positions of the target prefixes (see :func:`target_positions`) for one chunk of rounds."""
+    R, L, k = logq.shape
+    pos = np.full((R, L), n_max, np.int64)
+    d_r = D.astype(np.int64).copy()
+    rows = np.arange(R)
+    floor = np.where(d_r > 0, tscore[rows, np.maximum(d_r - 1, 0)], np.inf)
+    live = np.flatnonzero(d_r > 0)
+    fr_r, fr_s, fr_c = live, np.zeros(live.size), np.zeros(live.size, np.int64)
+    lv = _Levels(R)
+    above = np.zeros(R, np.int64)                # listed nodes scoring > floor: they all precede it
+    for d in range(L):
+        if fr_r.size == 0:
+            break
+        r, sc, c = _expand(logq[:, d, :].ravel(), k, fr_r, fr_s, fr_c, floor[fr_r])
+        lv.append(r, sc, c)
+        if r.size:
+            above += np.bincount(r, weights=sc > floor[r], minlength=R).astype(np.int64)
+        over = np.flatnonzero(above >= n_max)
+        if over.size:
+            # the deepest candidate prefix sits at position >= n_max: move the floor up to the
+            # deepest prefix that fewer than n_max listed nodes outscore (nodes left below the new
+            # floor sort after every remaining prefix, so they stay listed until the end)
+            S, _, _ = lv.matrix(over, full=False)
+            J = int(d_r[over].max())
+            cg = np.zeros((over.size, L), np.int64)
+            for j in range(J):                  # listed nodes outscoring prefix j+1, per round
+                cg[:, j] = (S > tscore[over, j][:, None]).sum(axis=1)
+            ok = (cg < n_max) & (np.arange(L)[None, :] < d_r[over][:, None])
+            newd = np.cumprod(ok, axis=1).sum(axis=1)
+            d_r[over] = newd
+            floor[over] = np.where(newd > 0, tscore[over, np.maximum(newd - 1, 0)], np.inf)
+            above[over] = np.where(newd > 0, cg[np.arange(over.size), np.maximum(newd - 1, 0)], 0)
+        keep = sc >= floor[r]
+        fr_r, fr_s, fr_c = r[keep], sc[keep], c[keep]
+    lv.prune(floor)
+    if not lv.count.any():
+        return pos
+    S, Dp, C = lv.matrix()
+    # rows are in (depth, code) order, so a stable sort by score gives the full key order; a
+    # target prefix's position is its rank there
+    o = np.argsort(-S, axis=1, kind="stable")
+    rank = np.empty_like(o)
+    np.put_along_axis(rank, o, np.broadcast_to(np.arange(S.shape[1]), S.shape), axis=1)
+    dd = Dp.astype(np.int64)
+    want = np.take_along_axis(tcode, np.maximum(dd - 1, 0), axis=1)
+    i, col = np.nonzero((dd >= 1) & (dd <= d_r[:, None]) & (C == want))
+    pos[i, dd[i, col] - 1] = np.minimum(rank[i, col], n_max)
+    return pos
+
+
+def target_positions(logq, tscore, tcode, placeable, n_max: int) -> np.ndarray:
+    """Position of each target prefix in its round's best-first order, capped at ``n_max``.
+
+    ``tscore``/``tcode`` (R, L): score (accumulated as the builder does) and code of the
+    target's prefix of depth d+1; ``placeable`` (R,): how many leading prefixes exist (the
+    target's token is inside the logged top-k). Returns (R, L) int32 positions, ``n_max``
+    meaning "not among the first n_max" (or not placeable).
+
+    This is the replay's pass: it enumerates only nodes scoring at least the deepest prefix
+    it still has to place, and whenever n_max listed nodes outscore that prefix (so its
+    position is >= n_max) it moves the floor up to the next prefix; the listed nodes are then
+    ordered exactly as :func:`best_first` orders them.
+    """
+    return _target_positions_prepared(_check_logq(logq), tscore, tcode, placeable, n_max)
+
+
+def _target_positions_prepared(logq: np.ndarray, tscore, tcode, placeable, n_max: int) -> np.ndarray:
+    """:func:`target_positions` on an array already passed through :func:`_check_logq`."""
+    R, L, k = logq.shape
+    n_max = int(n_max)
+    if n_max < 1:
+        raise ValueError("budget must be >= 1")
+    tscore = np.asarray(tscore, dtype=np.float64).reshape(R, L)
+    tcode = np.asarray(tcode, dtype=np.int64).reshape(R, L)
+    D = np.asarray(placeable, dtype=np.int64).reshape(R)
+    out = np.full((R, L), n_max, np.int32)
+    rows = max(64, _CHUNK_NODES // n_max)
+    for a in range(0, R, rows):
+        b = min(R, a + rows)
+        out[a:b] = _target_chunk(logq[a:b], n_max, tscore[a:b], tcode[a:b], D[a:b])
+    return out
 
 
 def _best_first_chunk(logq: np.ndarray, n_max: int, floor):
     R = logq.shape[0]
     lo = np.full(R, -np.inf) if floor is None else floor.copy()
     lo = np.maximum(lo, _seed_bound(logq, n_max))
-    levels, strict = _enumerate(logq, n_max, lo)
-    for i, (r, s, c) in enumerate(levels):            # drop nodes below a tightened bound
-        keep = s >= strict[r]
-        if not keep.all():
-            levels[i] = (r[keep], s[keep], c[keep])
-    cnt = np.zeros(R, np.int64)
-    for r, _, _ in levels:
-        cnt += np.bincount(r, minlength=R)
-    width = int(cnt.max(initial=0))
+    lv, strict = _enumerate(logq, n_max, lo)
+    lv.prune(np.maximum(lo, strict))                  # drop nodes below a tightened bound
     out_s = np.full((R, n_max), -np.inf)
     out_d = np.zeros((R, n_max), np.int16)
     out_c = np.zeros((R, n_max), np.int64)
-    if width == 0:
+    if not lv.count.any():
         return out_s, out_d, out_c
-    S, D, C = _rows_matrix(levels, np.arange(R), R, width)
+    S, D, C = lv.matrix()
     # rows are in (depth, code) order, so a stable sort by score gives the full key order
     o = np.argsort(-S, axis=1, kind="stable")[:, :n_max]
     m = o.shape[1]
