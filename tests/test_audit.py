@@ -151,3 +151,13 @@ def test_cli_audit_without_prompt_files_fails_clearly(example, capsys, tmp_path)
     P = ex["prompts"].drop(columns=["greedy_match", "first_divergence", "divergence_margin"])
     write_logs(tmp_path, prompts=P)
     check_cli_error([tmp_path, "--audit"], capsys, "glance-log --audit")
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
+def test_cli_audit_on_rounds_only_logs_fails_clearly(capsys):
+    from _evidence_fixtures import check_cli_error
+
+    check_cli_error([EXAMPLE, "--audit"], capsys, "prompt files")

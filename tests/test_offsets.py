@@ -228,3 +228,20 @@ def test_run_survival_two_state_column_in_the_floor():
     err_geo = (floor.geometric - floor.empirical).abs().mean()
     assert err_two < err_geo / 2
     assert ((floor.empirical_lo <= floor.two_state) & (floor.two_state <= floor.empirical_hi)).all()
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
+def test_cli_offsets_on_the_committed_example_log(capsys):
+    from _evidence_fixtures import run_cli
+    import json
+
+    rc, out, err = run_cli([EXAMPLE, "--offsets", "--format", "json"], capsys)
+    assert rc == 0, err
+    doc = json.loads(out)["offsets"]
+    law = doc[O.OffsetLaw.title]
+    assert {r["task"] for r in law} == {"caption", "textvqa", "infovqa", "docvqa", "chartqa"}
+    a2 = [r for r in doc[O.Assumption2Test.title] if r["bin"] == "all"]
+    assert len(a2) == 5 and all(r["diff_lo"] <= r["diff"] <= r["diff_hi"] for r in a2)

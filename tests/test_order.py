@@ -153,3 +153,18 @@ def test_order_slopes_match_the_law_table():
     for task in ("caption", "textvqa", "docvqa"):
         for c in ("b1", "b1_lo", "b1_hi", "b0", "mean_accepted", "mean_accepted_lo"):
             assert t.loc[task, c] == pytest.approx(law.loc[task, c], rel=1e-6, abs=1e-9), (task, c)
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
+def test_cli_order_on_the_committed_example_log(capsys):
+    from _evidence_fixtures import run_cli
+    import json
+
+    rc, out, err = run_cli([EXAMPLE, "--order", "--order-bootstrap", "500", "--format", "json"], capsys)
+    assert rc == 0, err
+    doc = json.loads(out)["order"]
+    assert [r["task"] for r in doc[O.OrderResult.title]] == list(O.DEFAULT_ORDER)
+    assert len(doc[O.OrderGaps.title]) == 4

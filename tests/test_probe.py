@@ -235,3 +235,13 @@ def test_cli_probe_without_mismatched_rounds_fails_clearly(tmp_path, capsys):
 
     write_logs(tmp_path, _matched(n_prompts=4, rounds=4))
     check_cli_error([tmp_path, "--probe"], capsys, "mismatched", "glance-log --probe mismatched")
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
+def test_cli_probe_on_a_log_without_a_probe_run_fails_clearly(capsys):
+    from _evidence_fixtures import check_cli_error
+
+    check_cli_error([EXAMPLE, "--probe"], capsys, "glance-log --probe mismatched")

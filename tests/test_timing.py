@@ -161,3 +161,13 @@ def test_cli_timing_fails_clearly(example, capsys, tmp_path):
     P = ex["prompts"].drop(columns=["decode_ms"])
     write_logs(tmp_path, ex["rounds"], P)
     check_cli_error([tmp_path / "*.parquet", "--timing", str(ex["baseline"])], capsys, "decode_ms")
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
+def test_cli_timing_on_rounds_only_logs_fails_clearly(capsys):
+    from _evidence_fixtures import check_cli_error
+
+    check_cli_error([EXAMPLE, "--timing", EXAMPLE], capsys, "prompts")

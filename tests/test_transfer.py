@@ -153,3 +153,19 @@ def test_cli_transfer_fails_clearly(example, capsys):
     check_cli_error([example / "*.parquet", "--transfer", "chartqa:docvqa"], capsys, "chartqa", "present")
     check_cli_error([example / "*.parquet", "--transfer", "caption:docvqa", "--transfer-by", "target"], capsys,
                     "target")
+
+
+EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
+
+
+@pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
+def test_cli_transfer_on_the_committed_example_log(capsys):
+    from _evidence_fixtures import run_cli
+    import json
+
+    rc, out, err = run_cli([EXAMPLE, "--transfer", "caption,textvqa,infovqa:docvqa,chartqa", "--format", "json"],
+                           capsys)
+    assert rc == 0, err
+    rows = json.loads(out)["transfer"][T.TransferResult.title]
+    assert [r["task"] for r in rows] == ["docvqa", "chartqa"]
+    assert all(r["ll_gap"] >= 0 for r in rows)
