@@ -271,7 +271,7 @@ def gen_textvqa(rng, difficulty=1.0, n_questions=1) -> Example:
 
 def gen_infovqa(rng, difficulty=1.0, n_questions=1) -> Example:
     e = rng.choice(PLACES)
-    n_facts = _lerp_int(2, 5, difficulty) + rng.randint(0, 1)
+    n_facts = _lerp_int(1, 5, difficulty) + rng.randint(0, 1)
     attrs = rng.sample(INFO_ATTRS, n_facts)
     facts, sentences = [], []
     for name, sents, answers, kind in attrs:
@@ -291,7 +291,7 @@ def gen_infovqa(rng, difficulty=1.0, n_questions=1) -> Example:
 def gen_docvqa(rng, difficulty=1.0, n_questions=1) -> Example:
     form = rng.choice(sorted(FORM_TYPES))
     pool = FORM_TYPES[form]
-    n_fields = min(len(pool), _lerp_int(2, 5, difficulty) + rng.randint(0, 2))
+    n_fields = min(len(pool), _lerp_int(1, 5, difficulty) + rng.randint(0, 2))
     chosen = rng.sample(pool, n_fields)
     kv = [(k, _value(rng, kind)) for k, kind in chosen]
     context = form + "\n" + "\n".join(f"{k}: {v}" for k, v in kv)
@@ -305,7 +305,7 @@ def gen_docvqa(rng, difficulty=1.0, n_questions=1) -> Example:
 
 def gen_chartqa(rng, difficulty=1.0, n_questions=1) -> Example:
     title = f"{rng.choice(CHART_TITLES)} in {rng.choice(CHART_YEARS)}"
-    n_cats = _lerp_int(2, 5, difficulty) + rng.randint(0, 2)
+    n_cats = _lerp_int(1, 5, difficulty) + rng.randint(0, 2)
     cats = rng.sample(CHART_CATEGORIES, n_cats)
     kv = [(c, str(rng.randint(1, 99) if rng.random() < 0.6 else rng.randint(100, 999))) for c in cats]
     context = f"chart: {title}\n" + "\n".join(f"{c}: {v}" for c, v in kv)

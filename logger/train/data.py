@@ -12,6 +12,15 @@ the context ``w_context`` (its values are random draws: mostly noise to predict)
 
 Examples whose first prompt falls in the held-out partition (``suite.split_of``) are
 rejected, so training never sees a held-out prompt.
+
+Retrieval curriculum. Besides the suite's own difficulty ramp (one field per form,
+table and paragraph at first, growing to the full 5-7), a share ``COPY_SHARE`` of the
+sequences is a *copy drill*: ``text: <4-16 random value tokens>`` then ``question: what
+text is shown?`` and the same tokens as the answer. Every answer token is predictable
+only by looking back at the context, which is what makes a small model grow the
+induction (look-up-and-copy) heads that form and table retrieval need; without it a
+4-layer model trained for 1000 steps answered every chart question with the same
+number. The drill uses the suite's vocabulary only and is not a suite task.
 """
 from __future__ import annotations
 
@@ -26,6 +35,11 @@ from .tokenizer import BOS, EOS, PAD
 #: Sampling weights of the task families in training.
 TASK_WEIGHTS = {"caption": 0.14, "textvqa": 0.12, "infovqa": 0.2, "docvqa": 0.28, "chartqa": 0.2,
                 "scienceqa": 0.06}
+#: Share of copy-drill sequences (see the module docstring).
+COPY_SHARE = 0.12
+_DRILL_POOL = (list("0123456789") * 3 + suite.FIRST_NAMES + suite.LAST_NAMES + suite.PLACES
+               + suite.SCENE_WORDS + suite.COMMODITIES + ["-", ".", "$", ",", "*"])
+
 #: Most question turns per context, per task.
 MAX_TURNS = {"caption": 1, "textvqa": 1, "infovqa": 3, "docvqa": 4, "chartqa": 4, "scienceqa": 1}
 
@@ -67,6 +81,8 @@ class Stream:
         self.rejected = 0
 
     def example(self, difficulty: float) -> suite.Example:
+        if self.rng.random() < COPY_SHARE:
+            return copy_drill(self.rng)
         tasks = list(self.weights)
         task = self.rng.choices(tasks, weights=[self.weights[t] for t in tasks])[0]
         gen = suite.GENERATORS[task]
@@ -80,6 +96,14 @@ class Stream:
     def batch(self, size: int, difficulty: float, max_len: int = 256):
         encs = [encode_example(self.tok, self.example(difficulty)) for _ in range(size)]
         return collate(encs, max_len)
+
+
+def copy_drill(rng) -> suite.Example:
+    """A look-back drill: random value tokens in the context, repeated as the answer."""
+    words = [rng.choice(_DRILL_POOL) for _ in range(rng.randint(4, 16))]
+    text = " ".join(words)
+    qa = suite.QA("what text is shown?", text, (text,))
+    return suite.Example("copy", f"text: {text}", (qa,))
 
 
 def collate(encs, max_len=256):

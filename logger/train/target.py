@@ -12,8 +12,9 @@ Recipe (all fixed by the flags' defaults; the run is deterministic for a given
 * data: :class:`glance_log.train.data.Stream`, an endless seeded stream of train
   partition examples (held-out prompts rejected), several question turns per
   context, loss weights answer 1 / question 0.5 / context 0.1;
-* retrieval curriculum: forms, tables and paragraphs start with 2-3 fields and grow
-  to the full 5-7 over the first ``--ramp`` fraction of steps;
+* retrieval curriculum: forms, tables and paragraphs start with 1-3 fields and grow
+  to the full 5-7 over the first ``--ramp`` fraction of steps, and 12 % of sequences are
+  copy drills (:mod:`glance_log.train.data`);
 * AdamW (betas 0.9/0.95, weight decay 0.01 on matrices), peak lr ``--lr`` after
   ``--warmup`` steps, cosine decay to 10 %, gradient clipping 1.0, batch ``--batch``
   (length-bucketed).
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
     t0, losses = time.time(), []
     history = []
     while step < args.steps:
-        difficulty = min(1.0, 0.25 + 0.75 * step / max(1, args.ramp * args.steps))
+        difficulty = min(1.0, step / max(1, args.ramp * args.steps))
         if not pending:  # length bucketing: draw 4 batches, sort by length, split
             encs = [stream.example(difficulty) for _ in range(4 * args.batch)]
             from .data import encode_example, collate
