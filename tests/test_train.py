@@ -46,9 +46,18 @@ def test_stream_is_deterministic_and_never_yields_heldout(tok):
     xb = b.batch(16, 1.0)
     assert all(np.array_equal(u, v) for u, v in zip(xa, xb))
     s = D.Stream(tok, seed=4)
-    for _ in range(200):
-        assert suite.split_of(s.example(1.0)) == "train"
+    held = {t: {x.prompt for x in suite.load_items(t, n=50, render=False)} for t in suite.GENERATORS}
+    drills = 0
+    for _ in range(300):
+        ex = s.example(1.0)
+        if ex.task == "copy":  # the copy drill is not a suite task: its prompt is no suite prompt
+            drills += 1
+            assert ex.qas[0].answer in ex.context
+            continue
+        assert suite.split_of(ex) == "train"
+        assert suite.format_prompt(ex.context, ex.qas[0].question) not in held[ex.task]
     assert s.rejected > 0  # about one draw in five is held out and rejected
+    assert 15 < drills < 60
 
 
 def test_curriculum_grows_the_number_of_fields():
