@@ -13,7 +13,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from _logger_fixtures import PROMPTS, make_block_head, make_llama, make_perturbed  # noqa: E402
+from _logger_fixtures import (PROMPTS, make_block_head, make_llama, make_perturbed, make_qwen2_vl,  # noqa: E402
+                              write_jsonl_task)
 
 from glance_law import io as gio  # noqa: E402
 from glance_law.tree import build_tree  # noqa: E402
@@ -353,3 +354,22 @@ def test_defaults_resolve_through_glance_data_and_the_embedded_suite(tmp_path, m
     r = gio.read_logs(tmp_path / "logs").frame
     assert set(r["drafter"]) == {"block"} and r["prompt_id"].nunique() == 2
     assert (r["horizon"] <= 4).all()
+
+
+def test_cli_vlm_probe_swaps_images(tmp_path, capsys):
+    """A vision-language target: the mismatched probe borrows another prompt's image and its
+    rounds pair up with the matched run's."""
+    vl = make_qwen2_vl(tmp_path / "vl")
+    data = write_jsonl_task(tmp_path / "data", n=2, with_images=True)
+    assert main(["--task", "textvqa", "--model", str(vl), "--drafter", "two_model", "--draft-model", str(vl),
+                 "--data", str(data), "--out", str(tmp_path / "logs"), "--max-new-tokens", "10", "--budget", "15",
+                 "--branch-k", "4", "--probe", "mismatched", "--audit", "--quiet", "--device", DEVICE]) == 0
+    r = gio.read_logs(tmp_path / "logs").frame
+    m = r[r["condition"] == "matched"].set_index(["prompt_id", "round"])
+    mm = r[r["condition"] == "mismatched"].set_index(["prompt_id", "round"])
+    assert set(m.index) == set(mm.index) and len(m) > 0
+    assert (m["accepted"] == m["horizon"]).all()              # self-drafting accepts everything, matched
+    assert not np.allclose(m["root_entropy"], mm.loc[m.index, "root_entropy"])   # the image did change
+    p = gio.read_logs(tmp_path / "logs", kind="prompts").frame
+    assert p.loc[p["condition"] == "matched", "greedy_match"].astype(bool).all()
+    assert (p.loc[p["condition"] == "mismatched", "stop_reason"] == "forced").all()
