@@ -52,26 +52,28 @@ class NoiseCeiling(NamedTuple):
     n: float            # rounds (total weight)
 
 
-def _anova(H, a, bins: int, weights=None, order=None):
+def _anova(H, a, bins: int, weights=None, order=None, position=None):
     H = np.asarray(H, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     if H.shape != a.shape:
         raise ValueError("H and a must have the same length")
-    w = np.ones_like(a) if weights is None else np.asarray(weights, dtype=np.float64)
     if bins < 2:
         raise ValueError("the noise ceiling needs at least 2 bins")
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
     n_rows = H.size
-    n = float(w.sum())
+    n = float(n_rows if w is None else w.sum())
     B = int(min(int(bins), int(n_rows // 2)))
     if B < 2 or n <= B:
         return np.nan, np.nan, np.nan, max(B, 0), n
     if order is None:
         order = np.argsort(H, kind="stable")
-    b = equal_count_bins(order, B, w)
-    abar = (w * a).sum() / n
-    sst = float((w * (a - abar) ** 2).sum())
-    Wb = np.bincount(b, weights=w, minlength=B)
-    Sb = np.bincount(b, weights=w * a, minlength=B)
+    b = equal_count_bins(order, B, w, position=position if w is None else None)
+    wa = a if w is None else w * a
+    abar = float(wa.sum()) / n
+    d = a - abar
+    sst = float(np.einsum("i,i->", d, d if w is None else w * d))
+    Wb = np.bincount(b, weights=w, minlength=B).astype(np.float64)
+    Sb = np.bincount(b, weights=wa, minlength=B)
     present = Wb > 0
     ssb = float((Sb[present] ** 2 / Wb[present]).sum() - n * abar ** 2)
     ssb = max(ssb, 0.0)  # guard round-off; SSB is a sum of squares
@@ -79,13 +81,14 @@ def _anova(H, a, bins: int, weights=None, order=None):
     return sst, ssb, max(sst - ssb, 0.0), B_eff, n
 
 
-def noise_ceiling(H, a, bins: int = DEFAULT_BINS, weights=None, order=None) -> NoiseCeiling:
+def noise_ceiling(H, a, bins: int = DEFAULT_BINS, weights=None, order=None, position=None) -> NoiseCeiling:
     """The paper's binned ceiling and its bias-corrected version in one pass.
 
-    ``order`` (argsort of H) may be passed to reuse a sort. NaN when there are
-    fewer than 4 rounds or ``a`` does not vary.
+    ``order`` (argsort of H) and ``position`` (each round's place in it, see
+    :func:`glance_law.curve.sort_key`) may be passed to reuse a sort. NaN when there
+    are fewer than 4 rounds or ``a`` does not vary.
     """
-    sst, ssb, ssw, B, n = _anova(H, a, bins, weights, order)
+    sst, ssb, ssw, B, n = _anova(H, a, bins, weights, order, position)
     if not np.isfinite(sst) or sst <= 0:
         return NoiseCeiling(np.nan, np.nan, int(B), n)
     msw = ssw / (n - B)

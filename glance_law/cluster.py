@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special  # Student t via special.stdtr/stdtrit: scipy.stats costs ~45 MB to import
 
 CLUSTER_BY = ("task", "prompt_id")
 
@@ -40,7 +40,7 @@ def cluster_codes(frame: pd.DataFrame, by: Sequence[str] = CLUSTER_BY) -> tuple[
 def t_crit(n_clusters: int, level: float = 0.95) -> float:
     """Two-sided Student-t critical value with G-1 degrees of freedom (normal when G is large)."""
     df = max(int(n_clusters) - 1, 1)
-    return float(stats.t.ppf(0.5 + level / 2.0, df))
+    return float(special.stdtrit(df, 0.5 + level / 2.0))
 
 
 def cluster_sums(values: np.ndarray, codes: np.ndarray, n_clusters: int) -> np.ndarray:
@@ -131,34 +131,42 @@ def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_cluste
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n = len(x)
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
-    if w.sum() < 3:
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if (n if w is None else w.sum()) < 3:
         return np.nan, np.nan, np.nan
     if ranks is not None:
         rx, ry = (np.asarray(r, dtype=np.float64) for r in ranks)
     elif weights is None:
-        rx = stats.rankdata(x)
-        ry = stats.rankdata(y)
+        from scipy.stats import rankdata
+        rx = rankdata(x)
+        ry = rankdata(y)
     else:
         from .curve import midranks  # lazy: curve imports this module
         rx, ry = midranks(x, weights=w), midranks(y, weights=w)
-    W = w.sum()
-    zx = rx - (w * rx).sum() / W
-    zy = ry - (w * ry).sum() / W
-    sx, sy = np.sqrt((w * zx ** 2).sum() / W), np.sqrt((w * zy ** 2).sum() / W)
+
+    def wsum(v):  # weighted sum without materialising unit weights
+        return float(v.sum()) if w is None else float(np.einsum("i,i->", w, v))
+
+    W = float(n) if w is None else float(w.sum())
+    zx = rx - wsum(rx) / W
+    zy = ry - wsum(ry) / W
+    sx, sy = np.sqrt(wsum(zx * zx) / W), np.sqrt(wsum(zy * zy) / W)
     if sx == 0 or sy == 0:
         return np.nan, np.nan, np.nan
     zx /= sx
     zy /= sy
-    rho = float((w * zx * zy).sum() / W)
-    resid = zy - rho * zx
-    u = cluster_sums(w * zx * resid, codes, n_clusters)
+    rho = wsum(zx * zy) / W
+    zy -= rho * zx                       # residual of the rank regression
+    zy *= zx
+    if w is not None:
+        zy *= w
+    u = cluster_sums(zy, codes, n_clusters)
     g = int(np.count_nonzero(np.bincount(codes, weights=w, minlength=n_clusters)))
     if g < 2:
         return rho, np.nan, np.nan
-    se = float(np.sqrt(g / (g - 1.0) * (u ** 2).sum()) / (w * zx ** 2).sum())
+    se = float(np.sqrt(g / (g - 1.0) * (u ** 2).sum()) / wsum(zx * zx))
     if se == 0:
         return rho, 0.0 if rho != 0 else 1.0, se
     t = rho / se
-    p = float(2 * stats.t.sf(abs(t), g - 1))
+    p = float(2 * special.stdtr(g - 1, -abs(t)))
     return rho, p, se

@@ -43,6 +43,8 @@ __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncat
            "fit_conditional_mean", "law_supremum", "cap", "fit_law", "LawFit", "LawChecks",
            "LAW_COLUMNS"]
 
+_CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
+
 
 def match_prob(H, b0: float, b1: float) -> np.ndarray:
     """p(H) = sigmoid(b0 - b1 H)."""
@@ -126,7 +128,13 @@ def loglik(b, H, a, L, weight=None, per_round: bool = False):
     counts (for reduced tables). ``per_round=True`` returns the per-round terms.
     """
     b0, b1 = float(b[0]), float(b[1])
-    eta = b0 - b1 * np.asarray(H, dtype=np.float64)
+    H = np.asarray(H, dtype=np.float64)
+    if not per_round and H.size > _CHUNK:  # the total in chunks: bounded temporaries on 10^7 rounds
+        a, L = np.broadcast_to(np.asarray(a), H.shape), np.broadcast_to(np.asarray(L), H.shape)
+        return float(sum(loglik(b, H[k:k + _CHUNK], a[k:k + _CHUNK], L[k:k + _CHUNK],
+                                None if weight is None else np.asarray(weight)[k:k + _CHUNK])
+                         for k in range(0, H.size, _CHUNK)))
+    eta = b0 - b1 * H
     s, f = _successes_failures(a, L)
     # s log p + f log(1-p) = s eta - (s + f) softplus(eta)
     ll = s * eta - (s + f) * np.logaddexp(0.0, eta)
@@ -190,12 +198,13 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     if np.ptp(H[live]) == 0:
         raise ValueError("root_entropy does not vary, so the slope b1 is not identified")
     SH = _dot(s, H)
-    H2 = H * H
-
-    def ll(b):
-        return b[0] * S - b[1] * SH - _dot(n_tr, np.logaddexp(0.0, b[0] - b[1] * H))
-
     e, p, npv = np.empty_like(H), np.empty_like(H), np.empty_like(H)
+
+    def ll(b):  # uses e as scratch (free between grad_info calls)
+        np.multiply(H, -b[1], out=e)
+        np.add(e, b[0], out=e)
+        np.logaddexp(0.0, e, out=e)
+        return b[0] * S - b[1] * SH - _dot(n_tr, e)
 
     def grad_info(b):
         # In place, with p = 1/(1 + e^-eta) and 1 - p = e^-eta p (both without cancellation):
@@ -210,8 +219,9 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
         g = np.array([S - npv.sum(), -(SH - _dot(npv, H))])
         np.multiply(e, p, out=e)                     # 1 - p
         np.multiply(e, npv, out=e)                   # (s + f) p (1 - p)
-        vh = _dot(e, H)
-        return g, np.array([[e.sum(), -vh], [-vh, _dot(e, H2)]])
+        v0, vh = float(e.sum()), _dot(e, H)
+        np.multiply(e, H, out=p)
+        return g, np.array([[v0, -vh], [-vh, _dot(p, H)]])
 
     b = np.asarray(b_init, dtype=np.float64).copy()
     if not np.any(b):
@@ -345,68 +355,108 @@ def _cr1(method, b, H, a, L, w, cl, G, p=None):
         else:
             bread = np.einsum("ij,ik->jk", J, J)
         scores = J * r[:, None]
-    else:
-        s, f = _successes_failures(a, L)
-        if p is None:
-            p = match_prob(H, b[0], b[1])
-        resid = s - (s + f) * p
-        if w is not None:
-            resid *= w
-        scores = np.column_stack([resid, -H * resid])
-        v = (s + f) * p * (1.0 - p) * (1.0 if w is None else w)
-        vh = _dot(v, H)
-        bread = np.array([[v.sum(), -vh], [-vh, _dot(v, H * H)]])
-    return cr1_covariance(scores, np.linalg.inv(bread), cl, G)
+        return cr1_covariance(scores, np.linalg.inv(bread), cl, G)
+    # MLE: the score of a round is x (s - (s + f) p) with x = (1, -H); it is summed per prompt
+    # directly, without an (n, 2) score matrix (this runs on 10^7 rounds)
+    if p is None:
+        p = match_prob(H, b[0], b[1])
+    t = (a < L).astype(np.float64)
+    t += a                                   # s + f
+    v = t * p
+    np.subtract(a, v, out=t)                 # resid = s - (s + f) p
+    if w is not None:
+        t *= w
+    u = np.empty((G, 2))
+    u[:, 0] = np.bincount(cl, t, G)
+    t *= H
+    u[:, 1] = -np.bincount(cl, t, G)
+    del t
+    v -= v * p                               # (s + f) p (1 - p): the information weights
+    if w is not None:
+        v *= w
+    v0, vh = float(v.sum()), _dot(v, H)
+    v *= H
+    bread = np.array([[v0, -vh], [-vh, _dot(v, H)]])
+    # the per-prompt sums are the "observations" of the sandwich's meat
+    return cr1_covariance(u, np.linalg.inv(bread), np.arange(G), G)
 
 
 def _nan_row() -> dict:
     return {c: np.nan for c in LAW_COLUMNS + LAW_EXTRA_COLUMNS}
 
 
+def _law_moments(p, L, w):
+    """Weighted sums of M, M^2 and Var(a|H) under the law, in chunks (bounded temporaries)."""
+    s1 = s2 = sv = 0.0
+    for k in range(0, p.size, _CHUNK):
+        sl = slice(k, k + _CHUNK)
+        M = truncated_mean(p[sl], L[sl])
+        V = truncated_variance(p[sl], L[sl])
+        ws = None if w is None else w[sl]
+        s1 += float(M.sum()) if ws is None else _dot(ws, M)
+        s2 += _dot(M, M) if ws is None else _dot(ws, M * M)
+        sv += float(V.sum()) if ws is None else _dot(ws, V)
+    return s1, s2, sv
+
+
 def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
-    """Every statistic of one group; returns (row, curve frame, checks)."""
+    """Every statistic of one group; returns (row, curve frame, checks).
+
+    Written to keep few round-sized arrays alive at once (10^7 rounds must fit):
+    unit weights are never materialised and intermediates are released early.
+    """
     where = f"{label}" if drafter is None else f"{drafter}/{label}"
     cl, G = _compact(cl)
-    ones = np.ones_like(a) if w is None else w
-    W = float(ones.sum())
+    n = a.size
+    W = float(n) if w is None else float(w.sum())
+
+    def wsum(x):
+        return float(x.sum()) if w is None else _dot(w, x)
+
+    def wbin(bins, x, B):  # per-bin weighted sums
+        return np.bincount(bins, x if w is None else w * x, B)
+
     level = opt["level"]
     row = _nan_row()
     row.update(task=label, rounds=int(round(W)), prompts=G, method=opt["method"], interval=opt["interval"],
                level=level, horizon=int(L.max()), converged=False)
-    row["mean_entropy"] = _dot(ones, H) / W
+    row["mean_entropy"] = wsum(H) / W
     mean_a, se_a, _ = clustered_mean(a, cl, G, w)
     row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
     half = t_crit(G, level) * se_a if G >= 2 else np.nan
     row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
-    row["p_ge8"] = _dot(ones, (a >= 8).astype(np.float64)) / W
-    ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order)
-    row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
+    row["p_ge8"] = (np.count_nonzero(a >= 8) if w is None else _dot(w, (a >= 8).astype(np.float64))) / W
     if L.min() != L.max():
         notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
                      "mean use each round's own L, the horizon column shows the largest")
+    key = _curve.sort_key(H, order)
+    ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order, key.position)
+    row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
     B = opt["bins"]
     curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
-    bins = bm = None
-    if len(H) >= B:
-        bins = _curve.equal_count_bins(order, B, w)
+    bins = bm = floor = None
+    if n >= B:
+        bins = _curve.equal_count_bins(order, B, w, key.position)
         bm = _curve.binned_means(a, bins, B, cl, G, w, level)
         Wb = bm["n"]
-        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb,
-                              "mean_entropy": np.bincount(bins, ones * H, B) / Wb,
+        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": wbin(bins, H, B) / Wb,
                               "mean_accepted": bm["mean"], "lo": bm["lo"], "hi": bm["hi"],
                               "predicted": np.nan, "isotonic": np.nan})
         if w is None:
             curve["n"] = curve["n"].astype(np.int64)
-        floor = bins == 0
+        floor = np.flatnonzero(bins == 0)
         row["floor_rounds"] = int(round(Wb[0]))
         row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
-        iso = _curve.isotonic_decreasing(H, a, order, w)
-        curve["isotonic"] = np.bincount(bins, ones * iso, B) / Wb
+        iso = _curve.isotonic_decreasing(H, a, weights=w, key=key)
+        curve["isotonic"] = wbin(bins, iso, B) / Wb
+        del iso
         row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
     else:
-        notes.append(f"{where}: fewer rounds ({len(H)}) than curve bins ({B}); no decile curve")
-    ranks = (_curve.midranks(H, order, w), _curve.integer_midranks(a, w))
+        notes.append(f"{where}: fewer rounds ({n}) than curve bins ({B}); no decile curve")
+    ranks = (_curve.midranks(H, weights=w, key=key), _curve.integer_midranks(a, w))
+    del key
     rho, rho_p, _ = spearman_clustered(H, a, cl, G, ranks=ranks, weights=w)
+    del ranks
     row["rho"], row["rho_p"] = rho, rho_p
     try:
         b = _fit_b(opt["method"], H, a, L, w)
@@ -433,18 +483,30 @@ def _evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
             notes.append(f"{where}: a single prompt; no prompt-clustered interval")
         row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
         row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
-        pred = truncated_mean(p, L)
-        row["r2_round"] = _curve.r_squared(a, pred, w)
         row["loglik"] = loglik(b, H, a, L, w)
         row["cap"] = cap(b0)
-        row["ceiling_model"] = _ceiling.model_ceiling(pred, truncated_variance(p, L), w)
-        row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
+        # the model-implied ceiling Var(M) / (Var(M) + E Var(a|H)) (ceiling.model_ceiling, in chunks)
+        s1, s2, sv = _law_moments(p, L, w)
+        between = max(s2 / W - (s1 / W) ** 2, 0.0)
+        row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
+        pred = truncated_mean(p, L)
+        del p
         if bm is not None:
-            curve["predicted"] = np.bincount(bins, ones * pred, B) / bm["n"]
+            curve["predicted"] = wbin(bins, pred, B) / bm["n"]
             row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
+        pred -= a                                          # residuals, in place
+        sse = wsum(pred * pred)
+        d = a - mean_a
+        sst = wsum(d * d)
+        del pred, d
+        row["r2_round"] = 1.0 - sse / sst if sst > 0 else np.nan
+        row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
+        if floor is not None and floor.size:
             # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L), at the floor rounds' L
             pf = special.expit(b0) ** L[floor]
-            row["sup"] = float(np.exp(b0) * (1.0 - _dot(ones[floor], pf) / ones[floor].sum()))
+            wf = None if w is None else w[floor]
+            mean_pf = float(pf.mean()) if wf is None else _dot(wf, pf) / wf.sum()
+            row["sup"] = float(np.exp(b0) * (1.0 - mean_pf))
     checks = LawChecks(group=label, drafter=str(drafter if drafter is not None else "unknown"),
                        b1=row["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"], rho=rho, rho_p=rho_p,
                        r2_curve=row["r2_curve"], r2_isotonic=row["r2_isotonic"], alpha=opt["alpha"],
@@ -563,8 +625,7 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
         present_g = np.flatnonzero(np.bincount(g, minlength=len(data["gnames"]))) if by else []
         for gi in sorted(present_g, key=lambda i: data["gnames"][i]):
             m = g == gi
-            pos = np.cumsum(m) - 1
-            og = pos[order[m[order]]]
+            og = np.searchsorted(np.flatnonzero(m), order[m[order]])  # the group's own sort order
             row, cur, chk = _evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m], og,
                                       data["gnames"][gi], tag, opt, group_notes)
             rows.append({**row, "drafter": dname})

@@ -100,7 +100,8 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
     if bad.any():
         raise GlanceError(f"column 'accepted': {int(bad.sum())} value(s) are not integers in 0..horizon "
                           "(accepted counts draft tokens, bonus excluded)")
-    H = np.maximum(H, 0.0)
+    if (H < 0).any():  # float32 round-off can leave -1e-7 for a zero entropy (copy: never touch the input)
+        H = np.maximum(H, 0.0)
     w = None
     if weight:
         w = frame[weight].to_numpy(dtype=np.float64)
@@ -142,6 +143,7 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
             raise GlanceError(f"column '{by}': a group is named '{POOLED}', which labels the pooled row; rename it")
     else:
         gcodes, gnames = np.zeros(int(keep.sum()), dtype=np.int64), []
-    out = {"H": H[keep], "a": a[keep], "L": L[keep], "w": None if w is None else w[keep],
-           "cl": cluster_ids(sub, cluster), "d": dcodes, "dnames": dnames, "g": gcodes, "gnames": gnames}
-    return out
+    if not keep.all():
+        H, a, L, w = H[keep], a[keep], L[keep], None if w is None else w[keep]
+    return {"H": H, "a": a, "L": L, "w": w, "cl": cluster_ids(sub, cluster), "d": dcodes.astype(np.int32),
+            "dnames": dnames, "g": gcodes.astype(np.int32), "gnames": gnames}
