@@ -226,6 +226,11 @@ def run(cfg: RunConfig) -> dict:
     if cfg.probe and len(items) < 2:
         T.derangement(len(items))
     target = load_target(cfg.model, cfg.dtype, cfg.device)
+    if cfg.probe and not target.is_vlm:
+        bad = [it.prompt_id for it in items if not (it.context and it.context in it.prompt)]
+        if bad:
+            raise GlanceError(f"--probe mismatched with a text-only target swaps each prompt's context block, "
+                              f"but {len(bad)} item(s) (e.g. {bad[0]}) have no 'context' inside their prompt")
     device = str(target.device)
     drafter = make_drafter(cfg.drafter, target, draft_model=cfg.draft_model, branch_k=cfg.branch_k,
                            draft_len=cfg.draft_len)
