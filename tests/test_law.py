@@ -431,9 +431,10 @@ def test_a_group_that_cannot_be_fitted_keeps_its_row_and_a_note():
 
 def test_single_prompt_group_has_no_interval_but_a_note():
     df = simulate_rounds([TaskSpec("t", 1.0, 0.8)], n_prompts=1, rounds_per_prompt=200, seed=0, vectors=False)
-    fit = fit_law(df, by=None)
-    assert np.isnan(fit.row().b1_lo) and not fit.holds().slope
-    assert any("single prompt" in n for n in fit.notes)
+    for n_boot in (0, 20):
+        fit = fit_law(df, by=None, n_boot=n_boot)
+        assert np.isnan(fit.row().b1_lo) and not fit.holds().slope
+        assert any("single prompt" in n for n in fit.notes)
 
 
 # --------------------------------------------------------------------------
