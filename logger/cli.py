@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe", default=None, choices=("mismatched",),
                    help="mismatched: replay each trajectory with another prompt's image/context")
     p.add_argument("--seed", type=int, default=0, help="item selection and sampling seed")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (default: torch's choice; 1 is fastest for small models on a busy machine)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -62,12 +64,18 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         print("glance-log: torch is not installed; install the logger extra: pip install -e '.[log]'",
               file=sys.stderr)
         return 2
     from .run import RunConfig, run
+
+    if args.threads < 0:
+        print("glance-log: --threads must be >= 0", file=sys.stderr)
+        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     cfg = RunConfig(task=args.task, model=args.model, drafter=args.drafter, draft_model=args.draft_model,
                     budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,
