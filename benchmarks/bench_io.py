@@ -11,6 +11,8 @@ a fresh child process, so every peak RSS belongs to that step alone:
 * ``imports``    : a child's baseline (python + numpy/pandas/pyarrow/glance_law)
 * ``arrow 2col`` : ``pyarrow.parquet.read_table(columns=[root_entropy, accepted])``
                    - the floor: merely reading the two columns the law needs
+* ``arrow fit``  : ``pyarrow.parquet.read_table`` of the columns ``read fit`` reads (the
+                   fit's, plus the required and key columns), no validation, no pandas
 * ``read 2col``  : ``read_logs(columns=[root_entropy, accepted])`` (the reader always
                    adds the required and key columns, validates them and checks keys)
 * ``read fit``   : ``read_logs`` of the fit's columns (task, prompt_id, root_entropy,
@@ -35,6 +37,9 @@ from pathlib import Path
 import numpy as np
 
 FIT_COLUMNS = ["task", "prompt_id", "root_entropy", "accepted", "horizon"]
+# what read_logs(columns=FIT_COLUMNS) actually reads: + the required and key columns
+READ_FOR_FIT = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon",
+                "condition", "drafter"]
 
 CHILD = r"""
 import json, sys, time
@@ -129,6 +134,9 @@ def main(argv=None) -> int:
             for label, path in variants:
                 floor = child("arrow", path, ["root_entropy", "accepted"], args.repeat)
                 rows.append((n, label, "arrow 2col", floor))
+                same = child("arrow", path, READ_FOR_FIT, args.repeat)
+                same["ratio"] = same["seconds"] / floor["seconds"]
+                rows.append((n, label, "arrow fit", same))
                 for step, cols in (("read 2col", ["root_entropy", "accepted"]),
                                    ("read fit", FIT_COLUMNS), ("read all", None)):
                     r = child("read", path, cols, args.repeat)
