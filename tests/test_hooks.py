@@ -131,6 +131,7 @@ def _fake_dflash_generate(model, target, input_ids, max_new_tokens):
     return torch.tensor([seq[:n_in + max_new_tokens]])
 
 
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")   # dflash's own spelling
 def test_dflash_hook_on_the_dflash_calling_convention(models, tmp_path):
     model, _, tok = models
     ids = tok(PROMPTS[1], return_tensors="pt").input_ids
