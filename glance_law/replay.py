@@ -43,11 +43,13 @@ from .errors import GlanceError, MissingColumnError
 from .results import Result
 from .schema import SUPPLIED_BY
 
-__all__ = ["replay_arrays", "target_prefixes", "ReplayArrays", "round_arrays", "replay", "Replay", "chain_run",
-           "REPLAY_COLUMNS"]
+__all__ = ["replay_arrays", "target_prefixes", "group_labels", "ReplayArrays", "round_arrays", "replay", "Replay",
+           "chain_run", "REPLAY_COLUMNS"]
 
 #: the round columns the replay reads
 REPLAY_COLUMNS = ("topk_logq", "target_rank", "horizon")
+#: rounds converted to float64 at a time
+_CHUNK_ROUNDS = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,16 +142,24 @@ def replay_arrays(logq, target_rank, n_max: int) -> ReplayArrays:
     skip the pass (A = 0 at every budget), the others enumerate only the nodes that can
     precede a target prefix (:func:`glance_law.tree.target_positions`).
     """
-    logq = _tree._check_logq(logq)
-    R, L, k = logq.shape
+    shape = np.shape(logq)
+    if len(shape) != 3:
+        raise GlanceError(f"logq has shape {shape}, expected (rounds, L, k)")
+    R, L, k = shape
     n_max = int(n_max)
     if n_max < 1:
         raise GlanceError("the replay's N_max must be >= 1")
     rank = np.asarray(target_rank)
     if rank.shape != (R, L):
         raise GlanceError(f"target_rank has shape {rank.shape}, expected {(R, L)} (one rank per offset)")
-    score, code, placeable, known = target_prefixes(logq, rank)
-    pos = _tree._target_positions_prepared(logq, score, code, placeable, n_max)
+    pos = np.full((R, L), n_max, np.int32)
+    placeable = np.zeros(R, np.int64)
+    known = np.zeros(R, np.int64)
+    for a in range(0, R, _CHUNK_ROUNDS):          # memory stays bounded whatever R is
+        b = min(R, a + _CHUNK_ROUNDS)
+        q = _tree._check_logq(logq[a:b])
+        score, code, placeable[a:b], known[a:b] = target_prefixes(q, rank[a:b])
+        pos[a:b] = _tree._target_positions_prepared(q, score, code, placeable[a:b], n_max)
     # censoring: the path stops at an unknown offset (not at a miss outside the top-k)
     stops_unknown = (placeable == known) & (known < L)
     last = np.where(placeable > 0, pos[np.arange(R), np.maximum(placeable - 1, 0)], -1)
@@ -170,7 +180,7 @@ def _lists(col: pd.Series, what: str):
 
 
 def round_arrays(frame: pd.DataFrame):
-    """(logq (R, L, k) float64, target_rank (R, L) int, usable (R,) bool, notes) from a rounds frame.
+    """(logq (R, L, k), target_rank (R, L) int, usable (R,) bool, notes) from a rounds frame.
 
     Rounds are padded to the largest horizon and k with -inf (not proposed) and rank -1
     (unknown). Unusable rounds (no drafted offsets, missing vectors, inconsistent lengths)
@@ -207,7 +217,8 @@ def round_arrays(frame: pd.DataFrame):
                           f"record them with {SUPPLIED_BY['topk_logq']}")
     L = int(H[usable].max())
     k = int(k_r[usable].max())
-    logq = np.full((n, L, k), -np.inf)
+    # keep the logged float32 (the replay widens it chunk by chunk); anything else stays float64
+    logq = np.full((n, L, k), -np.inf, np.float32 if lq.dtype == np.float32 else np.float64)
     rank = np.full((n, L), -1, np.int64)
     # scatter the flat values of the usable rounds
     startq = np.cumsum(nq) - nq
@@ -277,6 +288,19 @@ class Replay(Result):
         return pd.DataFrame(rows)
 
 
+def group_labels(frame: pd.DataFrame, by: str, notes: list) -> np.ndarray:
+    """Group label per round: the ``by`` column, prefixed by the drafter when the logs hold
+    several (their trees differ, so they are never pooled)."""
+    g = frame[by].astype(str).to_numpy() if by in frame.columns else np.full(len(frame), "all", object)
+    if "drafter" in frame.columns:
+        dr = frame["drafter"].astype(str).to_numpy()
+        names = sorted(set(dr.tolist()))
+        if len(names) > 1:
+            notes.append(f"{len(names)} drafters analysed separately (groups drafter/{by}): {', '.join(names)}")
+            g = np.array([f"{a}/{b}" for a, b in zip(dr, g)], dtype=object)
+    return g
+
+
 def replay(rounds, n_max: int = 255, budgets: Sequence[int] | None = None, *, by: str = "task",
            level: float = 0.95) -> Replay:
     """Replay every budget up to ``n_max`` for the rounds of a frame or :class:`LogSet`.
@@ -290,7 +314,7 @@ def replay(rounds, n_max: int = 255, budgets: Sequence[int] | None = None, *, by
     logq, rank, usable, notes = round_arrays(frame)
     sub = frame.loc[usable]
     arr = replay_arrays(logq[usable], rank[usable], n_max)
-    groups = sub[by].astype(str).to_numpy() if by in sub.columns else np.full(len(sub), "all", object)
+    groups = group_labels(sub, by, notes)
     codes, _ = cluster_codes(sub)
     lb = sub["budget"].to_numpy(dtype=np.int64) if "budget" in sub.columns else None
     la = sub["accepted"].to_numpy(dtype=np.int64) if "accepted" in sub.columns else None

@@ -66,19 +66,20 @@ def max_code_bits(L: int, k: int) -> float:
 
 
 def _check_logq(logq: np.ndarray) -> np.ndarray:
-    logq = np.asarray(logq, dtype=np.float64)
-    if logq.ndim != 3:
+    """A float64 copy of ``logq`` (R, L, k) with NaN -> -inf and values clipped to <= 0, after
+    checking the shape, the code width and that rows are sorted descending."""
+    shape = np.shape(logq)
+    if len(shape) != 3:
         raise ValueError("logq must have shape (rounds, L, k)")
-    if logq.shape[1] < 1 or logq.shape[2] < 1:
+    if shape[1] < 1 or shape[2] < 1:
         raise ValueError("logq needs at least one offset and one candidate per offset")
-    if max_code_bits(logq.shape[1], logq.shape[2]) > 62:
-        raise ValueError(f"L={logq.shape[1]}, k={logq.shape[2]} is too large for exact node codes "
+    if max_code_bits(shape[1], shape[2]) > 62:
+        raise ValueError(f"L={shape[1]}, k={shape[2]} is too large for exact node codes "
                          "(L*log2(k) must be <= 62); lower --branch-k or the horizon")
-    logq = np.where(np.isnan(logq), -np.inf, logq)
-    logq = np.minimum(logq, 0.0)  # log-probabilities; clip float noise above 0
-    with np.errstate(invalid="ignore"):
-        unsorted = logq.shape[2] > 1 and bool(np.any(np.diff(logq, axis=2) > 0))
-    if unsorted:
+    logq = np.array(logq, dtype=np.float64)       # a copy: cleaned in place below
+    logq[np.isnan(logq)] = -np.inf
+    np.minimum(logq, 0.0, out=logq)               # log-probabilities; clip float noise above 0
+    if shape[2] > 1 and bool(np.any(logq[:, :, 1:] > logq[:, :, :-1])):
         raise ValueError("each row of logq must be sorted descending (the drafter's top-k in rank order)")
     return logq
 

@@ -43,7 +43,7 @@ from . import allocate as al
 from .cluster import bootstrap_counts, cluster_codes, clustered_mean, percentile_interval, t_crit
 from .errors import GlanceError, MissingColumnError
 from .law import fit_affine_logit, fit_law, match_prob, truncated_mean
-from .replay import ReplayArrays, chain_run, replay_arrays, round_arrays
+from .replay import ReplayArrays, chain_run, group_labels, replay_arrays, round_arrays
 from .tree import best_first
 from .results import Result
 from .schema import SUPPLIED_BY
@@ -400,7 +400,7 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
     H = frame["root_entropy"].to_numpy(dtype=np.float64)
     horizon = (frame["horizon"].to_numpy(dtype=np.int64) if "horizon" in frame.columns
                else np.full(len(frame), logq.shape[1]))
-    groups = frame[by].astype(str).to_numpy() if by in frame.columns else np.full(len(frame), "all", object)
+    groups = group_labels(frame, by, notes)
     a, known = chain_run(rank)
     cens = (a == known) & (known < horizon)
     law_in = pd.DataFrame({"task": groups, "prompt_id": frame["prompt_id"].astype(str).to_numpy(),

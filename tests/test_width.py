@@ -281,3 +281,18 @@ def test_policies_over_many_simulated_logs():
         wins += int((t["rescue"] > t["fixed"]).sum())
         rows += len(t)
     assert wins >= 0.8 * rows
+
+
+def test_drafters_are_never_pooled():
+    a = simulate_tree_rounds(TASK, n_prompts=10, rounds_per_prompt=(10, 20), seed=11, drafter="block")
+    b = simulate_tree_rounds(TASK, n_prompts=10, rounds_per_prompt=(10, 20), seed=12, drafter="two_model", k=4)
+    import pandas as pd
+    f = pd.concat([a, b], ignore_index=True)
+    for c in ("drafter", "task", "prompt_id", "run_id", "condition"):
+        f[c] = f[c].astype(str)
+    res = W.width_allocation(f, budgets=(7,), n_boot=0)
+    assert set(res.to_frame()["task"]) == {"block/t", "two_model/t"}
+    one = W.width_allocation(a, budgets=(7,), n_boot=0).to_frame().iloc[0]
+    row = res.to_frame().set_index("task").loc["block/t"]
+    assert row["fixed"] == pytest.approx(one["fixed"]) and row["oracle"] == pytest.approx(one["oracle"])
+    assert "2 drafters analysed separately" in " ".join(res.notes)
