@@ -42,6 +42,7 @@ import sys
 from typing import Sequence
 
 from . import format as _fmt
+from . import reduce as _reduce
 from .errors import GlanceError
 from .io import LogSet, read_logs
 from .law import LAW_INPUT, fit_law
@@ -113,6 +114,7 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
             g.add_argument(name, dest=dest, metavar=metavar, default=None, help=f"{text} [{module}]")
         else:
             g.add_argument(name, dest=dest, action="store_true", help=f"{text} [{module}]")
+    _reduce.add_reduce_arguments(p, engine_default=None)  # --engine, --buckets, ... (issue 9: out of core)
     for mod in extend:
         add = getattr(mod, "add_cli_arguments", None)
         if add is not None:
@@ -164,11 +166,13 @@ def parse_args(argv: Sequence[str]):
         raise UsageError("--bootstrap must be >= 0")
     if not 0.0 < args.level < 1.0:
         raise UsageError("--level must lie strictly between 0 and 1")
+    if str(args.by).lower() in ("none", "pooled", ""):
+        args.by = None  # pooled row only (sections fall back to their own default grouping)
     return args, mods
 
 
 def _by(args) -> str | None:
-    return None if str(args.by).lower() in ("none", "pooled", "") else args.by
+    return args.by
 
 
 def _conditions(args):
@@ -241,11 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args, mods = parse_args(argv)
-        logs = load(args, [m for _, m in mods])
-        for path, reason in logs.skipped:
-            print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
-        law = law_result(logs, args)
-        sections = [(flag.lstrip("-"), list(mod.cli_section(logs, args))) for flag, mod in mods]
+        if args.engine or _reduce.inputs_reduced(args.paths):  # out of core: glance_law.reduce (issue 9)
+            law, sections = _reduce.cli_fit(args, mods)
+        else:
+            logs = load(args, [m for _, m in mods])
+            for path, reason in logs.skipped:
+                print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
+            law = law_result(logs, args)
+            sections = [(flag.lstrip("-"), list(mod.cli_section(logs, args))) for flag, mod in mods]
         _write(render(law, sections, args.format), args.out)
     except GlanceError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)

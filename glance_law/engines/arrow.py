@@ -1,0 +1,317 @@
+"""The streaming pyarrow reduction (the embedded default engine).
+
+Each rounds file is read one record batch at a time (``batch_rows`` rows, string
+columns dictionary-decoded), value-checked with :func:`glance_law.schema.check_values`
+and reduced to partial cells with Arrow's hash aggregation; files are processed in
+parallel threads (``workers``) and their partial cells merged and compacted as they
+arrive, so memory is bounded by a few batches plus the cells. String work happens on
+dictionaries, never per row: the prompt bucket (md5) is computed once per distinct
+(task, prompt_id) of a batch, and the stream of a round (run_id, prompt_id, condition)
+is identified by a 64-bit hash of its strings.
+
+Duplicate keys: every batch is cut into runs of one stream with strictly increasing
+rounds; runs of a stream whose round ranges overlap are the only possible duplicates
+(:func:`glance_law.engines.suspect_streams`) and are confirmed by re-reading just those
+streams from the files that hold them. Distinct prompts per (drafter, task) are counted
+by 64-bit hashes of (task, prompt_id).
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import schema as S
+from ..errors import GlanceError
+from ..reduce import MAX_ENTROPY, Grid
+from . import BadFiles, READ_COLUMNS, Source, blame, default_workers, suspect_streams
+
+GROUP = ["td", "bucket", "hbin", "horizon", "accepted"]
+AGGS = [("h", "count"), ("h", "sum"), ("h2", "sum")]
+MERGE_AGGS = [("n", "sum"), ("sum_h", "sum"), ("sum_h2", "sum")]
+STRINGS = ("run_id", "task", "prompt_id", "condition", "drafter")
+
+
+@dataclass
+class _Shared:
+    """State shared by the worker threads: the global (task, drafter) codes."""
+
+    grid: Grid
+    buckets: int
+    allowed: set | None
+    td: dict = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def td_code(self, task: str, drafter: str) -> int:
+        with self.lock:
+            return self.td.setdefault((task, drafter), len(self.td))
+
+
+@dataclass
+class _Part:
+    """What one file contributes."""
+
+    rows: int = 0
+    cells: list = field(default_factory=list)          # pa.Tables of partial cells
+    segments: list = field(default_factory=list)       # (stream hash, first round, last round) arrays
+    prompts: list = field(default_factory=list)        # (td code, prompt hash) arrays
+    horizon0: int = 0
+    conditions: dict = field(default_factory=dict)
+    filled: dict = field(default_factory=dict)
+
+
+def _strings(table: pa.Table, name: str, default: str | None):
+    """(int64 codes, values, nulls) of a string column; nulls get the code len(values) -> default."""
+    n = table.num_rows
+    if name not in table.column_names:
+        return np.zeros(n, dtype=np.int64), [default], n
+    arr = table.column(name).combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    values = arr.dictionary.to_pylist()
+    idx = arr.indices
+    nulls = idx.null_count
+    if nulls:
+        idx = idx.fill_null(len(values))
+        values = values + [default]
+    return idx.to_numpy(zero_copy_only=False).astype(np.int64), values, nulls
+
+
+def _unique(codes: np.ndarray, space: int):
+    """(unique codes, inverse) of non-negative int codes below ``space``: a bitmap when it is small."""
+    if space <= 4 * codes.size + (1 << 20):
+        seen = np.zeros(space, dtype=bool)
+        seen[codes] = True
+        u = np.flatnonzero(seen)
+        lut = np.cumsum(seen) - 1
+        return u, lut[codes]
+    u, inv = np.unique(codes, return_inverse=True)
+    return u, inv.ravel()
+
+
+def _stream_hash(run, rv, prompt, pv, cond, cv) -> np.ndarray:
+    """64-bit hash of (run_id, prompt_id, condition) per row (hashing each distinct triple once)."""
+    P, C = len(pv), len(cv)
+    u, inv = _unique((run * P + prompt) * C + cond, len(rv) * P * C)
+    h = np.fromiter((hash((rv[x // (P * C)], pv[(x // C) % P], cv[x % C])) for x in u.tolist()),
+                    dtype=np.int64, count=u.size)
+    return h[inv]
+
+
+def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
+    n = table.num_rows
+    ti, tv, _ = _strings(table, "task", None)
+    pi, pv, _ = _strings(table, "prompt_id", None)
+    ci, cv, cnull = _strings(table, "condition", S.CONDITIONS_DEFAULT)
+    di, dv, dnull = _strings(table, "drafter", S.FILLED_WHEN_NULL["drafter"])
+    part.filled["condition"] = part.filled.get("condition", 0) + cnull
+    part.filled["drafter"] = part.filled.get("drafter", 0) + dnull
+    H = table.column("root_entropy").to_numpy().astype(np.float32).astype(np.float64)
+    np.maximum(H, 0.0, out=H)
+    if H.size and H.max() > MAX_ENTROPY:
+        raise GlanceError(f"column 'root_entropy': a value of {H.max():.6g} nats; no vocabulary has that much "
+                          "entropy, so the logger is wrong (fix it, or drop those rounds)")
+    a = table.column("accepted").to_numpy().astype(np.int64)
+    L = table.column("horizon").to_numpy().astype(np.int64)
+    if check_keys:
+        ri, rv, _ = _strings(table, "run_id", None)
+        rnd = table.column("round").to_numpy().astype(np.int64)
+        s = _stream_hash(ri, rv, pi, pv, ci, cv)
+        brk = np.flatnonzero(np.r_[True, (s[1:] != s[:-1]) | (rnd[1:] <= rnd[:-1])])
+        ends = np.r_[brk[1:] - 1, n - 1]
+        part.segments.append((s[brk], rnd[brk], rnd[ends]))
+    ok = np.ones(len(cv), dtype=bool) if sh.allowed is None else np.array([c in sh.allowed for c in cv])
+    drafted = L > 0
+    part.horizon0 += int(n - drafted.sum())
+    other = drafted & ~ok[ci]
+    if other.any():
+        for k, c in zip(*np.unique(ci[other], return_counts=True)):
+            part.conditions[cv[k]] = part.conditions.get(cv[k], 0) + int(c)
+    inc = drafted & ok[ci]
+    if not inc.any():
+        return
+    if not inc.all():
+        ti, pi, di, H, a, L = ti[inc], pi[inc], di[inc], H[inc], a[inc], L[inc]
+    P, D = len(pv), len(dv)
+    u, inv = _unique(ti * P + pi, len(tv) * P)
+    ut, up = (u // P).tolist(), (u % P).tolist()
+    from ..reduce import buckets_of
+    bucket = buckets_of([tv[t] for t in ut], [pv[p] for p in up], sh.buckets)[inv]
+    v, vinv = _unique(ti * D + di, len(tv) * D)
+    td = np.array([sh.td_code(tv[x // D], dv[x % D]) for x in v.tolist()], dtype=np.int32)[vinv]
+    # distinct prompts per (drafter, task): one hash per distinct (td, prompt) of the batch
+    w, winv = _unique(td.astype(np.int64) * P + pi, (int(td.max()) + 1) * P)
+    first = np.full(w.size, -1, dtype=np.int64)
+    first[winv[::-1]] = np.arange(winv.size)[::-1]
+    ph = np.fromiter((hash((tv[ti[i]], pv[pi[i]])) for i in first.tolist()), dtype=np.int64, count=w.size)
+    part.prompts.append((td[first], ph))
+    hbin = sh.grid.index(H)
+    cells = pa.table({"td": td, "bucket": bucket.astype(np.int32), "hbin": hbin.astype(np.int32),
+                      "horizon": L.astype(np.int16), "accepted": a.astype(np.int16), "h": H, "h2": H * H})
+    g = cells.group_by(GROUP, use_threads=False).aggregate(AGGS)
+    part.cells.append(g.rename_columns(GROUP + ["n", "sum_h", "sum_h2"]))
+
+
+def _compact(tables: list) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables).group_by(GROUP, use_threads=False).aggregate(MERGE_AGGS).rename_columns(GROUP + ["n", "sum_h", "sum_h2"])
+
+
+def _read(src: Source, columns, batch_rows: int):
+    """Contract-checked record batches of one file (as tables), with their first row number."""
+    from ..io import LogError
+    cols = [c for c in columns if c in src.columns]
+    try:
+        pf = pq.ParquetFile(src.path, read_dictionary=[c for c in cols if c in STRINGS])
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
+        raise LogError(src.path, f"could not be read ({str(exc).splitlines()[0][:120]})",
+                       "the file may be truncated or corrupt; delete it and rerun the logger") from None
+    start = 0
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=cols, use_threads=False):
+            table = pa.Table.from_batches([batch])
+            p = S.check_values(S.KIND_ROUNDS, table)
+            if p is not None:
+                raise LogError(src.path, f"{p.problem} (rows counted from row {start} of the file)", p.fix,
+                               p.column)
+            yield start, table
+            start += table.num_rows
+    except LogError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        raise LogError(src.path, f"could not be read ({str(exc).splitlines()[0][:120]})",
+                       "the file may be truncated or corrupt; delete it and rerun the logger") from None
+    finally:
+        pf.close()
+
+
+def _reduce_file(src: Source, sh: _Shared, batch_rows: int, check_keys: bool):
+    from ..io import LogError
+    part = _Part()
+    try:
+        for _, table in _read(src, READ_COLUMNS, batch_rows):
+            _batch(table, sh, part, check_keys)
+            part.rows += table.num_rows
+            if len(part.cells) > 8:
+                part.cells = [_compact(part.cells)]
+    except LogError as exc:
+        return exc
+    except GlanceError as exc:
+        return LogError(src.path, str(exc))
+    if part.cells:
+        part.cells = [_compact(part.cells)]
+    return part
+
+
+def _exact_duplicates(sources: list[Source], files: np.ndarray, suspects: np.ndarray, batch_rows: int):
+    """Every occurrence of a duplicated key among the suspect streams (re-reading only their files)."""
+    frames = []
+    cols = ("run_id", "prompt_id", "condition", "round")
+    for f in np.unique(files).tolist():
+        for _, t in _read(sources[f], cols, batch_rows):
+            ri, rv, _ = _strings(t, "run_id", None)
+            pi, pv, _ = _strings(t, "prompt_id", None)
+            ci, cv, _ = _strings(t, "condition", S.CONDITIONS_DEFAULT)
+            keep = np.isin(_stream_hash(ri, rv, pi, pv, ci, cv), suspects)
+            if keep.any():
+                frames.append(pd.DataFrame({"file": f, "run_id": np.asarray(rv, dtype=object)[ri[keep]],
+                                            "prompt_id": np.asarray(pv, dtype=object)[pi[keep]],
+                                            "condition": np.asarray(cv, dtype=object)[ci[keep]],
+                                            "round": t.column("round").to_numpy()[keep].astype(np.int64)}))
+    if not frames:
+        return pd.DataFrame(columns=["file", *cols])
+    rows = pd.concat(frames, ignore_index=True)
+    return rows[rows.duplicated(list(cols), keep=False)]
+
+
+def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_keys: bool = True,
+           skip_bad: bool = False, batch_rows: int = 1 << 20, workers: int | None = None):
+    """Reduce rounds files with pyarrow; returns (cells DataFrame, info). See the module docstring."""
+    sh = _Shared(grid, int(buckets), None if condition is None else set(condition))
+    workers = default_workers(len(sources)) if workers is None else max(1, int(workers))
+    acc: pa.Table | None = None
+    pending: list = []
+    pending_rows = 0
+    seg_s, seg_lo, seg_hi, seg_f, prompts = [], [], [], [], []
+    info = {"rounds_read": 0, "excluded_horizon0": 0, "excluded_conditions": {}, "filled": {}}
+    bad: list[tuple[str, str]] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        queue: deque = deque()
+        nxt = 0
+        while nxt < len(sources) or queue:
+            while nxt < len(sources) and len(queue) < 2 * workers:
+                queue.append((nxt, pool.submit(_reduce_file, sources[nxt], sh, int(batch_rows), check_keys)))
+                nxt += 1
+            i, fut = queue.popleft()
+            part = fut.result()
+            if not isinstance(part, _Part):
+                if not skip_bad:
+                    for _, f in queue:
+                        f.cancel()
+                    raise BadFiles([(sources[i].path, str(part))])
+                bad.append((sources[i].path, str(part)))
+                continue
+            info["rounds_read"] += part.rows
+            info["excluded_horizon0"] += part.horizon0
+            for k, v in part.conditions.items():
+                info["excluded_conditions"][k] = info["excluded_conditions"].get(k, 0) + v
+            for k, v in part.filled.items():
+                info["filled"][k] = info["filled"].get(k, 0) + v
+            for s, lo, hi in part.segments:
+                seg_s.append(s), seg_lo.append(lo), seg_hi.append(hi), seg_f.append(np.full(s.size, i, np.int32))
+            prompts += part.prompts
+            if len(prompts) > 64:
+                prompts = [_unique_pairs(prompts)]
+            for t in part.cells:
+                pending.append(t)
+                pending_rows += t.num_rows
+            if pending_rows > max(2_000_000, 2 * (acc.num_rows if acc is not None else 0)):
+                acc = _compact(([acc] if acc is not None else []) + pending)
+                pending, pending_rows = [], 0
+    if pending:
+        acc = _compact(([acc] if acc is not None else []) + pending)
+    if check_keys and seg_s:
+        s, f = np.concatenate(seg_s), np.concatenate(seg_f)
+        suspects = suspect_streams(s, np.concatenate(seg_lo), np.concatenate(seg_hi))
+        if suspects.size:
+            files = np.unique(f[np.isin(s, suspects)])
+            dups = _exact_duplicates(sources, files, suspects, int(batch_rows))
+            found = blame(dups, sources)
+            if found:
+                raise BadFiles(found if skip_bad else found[:1])
+    for col in ("condition", "drafter"):  # as the reader: rows of files without the column count, unless no file has it
+        if not any(col in s.columns for s in sources):
+            info["filled"][col] = 0
+    names = {code: td for td, code in sh.td.items()}
+    info["prompts"] = {}
+    if prompts:
+        tdc, ph = _unique_pairs(prompts)
+        codes, counts = np.unique(tdc, return_counts=True)
+        for c, k in zip(codes.tolist(), counts.tolist()):
+            task, drafter = names[c]
+            info["prompts"].setdefault(drafter, {})[task] = int(k)
+    info["bad_files"] = bad
+    if acc is None or acc.num_rows == 0:
+        return pd.DataFrame(columns=["task", "drafter", "bucket", "hbin", "horizon", "accepted", "n", "sum_h",
+                                     "sum_h2"]), info
+    td = acc.column("td").to_numpy()
+    lut_t = np.array([names[c][0] for c in range(len(names))], dtype=object)
+    lut_d = np.array([names[c][1] for c in range(len(names))], dtype=object)
+    cells = pd.DataFrame({"task": lut_t[td], "drafter": lut_d[td],
+                          **{c: acc.column(c).to_numpy() for c in GROUP[1:] + ["n", "sum_h", "sum_h2"]}})
+    return cells, info
+
+
+def _unique_pairs(pairs: list) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct (td code, prompt hash) pairs among a list of pair arrays."""
+    tdc = np.concatenate([p[0] for p in pairs]).astype(np.int64)
+    ph = np.concatenate([p[1] for p in pairs]).astype(np.int64)
+    df = pd.DataFrame({"t": tdc, "p": ph}).drop_duplicates()
+    return df["t"].to_numpy(), df["p"].to_numpy()
