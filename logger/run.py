@@ -20,6 +20,7 @@ import torch
 from glance_law import schema as S
 from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
+from glance_law.tree import max_code_bits
 
 from . import tasks as T
 from .decode import Forced, decode, greedy_reference
@@ -234,6 +235,9 @@ def run(cfg: RunConfig) -> dict:
     device = str(target.device)
     drafter = make_drafter(cfg.drafter, target, draft_model=cfg.draft_model, branch_k=cfg.branch_k,
                            draft_len=cfg.draft_len)
+    if cfg.drafter in ("block", "two_model") and max_code_bits(drafter.horizon, cfg.branch_k) > 62:
+        raise GlanceError(f"--branch-k {cfg.branch_k} with a {drafter.horizon}-offset draft is too wide for exact "
+                          "tree codes (horizon x log2(k) must be <= 62); lower --branch-k or --draft-len")
     arms = [(drafter, cfg.drafter)]
     if cfg.baseline and cfg.drafter != "ar":
         arms.append((make_drafter("ar", target), "ar"))
