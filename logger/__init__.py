@@ -11,7 +11,7 @@ The common entry points are importable from the package (lazily: importing
 _EXPORTS = {
     "load_target": "models", "Target": "models",
     "make_drafter": "drafters",
-    "decode": "decode", "Forced": "decode", "greedy_reference": "decode",
+    "Forced": "decode", "greedy_reference": "decode",   # the loop itself: glance_log.decode.decode
     "RoundLogger": "record",
     "hf_generate_hook": "hooks", "GlanceOnRound": "hooks", "dflash_hook": "hooks",
     "TaskItem": "tasks", "load_items": "tasks",
