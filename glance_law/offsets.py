@@ -129,38 +129,47 @@ def _cluster_se(psi: np.ndarray, codes: np.ndarray, G: int) -> np.ndarray:
     return np.sqrt(var).reshape(psi.shape[1:])
 
 
-def survival_gap(H, M, codes, G, b, infl, mask=None):
-    """Empirical minus marginal-implied survival D(l), l = 1..L, and its CR1 linearisation.
-
-    Returns dict with arrays ``empirical``, ``implied``, ``diff``, ``se``, ``n`` (per l)
-    and scalars ``run_mean``, ``implied_mean``, ``diff_mean``, ``se_mean``.
-    """
+def _gap_parts(H, M, b) -> dict:
+    """The per-round pieces of :func:`survival_gap` that do not depend on the scope."""
     n, L = M.shape
-    mask = np.ones(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
     R, ended = leading_runs(M)
     ls = np.arange(1, L + 1)[None, :]
     obs = (R[:, None] >= ls) | (ended[:, None] & (R[:, None] < ls))
-    obs &= mask[:, None]
     ok_l = np.cumprod(np.isfinite(b[:, 0])).astype(bool)  # S(l) needs every fit up to l
     obs &= ok_l[None, :]
     D = (R[:, None] >= ls).astype(np.float64)
     eta = np.where(np.isfinite(b[:, 0])[None, :], b[None, :, 0] - b[None, :, 1] * H[:, None], 0.0)
     P = special.expit(eta)
     S = np.cumprod(P, axis=1)
-    n_l = obs.sum(axis=0).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        emp = np.where(obs, D, 0.0).sum(axis=0) / n_l
-        imp = np.where(obs, S, 0.0).sum(axis=0) / n_l
-    diff = emp - imp
-    # influence: own term + delta-method term through every offset fit j <= l
-    W = np.where(obs, S, 0.0) / np.where(n_l > 0, n_l, 1.0)[None, :]
-    tri = np.tril(np.ones((L, L)))  # [l, j] = 1 for j <= l
     Q = 1.0 - P
+    return dict(obs=obs, D=D, S=S, Q=Q, HQ=-H[:, None] * Q)
+
+
+def survival_gap(H, M, codes, G, b, infl, mask=None, parts: dict | None = None):
+    """Empirical minus marginal-implied survival D(l), l = 1..L, and its CR1 linearisation.
+
+    Returns dict with arrays ``empirical``, ``implied``, ``diff``, ``se``, ``n`` (per l)
+    and scalars ``run_mean``, ``implied_mean``, ``diff_mean``, ``se_mean``. ``parts``:
+    the scope-independent pieces from :func:`_gap_parts` (computed when not given).
+    """
+    n, L = M.shape
+    parts = _gap_parts(H, M, b) if parts is None else parts
+    idx = np.arange(n) if mask is None else np.flatnonzero(np.asarray(mask, dtype=bool))
+    obs = parts["obs"][idx]                     # the scope's rounds only: the own term lives there
+    D, S, Q, HQ = parts["D"][idx], parts["S"][idx], parts["Q"][idx], parts["HQ"][idx]
+    n_l = obs.sum(axis=0).astype(np.float64)
+    den = np.where(n_l > 0, n_l, 1.0)
+    emp = np.where(obs, D, 0.0).sum(axis=0) / den
+    imp = np.where(obs, S, 0.0).sum(axis=0) / den
+    diff = emp - imp
+    # influence: own term (scope rounds) + delta-method term through every offset fit j <= l
+    # (every round of the group, since every round entered the offset fits)
+    W = np.where(obs, S, 0.0) / den[None, :]
+    tri = np.tril(np.ones((L, L)))  # [l, j] = 1 for j <= l
     G0 = (W.T @ Q) * tri
-    G1 = (W.T @ (-H[:, None] * Q)) * tri
-    corr = infl[:, :, 0] @ G0.T + infl[:, :, 1] @ G1.T
-    own = np.where(obs, D - S - np.nan_to_num(diff)[None, :], 0.0) / np.where(n_l > 0, n_l, 1.0)[None, :]
-    psi = own - corr
+    G1 = (W.T @ HQ) * tri
+    psi = -(infl[:, :, 0] @ G0.T + infl[:, :, 1] @ G1.T)
+    psi[idx] += np.where(obs, D - S - diff[None, :], 0.0) / den[None, :]
     psi[:, n_l == 0] = 0.0
     se = _cluster_se(psi, codes, G)
     valid = n_l > 0
@@ -364,8 +373,9 @@ def assumption2_test(rounds, by="task", n_bins: int = 10, level: float = 0.95) -
         bins = decile_bins(g.H, n_bins)
         scopes = [("all", np.ones(len(g.H), dtype=bool))] + \
             [(str(k + 1), bins == k) for k in range(int(bins.max()) + 1)]
+        parts = _gap_parts(g.H, g.M, b)
         for name, mask in scopes:
-            res = survival_gap(g.H, g.M, g.codes, g.G, b, infl, mask)
+            res = survival_gap(g.H, g.M, g.codes, g.G, b, infl, mask, parts)
             gk = int(np.unique(g.codes[mask]).size)
             lo, hi = _ci(res["diff_mean"], res["se_mean"], gk, level)
             rows.append({**g.key, "bin": name, "rounds": int(mask.sum()), "prompts": gk,
