@@ -7,7 +7,6 @@ on a tiny model.
 """
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pandas as pd
@@ -16,7 +15,7 @@ import pytest
 from glance_law import replay as RP
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.io import read_logs, write_table
-from glance_law.simulate import TaskSpec, simulate_tree_rounds
+from glance_law.simulate import simulate_tree_rounds
 from glance_law.tree import build_tree
 
 from test_tree import brute_order, random_logq

@@ -4,7 +4,6 @@ where the truth is known (oracle >= fixed, keyed in between, Proposition 6 on th
 from __future__ import annotations
 
 import itertools
-import json
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from glance_law.io import write_table
 from glance_law.simulate import TaskSpec, simulate_rounds, simulate_tree_rounds
 from glance_law.tree import best_first
 
-from test_tree import brute_order, random_logq
+from test_tree import random_logq
 
 
 # ----------------------------------------------------------------------------- allocation maths
