@@ -352,6 +352,10 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     out.append("fitted from reduced sufficient statistics: each entropy bin's rounds (summed over buckets) enter as "
                "two atoms matching their entropy mean and variance (b0, b1 exact to O(width^4), see docs/scale.md); "
                "decile means, ceiling bins and ranks split rounds at atom granularity")
+    no_sq = int(np.isnan(c["sum_h2"].to_numpy(dtype=np.float64)).sum())
+    if no_sq:
+        out.append(f"{no_sq} cell(s) without sum_h2 (from a reduction that did not record it) enter at their mean "
+                   "entropy: binning error O(width^2) there")
     out += notes + list(reduced.notes)
     return replace(base, table=table, curves=curves, checks=checks, n_boot=int(n_boot),
                    interval="bootstrap" if n_boot > 0 else "cr1", note_lines=tuple(out))

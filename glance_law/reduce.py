@@ -171,23 +171,56 @@ def normalize_condition(condition) -> list[str] | None:
 # the reduced table
 # --------------------------------------------------------------------------
 
+def _factor(values) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 codes, sorted string categories) of a string column."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        cats = values.cat.categories.astype(str)
+        order = np.argsort(np.asarray(cats, dtype=object), kind="stable")
+        rank = np.empty(len(cats), dtype=np.int64)
+        rank[order] = np.arange(len(cats))
+        codes = values.cat.codes.to_numpy().astype(np.int64)
+        return rank[codes], np.asarray(cats, dtype=object)[order]
+    codes, uniq = pd.factorize(pd.Series(values).astype(str), sort=True)
+    return codes.astype(np.int64), np.asarray(uniq, dtype=object)
+
+
 def normalize_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """Contract types, one row per cell (duplicates summed), sorted by :data:`KEY`."""
-    missing = [c for c in KEY + SUMS if c not in cells.columns]
+    """Contract types, one row per cell (repeated cells summed), sorted by :data:`KEY`."""
+    missing = [c for c in KEY + SUMS[:2] if c not in cells.columns]
     if missing:
         raise GlanceError(f"reduced cells lack column(s) {', '.join(missing)}")
-    df = pd.DataFrame({
-        "task": pd.Categorical(cells["task"].astype(str)), "drafter": pd.Categorical(cells["drafter"].astype(str)),
-        "bucket": cells["bucket"].to_numpy().astype(np.int32), "hbin": cells["hbin"].to_numpy().astype(np.int32),
-        "horizon": cells["horizon"].to_numpy().astype(np.int16),
-        "accepted": cells["accepted"].to_numpy().astype(np.int16),
-        "n": cells["n"].to_numpy().astype(np.int64), "sum_h": cells["sum_h"].to_numpy().astype(np.float64),
-        "sum_h2": cells["sum_h2"].to_numpy().astype(np.float64)})
-    df = df[df["n"] > 0]
-    df = df.groupby(list(KEY), observed=True, sort=True)[list(SUMS)].sum().reset_index()
-    for c, t in (("bucket", np.int32), ("hbin", np.int32), ("horizon", np.int16), ("accepted", np.int16)):
-        df[c] = df[c].astype(t)
-    return df
+    if "sum_h2" not in cells.columns:  # optional in the contract: such cells enter the fit at their mean
+        cells = cells.assign(sum_h2=np.nan)
+    n = cells["n"].to_numpy().astype(np.int64)
+    live = n > 0
+    t, tn = _factor(cells["task"])
+    d, dn = _factor(cells["drafter"])
+    cols = [t, d] + [cells[c].to_numpy().astype(np.int64) for c in KEY[2:]]
+    cols = [c[live] for c in cols]
+    sums = [n[live]] + [cells[c].to_numpy().astype(np.float64)[live] for c in SUMS[1:]]
+    sizes = [int(c.max()) + 1 if c.size else 1 for c in cols]
+    if cols[0].size and min(int(c.min()) for c in cols) >= 0 and float(np.prod([float(x) for x in sizes])) < 2.0 ** 62:
+        key = np.zeros(cols[0].size, dtype=np.int64)
+        for c, k in zip(cols, sizes):
+            key = key * k + c
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        start = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if ks.size else np.zeros(0, dtype=np.int64)
+    else:
+        order = np.lexsort(cols[::-1])
+        same = np.ones(order.size, dtype=bool)
+        for c in cols:
+            cs = c[order]
+            same[1:] &= cs[1:] == cs[:-1]
+        same[:1] = False
+        start = np.flatnonzero(~same)
+    first = order[start]
+    out = {"task": pd.Categorical.from_codes(cols[0][first], tn), "drafter": pd.Categorical.from_codes(cols[1][first], dn)}
+    for name, c, typ in zip(KEY[2:], cols[2:], (np.int32, np.int32, np.int16, np.int16)):
+        out[name] = c[first].astype(typ)
+    for name, v in zip(SUMS, sums):
+        out[name] = np.add.reduceat(v[order], start) if start.size else v[:0]
+    return pd.DataFrame(out)
 
 
 def _add_counts(a: Mapping, b: Mapping) -> dict:

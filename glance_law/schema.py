@@ -190,15 +190,19 @@ REDUCED_COLUMNS: tuple[Column, ...] = (
     _c("task", pa.string(), STRING, True, "Task family."),
     _c("drafter", pa.string(), STRING, True, "Drafter name."),
     _c("bucket", pa.int32(), INT, True,
-       "Prompt bucket: hash of (task, prompt_id) modulo B; whole prompts stay together.",
-       lo=0),
-    _c("hbin", pa.int32(), INT, True, "Fine entropy bin index."),
+       "Prompt bucket: the first 8 hex digits of md5(task + U+001F + prompt_id) modulo B; "
+       "whole prompts stay together.", lo=0),
+    _c("hbin", pa.int32(), INT, True,
+       "Fine entropy bin index on the global grid recorded in the file's metadata."),
     _c("horizon", pa.int16(), INT, True, "L.", "tokens", lo=0),
     _c("accepted", pa.int16(), INT, True, "Accepted length (0 <= accepted <= horizon).",
        "tokens", lo=0),
     _c("n", pa.int64(), INT, True, "Number of rounds in the cell.", "rounds", lo=0),
     _c("sum_h", pa.float64(), FLOAT, True, "Sum of root_entropy over the cell.", "nats",
        lo=0),
+    _c("sum_h2", pa.float64(), FLOAT, False,
+       "Sum of root_entropy squared over the cell (without it the fit puts each cell at its mean).",
+       "nats^2", lo=0),
 )
 
 COLUMNS_BY_KIND: Mapping[str, tuple[Column, ...]] = {

@@ -535,3 +535,30 @@ def test_spark_reduction_equals_arrow_and_brute_force(mixed):
         assert spark.sql(f"SELECT {grid.sql('h')} AS b FROM hs").toPandas()["b"].tolist() == grid.index(H).tolist()
     finally:
         spark.stop()
+
+
+def test_reduced_file_without_sum_h2_fits_at_cell_means(tmp_path):
+    frame = logs(30, seed=13)
+    red = R.reduce_frame(frame)
+    write_table(red.cells.drop(columns=["sum_h2"]), tmp_path / "old.parquet", kind="reduced",
+                run={"reduction": red.metadata()})
+    back = R.read_reduced(tmp_path / "old.parquet")
+    assert back.cells["sum_h2"].isna().all()
+    fit = R.fit_reduced(back)
+    ex = fit_law(frame)
+    np.testing.assert_allclose(fit.table["b1"], ex.table["b1"], atol=1e-3)
+    assert any("without sum_h2" in n for n in fit.notes)
+
+
+def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
+    from glance_law import fit as F
+    frame = logs(25, seed=14)
+    write_parts(frame, tmp_path / "logs", 2)
+    assert R.main([str(tmp_path / "logs"), "--out", str(tmp_path / "s.parquet")]) == 0
+    capsys.readouterr()
+    assert F.main([str(tmp_path / "s.parquet"), "--tail", "--tail-bootstrap", "9", "--format", "json"]) == 0
+    import json
+    doc = json.loads(capsys.readouterr().out)
+    rows = next(iter(doc["tail"].values()))
+    assert {r["task"] for r in rows} == set(frame["task"].astype(str))
+    assert all(r["floor_rounds"] > 0 for r in rows)

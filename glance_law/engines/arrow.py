@@ -302,9 +302,12 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
         return pd.DataFrame(columns=["task", "drafter", "bucket", "hbin", "horizon", "accepted", "n", "sum_h",
                                      "sum_h2"]), info
     td = acc.column("td").to_numpy()
-    lut_t = np.array([names[c][0] for c in range(len(names))], dtype=object)
-    lut_d = np.array([names[c][1] for c in range(len(names))], dtype=object)
-    cells = pd.DataFrame({"task": lut_t[td], "drafter": lut_d[td],
+    tasks = sorted({t for t, _ in names.values()})
+    drafters = sorted({d for _, d in names.values()})
+    lut_t = np.array([tasks.index(names[c][0]) for c in range(len(names))], dtype=np.int64)
+    lut_d = np.array([drafters.index(names[c][1]) for c in range(len(names))], dtype=np.int64)
+    cells = pd.DataFrame({"task": pd.Categorical.from_codes(lut_t[td], tasks),
+                          "drafter": pd.Categorical.from_codes(lut_d[td], drafters),
                           **{c: acc.column(c).to_numpy() for c in GROUP[1:] + ["n", "sum_h", "sum_h2"]}})
     return cells, info
 

@@ -1,0 +1,235 @@
+"""Benchmark of the out-of-core path (issue 9): reduction + fit against the exact path, at 10^6
+and 10^8 rounds, and the binning error of the reduced fit.
+
+    nice -n 15 python benchmarks/bench_reduce.py --small 1e6            # side by side at 10^6 rounds
+    nice -n 15 python benchmarks/bench_reduce.py --big 1e8              # 10^8 rounds, arrow and duckdb
+    nice -n 15 python benchmarks/bench_reduce.py --binning               # binning error of the reduced fit
+    nice -n 15 python benchmarks/bench_reduce.py --big 1e8 --generate-only --keep   # just write the logs
+
+Measured (nothing is asserted; the figures go in docs/scale.md and the report):
+
+* ``--small N`` (in-process, best of ``--repeat``, wall and CPU seconds, all in one run):
+  ``read2`` (pyarrow reads root_entropy and accepted: merely scanning the two columns),
+  ``exact`` (``read_logs`` then ``fit_law``: the exact path of benchmarks/bench_fit.py),
+  ``reduce`` / ``fit`` / ``reduce+fit`` with the arrow and duckdb engines.
+* ``--big N``: N simulated rounds written in chunks (``simulate_arrays(..., vectors=False)`` +
+  ``write_table``) to ``--dir``; then, each in a fresh process, ``reduce_logs`` + ``fit_reduced``
+  per engine and the two-column scan: wall, CPU and peak RSS of the process. The logs are
+  deleted afterwards unless ``--keep``.
+* ``--binning``: the reduced fit against the exact fit on simulated logs for several grids,
+  with and without the two-point quadrature: |delta b0|, |delta b1| and the other statistics.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon", "condition", "drafter",
+           "position", "root_pmax", "round_ms"]
+
+
+def generate(folder: Path, n_rounds: int, chunk: int = 5_000_000) -> list[Path]:
+    """About ``n_rounds`` simulated rounds of the five default tasks, in Parquet files of ``chunk`` rounds."""
+    from glance_law.io import write_table
+    from glance_law.simulate import simulate_arrays
+    folder.mkdir(parents=True, exist_ok=True)
+    done = folder / "DONE"
+    if done.exists() and json.loads(done.read_text()).get("n") == n_rounds:
+        return sorted(folder.glob("rounds-*.parquet"))
+    for p in folder.glob("rounds-*.parquet"):
+        p.unlink()
+    paths, total, i, t0 = [], 0, 0, time.time()
+    while total < n_rounds:
+        rows = min(chunk, n_rounds - total)
+        n_prompts = max(1, rows // (40 * 5))        # (20, 60) rounds per prompt, five tasks
+        arr = simulate_arrays(n_prompts=n_prompts, vectors=False, seed=10_000 + i, run_id=f"bench{i}")
+        arr["prompt_id"] = np.char.add(arr["prompt_id"].astype(str), f"-c{i}").astype(object)
+        path = write_table({c: arr[c] for c in COLUMNS}, folder / f"rounds-{i:04d}.parquet", run={"bench": True})
+        paths.append(path)
+        total += len(arr["accepted"])
+        i += 1
+        print(f"  wrote {path.name}: {total:,} rounds so far ({time.time() - t0:.0f} s)", flush=True)
+    done.write_text(json.dumps({"n": n_rounds, "rounds": total}))
+    return paths
+
+
+def clock(fn, repeat: int = 1):
+    """(best wall s, best CPU s, result) of ``repeat`` calls."""
+    best_w = best_c = float("inf")
+    out = None
+    for _ in range(repeat):
+        w, c = time.perf_counter(), time.process_time()
+        out = fn()
+        best_w, best_c = min(best_w, time.perf_counter() - w), min(best_c, time.process_time() - c)
+    return best_w, best_c, out
+
+
+CHILD = r"""
+import json, resource, sys, time
+w, c = time.perf_counter(), time.process_time()
+what, folder = sys.argv[1], sys.argv[2]
+if what == "scan2":
+    import pyarrow.parquet as pq, glob
+    n = 0
+    for p in sorted(glob.glob(folder + "/rounds-*.parquet")):
+        pf = pq.ParquetFile(p)
+        for b in pf.iter_batches(batch_size=1 << 20, columns=["root_entropy", "accepted"]):
+            n += len(b.column(0).to_numpy()) + 0 * int(b.column(1).to_numpy().sum())
+    res = {"rounds": n}
+else:
+    from glance_law.engines import reduce_logs
+    from glance_law.reduce import fit_reduced
+    red = reduce_logs(folder, engine=what)
+    t_red = time.perf_counter() - w
+    fit = fit_reduced(red)
+    r = fit.row()
+    res = {"rounds": red.rounds, "cells": len(red.cells), "reduce_s": t_red, "b0": r["b0"], "b1": r["b1"],
+           "b1_lo": r["b1_lo"], "b1_hi": r["b1_hi"]}
+res.update(wall=time.perf_counter() - w, cpu=time.process_time() - c,
+           rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+print(json.dumps(res))
+"""
+
+
+def child(what: str, folder: Path) -> dict:
+    w = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", CHILD, what, str(folder)], capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    out["process_wall"] = time.perf_counter() - w
+    return out
+
+
+def load_note() -> str:
+    return f"load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs"
+
+
+def bench_small(n: int, repeat: int, folder: Path) -> None:
+    import pyarrow.parquet as pq
+    from glance_law.engines import reduce_logs
+    from glance_law.io import read_logs
+    from glance_law.law import fit_law
+    from glance_law.reduce import fit_reduced
+    paths = generate(folder, n, chunk=n)
+    size = sum(p.stat().st_size for p in paths) / 1e6
+    print(f"\n== {n:,} rounds, {len(paths)} file(s), {size:.0f} MB; {load_note()}")
+    cols = ["root_entropy", "accepted", "horizon", "task", "prompt_id", "condition", "drafter"]
+    rows = {}
+    rows["read2"] = clock(lambda: [pq.read_table(p, columns=["root_entropy", "accepted"]) for p in paths], repeat)
+    rows["exact read+fit"] = clock(lambda: fit_law(read_logs(paths, columns=cols)), repeat)
+    exact = rows["exact read+fit"][2]
+    for engine in ("arrow", "duckdb"):
+        rows[f"{engine} reduce"] = clock(lambda: reduce_logs(paths, engine=engine), repeat)
+        red = rows[f"{engine} reduce"][2]
+        rows[f"{engine} fit"] = clock(lambda: fit_reduced(red), repeat)
+        rows[f"{engine} reduce+fit"] = clock(lambda: fit_reduced(reduce_logs(paths, engine=engine)), repeat)
+    base_w, base_c = rows["exact read+fit"][:2]
+    r2w, r2c = rows["read2"][:2]
+    print(f"in-process, best of {repeat}: wall s / CPU s   (exact / this, wall and CPU;  this / read2, CPU)")
+    for k, (w, c, _) in rows.items():
+        print(f"  {k:18s} {w:7.3f} / {c:7.3f}   x{base_w / w:5.1f} / x{base_c / c:5.1f}   {c / r2c:6.1f} x read2")
+    red = rows["arrow reduce"][2]
+    fit = rows["arrow reduce+fit"][2]
+    print(f"  cells: {len(red.cells):,} for {red.rounds:,} rounds; pooled b0, b1: exact {exact.row()['b0']:.6f}, "
+          f"{exact.row()['b1']:.6f}; reduced {fit.row()['b0']:.6f}, {fit.row()['b1']:.6f}")
+
+
+def bench_big(n: int, folder: Path, keep: bool, generate_only: bool, engines) -> None:
+    t0 = time.time()
+    print(f"\n== {n:,} rounds in {folder} (generating if needed)")
+    paths = generate(folder, n)
+    size = sum(p.stat().st_size for p in paths) / 1e9
+    print(f"  {len(paths)} files, {size:.2f} GB, ready after {time.time() - t0:.0f} s")
+    if generate_only:
+        return
+    try:
+        for what in ["scan2"] + list(engines):
+            print(f"  [{load_note()}]")
+            r = child(what, folder)
+            if "error" in r:
+                print(f"  {what:8s} failed: {r['error']}")
+                continue
+            extra = (f"  reduce {r['reduce_s']:.1f} s, {r['cells']:,} cells, b0 {r['b0']:.5f}, b1 {r['b1']:.5f} "
+                     f"[{r['b1_lo']:.5f}, {r['b1_hi']:.5f}]") if what != "scan2" else ""
+            print(f"  {what:8s} wall {r['wall']:7.1f} s (process {r['process_wall']:.1f} s), CPU {r['cpu']:7.1f} s, "
+                  f"peak RSS {r['rss_mb']:6.0f} MB, {r['rounds']:,} rounds{extra}", flush=True)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"  deleted {folder}")
+
+
+def bench_binning(n_prompts: int) -> None:
+    import pandas as pd
+    from glance_law.law import fit_law
+    from glance_law.reduce import Grid, fit_reduced, reduce_frame
+    from glance_law.simulate import TaskSpec, simulate_rounds
+    cases = {
+        "five tasks": simulate_rounds(n_prompts=n_prompts, vectors=False, seed=3),
+        "steep b1=3, H in [1, 4]": simulate_rounds([TaskSpec("steep", b0=4.0, b1=3.0, shape=6.0, scale=0.4,
+                                                              floor_weight=0.0)],
+                                                    n_prompts=5 * n_prompts, vectors=False, seed=4),
+    }
+    stats = ["b0", "b1", "floor_mean", "r2_curve", "r2_isotonic", "r2_round", "ceiling", "rho", "sup"]
+    print(f"\n== binning error of the reduced fit (max over groups of |reduced - exact|); {load_note()}")
+    for name, frame in cases.items():
+        ex = fit_law(frame)
+        print(f"  {name}: {len(frame):,} rounds")
+        print(f"    {'grid':28s} {'cells':>8s} {'quad':>5s} " + " ".join(f"{s:>10s}" for s in stats)
+              + f" {'curve':>10s}")
+        for S in (4, 8, 16, 32, 64):
+            red = reduce_frame(frame, grid=Grid(per_octave=S))
+            for quad in (False, True):
+                fit = fit_reduced(red, quadrature=quad)
+                d = (fit.table[stats] - ex.table[stats]).abs().max()
+                curve = max(float(np.nanmax(np.abs(fit.curve(g)["mean_accepted"].to_numpy()
+                                                   - ex.curve(g)["mean_accepted"].to_numpy()))) for g in ex.groups)
+                label = f"{S}/octave" + (" (default)" if S == Grid().per_octave else "")
+                print(f"    {label:28s} {len(red.cells):8,d} {'yes' if quad else 'no':>5s} "
+                      + " ".join(f"{d[s]:10.1e}" for s in stats) + f" {curve:10.1e}")
+    pd.set_option("display.width", 200)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--small", type=float, default=None, metavar="N", help="side by side at N rounds (e.g. 1e6)")
+    p.add_argument("--big", type=float, default=None, metavar="N", help="N rounds in fresh processes (e.g. 1e8)")
+    p.add_argument("--binning", action="store_true", help="the binning error table")
+    p.add_argument("--binning-prompts", type=int, default=2000, help="prompts per task of the binning logs")
+    p.add_argument("--dir", default="/tmp/glance-bench-reduce", help="where the simulated logs go")
+    p.add_argument("--engines", default="arrow,duckdb", help="engines for --big (comma separated)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--keep", action="store_true", help="keep the generated logs")
+    p.add_argument("--generate-only", action="store_true")
+    args = p.parse_args(argv)
+    if args.small is None and args.big is None and not args.binning:
+        args.small, args.binning = 1e6, True
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load_note()}")
+    if args.small:
+        folder = Path(args.dir) / f"small-{int(args.small)}"
+        try:
+            bench_small(int(args.small), args.repeat, folder)
+        finally:
+            if not args.keep:
+                shutil.rmtree(folder, ignore_errors=True)
+    if args.big:
+        bench_big(int(args.big), Path(args.dir) / f"big-{int(args.big)}", args.keep, args.generate_only,
+                  [e for e in args.engines.split(",") if e])
+    if args.binning:
+        bench_binning(args.binning_prompts)
+    print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
