@@ -1,0 +1,431 @@
+"""The sections of the theory appendix: one short function per table or figure, public API only.
+
+Each section takes an :class:`Inputs` (the round logs read once, the prompt files,
+the options, and the law/tail fits shared between sections) and returns
+:class:`Table` and :class:`Figure` artifacts; :mod:`glance_law.report` writes them
+(Markdown + LaTeX for tables, PNG + PDF for figures) and the index. A section whose
+inputs the logs do not carry raises :class:`glance_law.errors.MissingColumnError`
+naming the logger flag that records them (``glance_law.schema.SUPPLIED_BY``); the
+report lists it as skipped. No statistics are computed here: every number comes
+from the analysis modules (law, tail, width, probe, order, transfer, offsets,
+audit, timing, fano), figures from :mod:`glance_law.plots`.
+
+The ``analyses/`` scripts run one section each; ``python -m glance_law.report``
+runs them all.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from . import format as _fmt
+from . import plots
+from .errors import GlanceError, MissingColumnError
+from .schema import SUPPLIED_BY
+
+__all__ = ["Options", "Inputs", "Table", "Figure", "Section", "SECTIONS", "section"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """Knobs of the appendix (every random step derives from ``seed``)."""
+
+    seed: int = 0
+    level: float = 0.95
+    budget: int | None = None          # N of Figure 4's ceiling (default: the logs' median budget, else 31)
+    gamma: float = 0.2                 # AdaEDL's constant (Figure 4)
+    tail_boot: int = 199               # parametric-bootstrap replicates of the tail LRT
+    boot: int = 2000                   # prompt-bootstrap replicates (probe, ordering)
+    timing_boot: int = 8000            # paired bootstrap of the timing margin
+    width_boot: int = 200              # prompt-bootstrap replicates of the width gains
+    budgets: tuple[int, ...] = (15, 31, 47, 63)
+    signals: tuple[str, ...] = ()      # Table 13 signal columns (default: extra numeric columns, else position)
+    task_order: tuple[str, ...] | None = None
+    reference: str | None = None       # Table 14's training drafter (default: block if present)
+    vocab_size: float | None = None    # Fano check (default: the run metadata's vocab_size)
+    tie_threshold: float = 0.1         # the audit's near-tie margin (logits)
+
+
+@dataclass
+class Inputs:
+    """The logs every section reads, read once, and the fits sections share."""
+
+    rounds: Any                        # glance_law.io.LogSet of kind rounds
+    prompts: pd.DataFrame | None
+    options: Options = field(default_factory=Options)
+    _cache: dict = field(default_factory=dict)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return self.rounds.frame
+
+    def drafters(self) -> list[str]:
+        """Speculative drafters present (rounds with horizon > 0, matched)."""
+        f = self.frame
+        live = f.loc[(f["horizon"] > 0) & (f["condition"].astype(str) == "matched")]
+        return sorted(set(live["drafter"].astype(str)))
+
+    def law(self):
+        if "law" not in self._cache:
+            from .law import fit_law
+            self._cache["law"] = fit_law(self.rounds, by="task", level=self.options.level, seed=self.options.seed)
+        return self._cache["law"]
+
+    def tail(self):
+        if "tail" not in self._cache:
+            from .tail import fit_tail
+            o = self.options
+            self._cache["tail"] = fit_tail(self.rounds, law=self.law(), n_boot=o.tail_boot, seed=o.seed,
+                                           level=o.level)
+        return self._cache["tail"]
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table: a result object (rendered by its own ``summary``) or a frame with a title and notes."""
+
+    stem: str
+    result: Any = None
+    frame: pd.DataFrame | None = None
+    title: str = ""
+    notes: tuple[str, ...] = ()
+
+    def render(self, fmt: str) -> str:
+        if self.result is not None:
+            return self.result.summary(fmt)
+        return _fmt.render(self.frame, fmt, self.title, self.notes)
+
+    @property
+    def caption(self) -> str:
+        return self.result.title if self.result is not None else self.title
+
+
+@dataclass(frozen=True)
+class Figure:
+    stem: str
+    figure: Any
+    caption: str
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str
+    paper: str
+    what: str
+    build: Callable[[Inputs], list]
+
+
+SECTIONS: list[Section] = []
+
+
+def section(name: str, paper: str, what: str):
+    def deco(fn):
+        SECTIONS.append(Section(name, paper, what, fn))
+        return fn
+    return deco
+
+
+def _per_drafter(inp: Inputs, stem: str) -> list[tuple[str, str]]:
+    ds = inp.law().drafters
+    return [(d, stem if len(ds) == 1 else f"{stem}-{d}") for d in ds]
+
+
+# ---------------------------------------------------------------------------
+# the law (Section 6, Appendix F)
+# ---------------------------------------------------------------------------
+
+LAW_TABLE_COLUMNS = ("drafter", "task", "rounds", "prompts", "b0", "b0_lo", "b0_hi", "b1", "b1_lo", "b1_hi",
+                     "r2_curve", "r2_isotonic", "r2_round", "ceiling", "ceiling_fraction", "mean_accepted",
+                     "mean_accepted_lo", "mean_accepted_hi", "floor_mean", "floor_mean_lo", "floor_mean_hi",
+                     "cap", "sup", "p_ge8", "holds")
+
+
+@section("law", "Table 12", "the law per task: b0, b1 with intervals, curve and round R^2, the noise ceiling "
+                            "and its fraction, mean a, the floor against the cap")
+def law_table(inp: Inputs) -> list:
+    law = inp.law()
+    t = _task_sorted(law.to_frame())
+    cols = [c for c in LAW_TABLE_COLUMNS if c != "drafter" or len(law.drafters) > 1]
+    return [Table("table12_law", frame=t[cols], title=law.title, notes=law.notes)]
+
+
+def _task_sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows in grounding order (plots.TASK_ORDER first, others sorted, pooled last), per drafter."""
+    names = plots.ordered(t for t in frame["task"].astype(str) if t != "pooled")
+    rank = {t: i for i, t in enumerate(names + ["pooled"])}
+    key = frame["task"].astype(str).map(rank)
+    lead = [frame["drafter"].astype(str)] if "drafter" in frame.columns else []
+    order = sorted(range(len(frame)), key=lambda i: tuple(x.iloc[i] for x in lead) + (key.iloc[i],))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+@section("decile-curves", "Figure 3(a)", "measured decile curves of every task")
+def decile_curves(inp: Inputs) -> list:
+    return [Figure(f"figure3a_{s}", plots.decile_curves(inp.law(), d),
+                   f"Mean accepted length against measured root entropy by entropy decile ({d}), with "
+                   "prompt-clustered intervals") for d, s in _per_drafter(inp, "decile_curves")]
+
+
+@section("law-fits", "Figure 8", "the law fitted per task, with decile means and the isotonic curve")
+def law_fits(inp: Inputs) -> list:
+    law = inp.law()
+    out = [Figure(f"figure8_{s}", plots.law_fits(law, d),
+                  f"Task-level law fits ({d}): decile means, the fitted law and the isotonic curve")
+           for d, s in _per_drafter(inp, "law_fits")]
+    curves = []
+    for d in law.drafters:
+        for g in law.groups:
+            try:
+                c = law.curve(g, d)
+            except GlanceError:
+                continue
+            curves.append(c.assign(drafter=d, task=g))
+    frame = pd.concat(curves, ignore_index=True)
+    lead = (["drafter"] if len(law.drafters) > 1 else []) + ["task"]
+    frame = frame[lead + [c for c in frame.columns if c not in ("drafter", "task")]]
+    out.append(Table("figure8_decile_table", frame=frame, title="decile curves behind Figures 3(a), 4 and 8",
+                     notes=("equal-count entropy bins per group; lo/hi: prompt-clustered interval of the bin "
+                            "mean; predicted: the law's mean over the bin's rounds; isotonic: the decreasing "
+                            "isotonic fit",)))
+    return out
+
+
+def _budget(inp: Inputs) -> int:
+    if inp.options.budget is not None:
+        return int(inp.options.budget)
+    f = inp.frame
+    if "budget" in f.columns:
+        b = f.loc[f["horizon"] > 0, "budget"].dropna()
+        if len(b):
+            return int(b.median())
+    return 31
+
+
+@section("brackets", "Figure 4", "every task's law inside the two brackets (AdaEDL below, 2 ln N / H above)")
+def brackets(inp: Inputs) -> list:
+    N = _budget(inp)
+    return [Figure(f"figure4_{s}", plots.law_brackets(inp.law(), d, budget=N, gamma=inp.options.gamma),
+                   f"Task-level law fits ({d}) between the AdaEDL lower bracket and the paper's 2 ln N / H "
+                   f"ceiling at N = {N} (not a bound with Shannon entropy), log scale")
+            for d, s in _per_drafter(inp, "brackets")]
+
+
+# ---------------------------------------------------------------------------
+# evidence for the law (Appendix F, B.2)
+# ---------------------------------------------------------------------------
+
+def _signals(inp: Inputs) -> list[str]:
+    if inp.options.signals:
+        return list(inp.options.signals)
+    from .schema import ROUND_COLUMNS
+    contract = {c.name for c in ROUND_COLUMNS}
+    f = inp.frame
+    extra = [c for c in f.columns if c not in contract and not c.startswith("_")
+             and pd.api.types.is_numeric_dtype(f[c])]
+    return extra or (["position"] if "position" in f.columns else [])
+
+
+@section("correlations", "Table 13", "correlations of a with H and with a signal v, partial r given H, "
+                                     "within-entropy-decile gaps")
+def correlations(inp: Inputs) -> list:
+    from .probe import signal_effect
+    cols = _signals(inp)
+    if not cols:
+        raise MissingColumnError("a signal column (e.g. image saliency, or position)", "Table 13",
+                                 "a logger hook that adds it (any extra numeric round column is read)")
+    out = []
+    for c in cols:
+        res = signal_effect(inp.rounds, c, level=inp.options.level)
+        out += [Table(f"table13_correlations_{c}", res),
+                Table(f"table13_deciles_{c}", frame=res.deciles(), title=f"within-decile gaps of '{c}'",
+                      notes=("per entropy decile: mean a with the signal high vs low, their ratio and "
+                             "difference (CR1 prompt-clustered intervals)",))]
+    return out
+
+
+@section("ordering", "Corollary (B.2)", "task ordering by grounding: mean a, slopes, adjacent gaps")
+def ordering(inp: Inputs) -> list:
+    from .order import task_order
+    o = inp.options
+    res = task_order(inp.rounds, o.task_order, o.level, o.boot, o.seed)
+    return [Table("corollary_order", res), Table("corollary_order_gaps", res.gap_table()),
+            Table("corollary_order_verdict", res.verdict_table())]
+
+
+@section("offsets", "Assumption 2 (B.2)", "per-offset match law, hazards, the Assumption 2 test, survival by decile")
+def offsets(inp: Inputs) -> list:
+    from . import offsets as off
+    lv = inp.options.level
+    return [Table("assumption2_offset_law", off.offset_law(inp.rounds, "task", lv)),
+            Table("assumption2_test", off.assumption2_test(inp.rounds, "task", 10, lv)),
+            Table("assumption2_hazards", off.offset_hazards(inp.rounds, "task", 10, lv)),
+            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, "task", 10, lv))]
+
+
+# ---------------------------------------------------------------------------
+# the grounded tail (B.4)
+# ---------------------------------------------------------------------------
+
+@section("tail", "Proposition 3 (B.4)", "the floor regime: geometric vs two-state, LRT, chi-square, "
+                                        "prompt-disjoint held-out tests")
+def tail_tables(inp: Inputs) -> list:
+    fit = inp.tail()
+    return [Table("prop3_tail", fit), Table("prop3_tail_models", fit.models()),
+            Table("prop3_heldout", fit.heldout_table())]
+
+
+@section("survival", "Theorem 2 (B.4)", "run-length survival at the floor: observed, geometric, two-state")
+def survival(inp: Inputs) -> list:
+    fit = inp.tail()
+    parts = []
+    for t in fit.tasks:
+        s = t.survival_table()
+        s.insert(0, "task", t.task)
+        if t.drafter:
+            s.insert(0, "drafter", t.drafter)
+        parts.append(s)
+    return [Figure("figure_survival", plots.survival_curves(fit),
+                   "Run-length survival P(a >= l) in each task's entropy floor: observed (Kaplan-Meier), the "
+                   "geometric law and the two-state model"),
+            Table("figure_survival_table", frame=pd.concat(parts, ignore_index=True),
+                  title="run-length survival at the floor behind the survival figure",
+                  notes=("observed: Kaplan-Meier over the rounds' horizons; geometric and two_state: the "
+                         "models fitted to the same floor rounds (see prop3_tail_models)",))]
+
+
+# ---------------------------------------------------------------------------
+# width (B.5)
+# ---------------------------------------------------------------------------
+
+@section("width", "Figure 5 (B.5)", "width policies at equal verifier budget, replayed from the logs")
+def width(inp: Inputs) -> list:
+    from .width import width_allocation
+    o = inp.options
+    res = width_allocation(inp.rounds, o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed)
+    return [Figure("figure5_width_pareto", plots.width_pareto(res),
+                   "Accepted value against mean verifier budget for the oracle, entropy-keyed and fixed-width "
+                   "policies (replayed)"),
+            Table("figure5_width", res), Table("figure5_rescue", res.rescue), Table("figure5_regret", res.regret)]
+
+
+# ---------------------------------------------------------------------------
+# transfer and the probe (Appendix F)
+# ---------------------------------------------------------------------------
+
+@section("transfer-drafters", "Table 14", "the law fitted on one drafter, frozen, scored on the others")
+def transfer_drafters(inp: Inputs) -> list:
+    from .transfer import transfer
+    ds = inp.drafters()
+    if len(ds) < 2:
+        raise MissingColumnError("a second speculative drafter (rounds of another drafter on the same task)",
+                                 "Table 14 (transfer across drafters)",
+                                 "glance-log --drafter pld|two_model|block (a second run)")
+    ref = inp.options.reference or ("block" if "block" in ds else ds[0])
+    if ref not in ds:
+        raise GlanceError(f"Table 14: the reference drafter {ref!r} is not in the logs ({', '.join(ds)})")
+    res = transfer(inp.rounds, [ref], [d for d in ds if d != ref], by="drafter", level=inp.options.level)
+    return [Table("table14_transfer_drafters", res), Table("table14_calibration", res.calibration())]
+
+
+@section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it")
+def transfer_tasks(inp: Inputs) -> list:
+    from .transfer import transfer
+    tasks = plots.ordered(inp.law().to_frame()["task"].tolist())
+    tasks = [t for t in tasks if t != "pooled"]
+    if len(tasks) < 2:
+        raise MissingColumnError("a second task", "Table 15 (transfer across tasks)", "glance-log --task <another>")
+    frames, notes, title = [], [], ""
+    for t in tasks:
+        res = transfer(inp.rounds, [x for x in tasks if x != t], [t], by="task", level=inp.options.level)
+        frames.append(res.to_frame())
+        notes += [n for n in res.notes if n not in notes]
+        title = res.title
+    notes.insert(0, "each row: the law fitted on every other task (pooled), frozen, scored on the row's task")
+    return [Table("table15_transfer_tasks", frame=pd.concat(frames, ignore_index=True),
+                  title=f"{title} (leave one task out)", notes=tuple(notes))]
+
+
+@section("probe", "Table 16", "the mismatched-image probe: the effect of the correct image, raw and "
+                              "entropy-controlled")
+def probe(inp: Inputs) -> list:
+    from .probe import probe as run_probe
+    f = inp.frame
+    if "mismatched" not in set(f["condition"].astype(str)):
+        raise MissingColumnError("rounds of the mismatched condition", "Table 16 (the probe)",
+                                 SUPPLIED_BY["condition=mismatched"])
+    o = inp.options
+    return [Table("table16_probe", run_probe(inp.rounds, "task", o.level, o.boot, o.seed))]
+
+
+# ---------------------------------------------------------------------------
+# losslessness and timing (Table 7, Appendix E), Fano (Proposition 1)
+# ---------------------------------------------------------------------------
+
+def _prompts(inp: Inputs, analysis: str, flag: str) -> pd.DataFrame:
+    if inp.prompts is None or not len(inp.prompts):
+        raise MissingColumnError("prompt files (prompts-*.parquet)", analysis,
+                                 f"{flag}; glance-log writes prompts-*.parquet next to the round files, pass them too")
+    return inp.prompts
+
+
+@section("audit", "Table 7", "the lossless audit: output vs greedy decoding, near-ties explained")
+def audit(inp: Inputs) -> list:
+    from .audit import audit as run_audit
+    P = _prompts(inp, "Table 7 (the audit)", SUPPLIED_BY["greedy_match"])
+    res = run_audit(P, inp.frame, inp.options.tie_threshold)
+    return [Table("table7_audit", res), Table("table7_divergences", res.divergences())]
+
+
+@section("timing", "Appendix E", "the timing ledger: paired ms/token against the autoregressive arm, round cost")
+def timing(inp: Inputs) -> list:
+    from .timing import round_cost, timing_ledger
+    P = _prompts(inp, "Appendix E (the timing ledger)", SUPPLIED_BY["drafter=ar"])
+    arm = P["drafter"].astype(str)
+    if not (arm == "ar").any():
+        raise MissingColumnError("the autoregressive baseline arm (drafter=ar)", "Appendix E (the timing ledger)",
+                                 SUPPLIED_BY["drafter=ar"])
+    o = inp.options
+    res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], o.timing_boot, o.seed, o.level)
+    out = [Table("appE_timing", res)]
+    f = inp.frame
+    is_ar = f["drafter"].astype(str) == "ar"
+    cols = ("round_ms", "draft_passes", "budget")
+    if all(c in f.columns and f.loc[~is_ar, c].notna().any() for c in cols):
+        out.append(Table("appE_round_cost", round_cost(f.loc[~is_ar], f.loc[is_ar] if is_ar.any() else None,
+                                                       P.loc[arm == "ar"], seed=o.seed, level=o.level)))
+    return out
+
+
+@section("fano", "Proposition 1 (i)", "Fano consistency of the logged root_pmax and root_entropy")
+def fano(inp: Inputs) -> list:
+    from .fano import fano_check
+    V = inp.options.vocab_size
+    for f in inp.rounds.files:
+        if V is None:
+            run = dict(f.run or {})
+            tgt = run.get("target") if isinstance(run.get("target"), dict) else {}
+            V = run.get("vocab_size", tgt.get("vocab_size"))
+    if V is None:
+        raise MissingColumnError("the target's vocabulary size", "the Fano check",
+                                 "--vocab-size V (or a vocab_size field in the logs' run metadata)")
+    return [Table("prop1_fano", fano_check(inp.rounds, vocab_size=V))]
+
+
+def names() -> list[str]:
+    return [s.name for s in SECTIONS]
+
+
+def get(name: str) -> Section:
+    for s in SECTIONS:
+        if s.name == name:
+            return s
+    raise GlanceError(f"unknown section {name!r}; sections: {', '.join(names())}")
+
+
+def select(only: Sequence[str] | None = None, skip: Sequence[str] = ()) -> list[Section]:
+    chosen = [get(n) for n in only] if only else list(SECTIONS)
+    for n in skip:
+        get(n)
+    return [s for s in chosen if s.name not in set(skip)]
