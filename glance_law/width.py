@@ -349,7 +349,8 @@ def _rescue_rows(task, H, has, resc, codes, G, L, b, c, level, bins=5):
         p = float(match_prob(h, *b)) if np.all(np.isfinite(b)) else np.nan
         out.append({"task": task, "h_lo": float(edges[j]), "h_hi": float(edges[j + 1]) if j + 1 < len(edges)
                     else float(edges[j]), "h_mean": h, "misses": int(m.sum()),
-                    "rescue_rate": mu, "rescue_rate_lo": mu - tc * se, "rescue_rate_hi": mu + tc * se,
+                    "rescue_rate": mu, "rescue_rate_lo": max(0.0, mu - tc * se),
+                    "rescue_rate_hi": min(1.0, mu + tc * se),
                     "r_fit": float(special.expit(c[0] - c[1] * h)) if np.isfinite(c[0]) else np.nan,
                     "p_law": p, "key_paper": float(paper_key(h, Lm, *b)) if np.isfinite(p) else np.nan,
                     "key_rescue": float(rescue_key(h, Lm, *b, *c)) if np.isfinite(p) and np.isfinite(c[0])
@@ -458,7 +459,8 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
     regret = WidthRegret(table=pd.DataFrame(preg))
     resc_res = RescueFit(table=pd.DataFrame(rrows), coef=pd.DataFrame(coef), note_lines=(
         f"rescue_rate: share of first misses (offset a+1 of the chain) whose target token is inside the logged "
-        f"top-k, {100 * level:g}% prompt-clustered interval; r_fit, p_law and keys at the bin's mean H",))
+        f"top-k, {100 * level:g}% prompt-clustered (CR1) interval clipped to [0, 1]; r_fit, p_law and keys at the "
+        "bin's mean H",))
     return WidthAllocation(table=table, pareto=pd.DataFrame(par), regret=regret, rescue=resc_res,
                            exchange_rate=float(exchange_rate), note_lines=tuple(notes))
 
