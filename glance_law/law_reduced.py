@@ -29,8 +29,9 @@ import pandas as pd
 from . import curve as _curve
 from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, percentile_interval, spearman_clustered, t_crit
 from .errors import GlanceError
-from .law import (LawChecks, fit_affine_logit, fit_conditional_mean, fit_law, match_prob, score_and_information,
-                  truncated_mean, truncated_mean_derivative)
+from .curve_reduced import ceiling_fraction, curve_and_ceiling
+from .law import (CURVE_COLUMNS, LawChecks, fit_affine_logit, fit_conditional_mean, fit_law, match_prob,
+                  score_and_information, truncated_mean, truncated_mean_derivative)
 from .reduce import Reduced, normalize_condition
 from .selection import POOLED
 
@@ -134,34 +135,46 @@ def _refit(method, H, a, L, w, b):
 
 
 class _Group:
-    """One (drafter, group)'s cells, their prompt-bucket clusters, and the parts (a cell's rounds on
-    one atom of its marginal cell) with the atoms' decile bins and ranks as fit_law computed them."""
+    """One (drafter, group): its cells with their prompt-bucket clusters and marginal cells,
+    and the parts (a cell's rounds on one atom of its marginal cell) with the atoms' ranks
+    as fit_law computed them (for the clustered Spearman test)."""
 
-    def __init__(self, cmask, amask, arrays, cl, atoms, parts, B):
+    def __init__(self, cmask, amask, arrays, cl, inv, parts):
         idx = np.flatnonzero(cmask)
         present = np.zeros(int(cl.max()) + 1, dtype=bool)
         present[cl[idx]] = True
         lut = np.cumsum(present) - 1
         self.G, self.cell_idx, self.cl = int(present.sum()), idx, lut[cl[idx]]
-        n, sh, a, L = arrays["cells"]
-        self.n, self.a, self.L = n[idx], a[idx], L[idx]
-        self.H = sh[idx] / self.n
+        n, sh, sh2, a, L = arrays["cells"]
+        self.n, self.a, self.L, self.sh, self.sh2 = n[idx], a[idx], L[idx], sh[idx], sh2[idx]
+        self.H = self.sh / self.n
+        self.marg, self.m = np.unique(inv[idx], return_inverse=True)   # marginal rows, each cell's position
+        self.m = self.m.ravel()
         aidx = np.flatnonzero(amask)
         Ha, wa, aa = (x[aidx] for x in arrays["atoms"])
         order = np.argsort(Ha, kind="stable")
-        bins = _curve.equal_count_bins(order, B, wa) if aidx.size >= B else None
         rx, ry = _curve.midranks(Ha, order, wa), _curve.integer_midranks(aa, wa)
         p_atom, p_cell, p_w = parts
         keep = cmask[p_cell]
         apos = np.cumsum(amask) - 1
         cpos = np.cumsum(cmask) - 1
-        self.p_cell = cpos[p_cell[keep]]
-        pa = apos[p_atom[keep]]
-        self.p_w = p_w[keep]
-        self.p_cl = self.cl[self.p_cell]
-        self.p_a = self.a[self.p_cell]
-        self.p_rx, self.p_ry = rx[pa], ry[pa]
-        self.p_bin = None if bins is None else bins[pa]
+        pc, pa = cpos[p_cell[keep]], apos[p_atom[keep]]
+        self.s_w, self.s_cl, self.s_a = p_w[keep], self.cl[pc], self.a[pc]
+        self.s_rx, self.s_ry = rx[pa], ry[pa]
+
+    def decile_parts(self, parts, n_marg):
+        """The cells' pieces on the curve's bins, from the marginal cells' pieces ``(cell, bin, weight)``:
+        each cell of a marginal cell gets its pieces in proportion. Returns (cell, bin, weight)."""
+        pm, pk, pw = parts
+        order = np.argsort(pm, kind="stable")
+        pm, pk, frac = pm[order], pk[order], (pw / n_marg[pm])[order]
+        cnt = np.bincount(pm, minlength=self.marg.size)
+        first = np.cumsum(cnt) - cnt
+        k = cnt[self.m]
+        cell = np.repeat(np.arange(self.m.size), k)
+        within = np.arange(cell.size) - np.repeat(np.cumsum(k) - k, k)
+        piece = first[self.m][cell] + within
+        return cell, pk[piece], self.n[cell] * frac[piece]
 
 
 def _parts(c, inv, atoms, n_marg):
@@ -181,44 +194,42 @@ def _parts(c, inv, atoms, n_marg):
     return part_atom, part_cell, part_w
 
 
-def _bootstrap(grp, row, b, method, m_cells, lo, hi, B, n_boot, level, rng, cells_sh, cells_sh2):
-    """Bucket bootstrap: percentile intervals of b, the decile means and the mean."""
-    G = grp.G
+def _bootstrap(grp, b, method, lo, hi, deciles, B, n_boot, level, rng):
+    """Bucket bootstrap: percentile intervals of b, the decile means and the mean. Each replicate
+    reweights whole buckets, rebuilds the marginal atoms from the reweighted sums and refits."""
     draws = np.full((n_boot, 2), np.nan)
-    cdraws = np.full((n_boot, B), np.nan) if grp.p_bin is not None else None
+    cdraws = np.full((n_boot, B), np.nan) if deciles is not None else None
     mdraws = np.full(n_boot, np.nan)
-    mi = m_cells  # marginal row of each group cell, 0..K-1
-    K = int(mi.max()) + 1
-    a_m = np.bincount(mi, grp.a, K) / np.maximum(np.bincount(mi, minlength=K), 1)
-    L_m = np.bincount(mi, grp.L, K) / np.maximum(np.bincount(mi, minlength=K), 1)
+    K = grp.marg.size
+    cnt = np.maximum(np.bincount(grp.m, minlength=K), 1)
+    a_m, L_m = np.bincount(grp.m, grp.a, K) / cnt, np.bincount(grp.m, grp.L, K) / cnt
     k = 0
-    for counts in bootstrap_counts(G, n_boot, rng):
-        for cnt in counts:
-            f = cnt[grp.cl].astype(np.float64)
-            n_m = np.bincount(mi, grp.n * f, K)
+    for counts in bootstrap_counts(grp.G, n_boot, rng):
+        for c in counts:
+            f = c[grp.cl].astype(np.float64)
+            n_m = np.bincount(grp.m, grp.n * f, K)
             live = n_m > 0
-            h1, w1, h2, w2 = two_point(n_m[live], np.bincount(mi, cells_sh * f, K)[live],
-                                       np.bincount(mi, cells_sh2 * f, K)[live], lo[live], hi[live])
-            Hs, ws = np.r_[h1, h2], np.r_[w1, w2]
-            As, Ls = np.r_[a_m[live], a_m[live]], np.r_[L_m[live], L_m[live]]
+            h1, w1, h2, w2 = two_point(n_m[live], np.bincount(grp.m, grp.sh * f, K)[live],
+                                       np.bincount(grp.m, grp.sh2 * f, K)[live], lo[live], hi[live])
             try:
-                draws[k] = _refit(method, Hs, As, Ls, ws, b)
+                draws[k] = _refit(method, np.r_[h1, h2], np.r_[a_m[live], a_m[live]], np.r_[L_m[live], L_m[live]],
+                                  np.r_[w1, w2], b)
             except (ValueError, np.linalg.LinAlgError):
                 pass
-            pw = grp.p_w * f[grp.p_cell]
             if cdraws is not None:
+                cell, bin_, w = deciles
+                pw = w * f[cell]
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    cdraws[k] = np.bincount(grp.p_bin, pw * grp.p_a, B) / np.bincount(grp.p_bin, pw, B)
+                    cdraws[k] = np.bincount(bin_, pw * grp.a[cell], B) / np.bincount(bin_, pw, B)
             wc = grp.n * f
             mdraws[k] = (wc @ grp.a) / wc.sum()
             k += 1
     failed = int(np.isnan(draws[:, 0]).sum())
-    out = {"failed": failed}
+    out = {"failed": failed, "mean": percentile_interval(mdraws, level)}
     if failed <= n_boot // 2:
         out["b"] = percentile_interval(draws, level)
     if cdraws is not None:
         out["curve"] = percentile_interval(cdraws, level)
-    out["mean"] = percentile_interval(mdraws, level)
     return out
 
 
@@ -264,52 +275,59 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     base = fit_law(atoms, by=by, method=method, level=level, n_boot=0, seed=seed, condition=None, weight="weight",
                    cluster=("_atom",), bins=bins, ceiling_bins=ceiling_bins, alpha=alpha, min_r2_curve=min_r2_curve,
                    min_r2_isotonic=min_r2_isotonic)
-    part_atom, part_cell, part_w = _parts(c, inv, atoms, K)
+    parts = _parts(c, inv, atoms, K)
     tcodes, _ = _codes(c["task"])
     cl = tcodes * (int(c["bucket"].max()) + 1) + c["bucket"].to_numpy().astype(np.int64)
     table = base.table.copy()
     table["buckets"] = 0
     curves, checks, notes = dict(base.curves), dict(base.checks), []
     cd, dnames = _codes(c["drafter"])
-    ad = _code_of(atoms["drafter"], dnames)
     atn = [str(x) for x in atoms["task"].cat.categories]
     ct = _code_of(c["task"], atn)
-    at = atoms["task"].cat.codes.to_numpy()
-    parts = (part_atom, part_cell, part_w)
+    at, ad = atoms["task"].cat.codes.to_numpy(), _code_of(atoms["drafter"], dnames)
     arrays = {"cells": (c["n"].to_numpy(dtype=np.float64), c["sum_h"].to_numpy(dtype=np.float64),
-                        c["accepted"].to_numpy().astype(np.float64), c["horizon"].to_numpy().astype(np.float64)),
+                        c["sum_h2"].to_numpy(dtype=np.float64), c["accepted"].to_numpy().astype(np.float64),
+                        c["horizon"].to_numpy().astype(np.float64)),
               "atoms": tuple(atoms[k].to_numpy(dtype=np.float64) for k in ("root_entropy", "weight", "accepted"))}
-    sh_all, sh2_all = c["sum_h"].to_numpy(dtype=np.float64), c["sum_h2"].to_numpy(dtype=np.float64)
+    m_hbin, m_n, m_sh = marg["hbin"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), marg["sum_h"].to_numpy()
+    m_a, m_L = marg["accepted"].to_numpy().astype(np.float64), marg["horizon"].to_numpy().astype(np.float64)
     for i, r in table.iterrows():
         d, g = str(r["drafter"]), str(r["task"])
         cm, am = cd == dnames.index(d), ad == dnames.index(d)
         if g != POOLED:
             cm, am = cm & (ct == atn.index(g)), am & (at == atn.index(g))
-        grp = _Group(cm, am, arrays, cl, atoms, parts, bins)
+        grp = _Group(cm, am, arrays, cl, inv, parts)
+        mi = grp.marg
         where = g if table["drafter"].nunique() == 1 else f"{d}/{g}"
         row = {"buckets": grp.G, "interval": "bootstrap" if n_boot > 0 else "cr1"}
         k = reduced.prompts(d, None if g == POOLED else g)
         row["prompts"] = grp.G if k is None else k
         b = np.array([r["b0"], r["b1"]], dtype=np.float64)
         have_b = bool(np.all(np.isfinite(b)))
-        tc = t_crit(grp.G, level) if grp.G >= 2 else np.nan
-        mean_a, se_a, _ = clustered_mean(grp.a, grp.cl, grp.G, grp.n)
-        row["mean_accepted_lo"], row["mean_accepted_hi"] = r["mean_accepted"] - tc * se_a, r["mean_accepted"] + tc * se_a
+        # the curve and the ceiling from the marginal cells (exact equal-count bins, see curve_reduced)
+        cv, crow, mparts = curve_and_ceiling(m_hbin[mi], lo[mi], hi[mi], m_n[mi], m_sh[mi], m_a[mi], m_L[mi], b,
+                                             bins, ceiling_bins)
+        row.update(crow)
+        row["ceiling_fraction"] = ceiling_fraction(r["r2_round"], row["ceiling"])
         cur = curves[(d, g)].copy()
-        if grp.p_bin is not None:
-            bm = _curve.binned_means(grp.p_a, grp.p_bin, bins, grp.p_cl, grp.G, grp.p_w, level)
+        deciles = None
+        if cv is not None:
+            cur = pd.DataFrame({col: cv.get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
+            deciles = grp.decile_parts(mparts, m_n[mi])
+            bm = _curve.binned_means(grp.a[deciles[0]], deciles[1], bins, grp.cl[deciles[0]], grp.G, deciles[2],
+                                     level)
             half = bm["hi"] - bm["mean"]
             cur["lo"], cur["hi"] = cur["mean_accepted"] - half, cur["mean_accepted"] + half
-        rho, rho_p, _ = spearman_clustered(grp.p_rx, grp.p_a, grp.p_cl, grp.G, ranks=(grp.p_rx, grp.p_ry),
-                                           weights=grp.p_w)
+        tc = t_crit(grp.G, level) if grp.G >= 2 else np.nan
+        _, se_a, _ = clustered_mean(grp.a, grp.cl, grp.G, grp.n)
+        row["mean_accepted_lo"], row["mean_accepted_hi"] = r["mean_accepted"] - tc * se_a, r["mean_accepted"] + tc * se_a
+        rho, rho_p, _ = spearman_clustered(grp.s_rx, grp.s_a, grp.s_cl, grp.G, ranks=(grp.s_rx, grp.s_ry),
+                                           weights=grp.s_w)
         row["rho_p"] = rho_p
         lo_b = hi_b = np.array([np.nan, np.nan])
         if have_b and n_boot > 0:
             rng = np.random.default_rng([int(seed), zlib.crc32(f"{d}\0{g}".encode())])
-            mi = np.unique(inv[grp.cell_idx], return_inverse=True)[1].ravel()
-            mrows = np.unique(inv[grp.cell_idx])
-            res = _bootstrap(grp, r, b, method, mi, lo[mrows], hi[mrows], bins, int(n_boot), level, rng,
-                             sh_all[grp.cell_idx], sh2_all[grp.cell_idx])
+            res = _bootstrap(grp, b, method, lo[mi], hi[mi], deciles, bins, int(n_boot), level, rng)
             if res["failed"]:
                 notes.append(f"{where}: {res['failed']} of {n_boot} bootstrap replicates could not be refitted "
                              "(left out of the percentile interval)")
@@ -332,15 +350,16 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
         if len(cur):
             row["floor_mean_lo"], row["floor_mean_hi"] = cur["lo"].iloc[0], cur["hi"].iloc[0]
         chk = LawChecks(group=g, drafter=checks[(d, g)].drafter, b1=r["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"],
-                        rho=r["rho"], rho_p=rho_p, r2_curve=r["r2_curve"], r2_isotonic=r["r2_isotonic"], alpha=alpha,
-                        min_r2_curve=min_r2_curve, min_r2_isotonic=min_r2_isotonic)
+                        rho=r["rho"], rho_p=rho_p, r2_curve=row.get("r2_curve", r["r2_curve"]),
+                        r2_isotonic=row.get("r2_isotonic", r["r2_isotonic"]), alpha=alpha, min_r2_curve=min_r2_curve,
+                        min_r2_isotonic=min_r2_isotonic)
         flags = chk.as_dict()
         row.update(holds=chk.passed, holds_slope=flags["slope"], holds_rank=flags["rank"], holds_curve=flags["curve"],
                    holds_monotone=flags["monotone"], failed_checks=",".join(chk.failed()))
         for key, v in row.items():
             table.at[i, key] = v
         curves[(d, g)], checks[(d, g)] = cur, chk
-    for col in ("prompts", "buckets"):
+    for col in ("prompts", "buckets", "floor_rounds", "ceiling_bins"):
         table[col] = table[col].astype(np.int64)
     lvl = f"{100 * level:g}%"
     how = (f"{lvl} CR1 cluster-robust sandwich over prompt buckets (cluster = task, bucket) with Student-t(G-1), "
@@ -349,9 +368,9 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     out = [f"intervals: {how}; a bucket holds whole prompts, so this is prompt-clustered inference; rho_p: "
            "clustered over buckets"]
     out += [s for s in base.note_lines if not s.startswith("intervals:")]
-    out.append("fitted from reduced sufficient statistics: each entropy bin's rounds (summed over buckets) enter as "
-               "two atoms matching their entropy mean and variance (b0, b1 exact to O(width^4), see docs/scale.md); "
-               "decile means, ceiling bins and ranks split rounds at atom granularity")
+    out.append("fitted from reduced sufficient statistics: each entropy bin's rounds (summed over buckets) enter the "
+               "likelihood as two atoms matching their entropy mean and variance (b0, b1 exact to O(width^4)); "
+               "equal-count bins cut inside a fine bin by each cell's modelled entropy density (docs/scale.md)")
     no_sq = int(np.isnan(c["sum_h2"].to_numpy(dtype=np.float64)).sum())
     if no_sq:
         out.append(f"{no_sq} cell(s) without sum_h2 (from a reduction that did not record it) enter at their mean "
