@@ -254,6 +254,11 @@ def test_cli_baseline_audit_probe_and_resume(env, tmp_path, capsys):
     assert (m["position"] == mm.loc[m.index, "position"]).all()
     ar = rounds[rounds["drafter"] == "ar"]
     assert (ar["accepted"] == 0).all() and (ar["horizon"] == 0).all()
+    replay = pytest.importorskip("glance_law.replay")          # both conditions replay to their accepted
+    logq, rank, usable, _ = replay.round_arrays(blk)
+    curve = replay.replay_arrays(logq[usable], rank[usable], n_max=15).curve()
+    got = curve[np.arange(curve.shape[0]), blk["budget"].to_numpy()[usable]]
+    assert np.array_equal(got, blk["accepted"].to_numpy()[usable])
     n_files = len(list((tmp_path / "logs").glob("*.parquet")))
     # resume: nothing new to do, no new files, no duplicates
     assert _cli(env, tmp_path, "--drafter", "block", "--draft-model", str(env["head"]), "--budget", "15",
