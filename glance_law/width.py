@@ -456,7 +456,8 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
     if exchange_rate > 0:
         notes.append(f"exchange rate {exchange_rate:g} tokens/node: policies stop buying nodes worth less "
                      "(nodes_* columns: mean nodes used); the fixed width has no stopping rule")
-    regret = WidthRegret(table=pd.DataFrame(preg))
+    regret = WidthRegret(table=pd.DataFrame(preg, columns=["task", "budget", "policy", "regret", "bound", "holds",
+                                                           "regret_realized", "holds_realized", "equal_nodes"]))
     resc_res = RescueFit(table=pd.DataFrame(rrows), coef=pd.DataFrame(coef), note_lines=(
         f"rescue_rate: share of first misses (offset a+1 of the chain) whose target token is inside the logged "
         f"top-k, {100 * level:g}% prompt-clustered (CR1) interval clipped to [0, 1]; r_fit, p_law and keys at the "
