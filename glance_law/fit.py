@@ -100,7 +100,7 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
     p.add_argument("--bootstrap", type=int, default=0, metavar="N",
                    help="prompt-level cluster bootstrap with N replicates (percentile intervals) instead of "
-                        "the CR1 cluster-robust sandwich (default 0: sandwich)")
+                        "the CR3 cluster jackknife (default 0: jackknife)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--condition", default="matched", metavar="C[,C...]",

@@ -338,7 +338,8 @@ LAW_INPUT = _sel.LAW_INPUT
 def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float = 0.95, n_boot: int = 0,
             seed: int = 0, *, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
             cluster: Sequence[str] = CLUSTER_BY, bins: int = 10, ceiling_bins: int = _ceiling.DEFAULT_BINS,
-            alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9) -> LawFit:
+            alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9,
+            cov: str = "cr3") -> LawFit:
     """Fit the draftability law per group and pooled, with prompt-clustered uncertainty.
 
     Parameters
@@ -350,9 +351,13 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
     method : ``"mle"`` (default: exact maximum likelihood of the truncated geometric) or
         ``"nls"`` (least squares of a on the conditional mean M(sigmoid(b0 - b1 H), L)).
     level : interval level (0.95).
-    n_boot : 0 (default) for the CR1 cluster-robust sandwich with Student-t(G-1) critical
-        values; N > 0 for a prompt-level cluster bootstrap with N replicates (percentile
-        intervals for b0, b1, the decile means and the mean accepted length).
+    n_boot : 0 (default) for a prompt-clustered covariance (``cov``) with Student-t(G-1)
+        critical values; N > 0 for a prompt-level cluster bootstrap with N replicates
+        (percentile intervals for b0, b1, the decile means and the mean accepted length).
+    cov : ``"cr3"`` (default: the cluster jackknife, one Newton step per deleted prompt) or
+        ``"cr1"`` (the cluster-robust sandwich with the G/(G-1) factor). CR1 is slightly
+        liberal with a few dozen prompts of uneven size (about 93% coverage of nominal 95%
+        at 40 prompts in our simulations); CR3 is closer to nominal (docs/theory-law.md).
     seed : bootstrap seed (each group's stream derives from it and the group's name).
     condition : conditions fitted (default ``"matched"``); None pools every condition.
     weight : optional column of row counts (reduced tables: each row stands for ``weight``
@@ -380,10 +385,12 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
                         for path, reason in skipped]
     data = _sel.prepare(frame, by, condition, weight, cluster, notes)
-    interval = "bootstrap" if n_boot > 0 else "cr1"
+    if cov not in ("cr3", "cr1"):
+        raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
+    interval = "bootstrap" if n_boot > 0 else cov
     opt = dict(method=method, level=float(level), n_boot=int(n_boot), seed=int(seed), bins=int(bins),
                ceiling_bins=int(ceiling_bins), alpha=float(alpha), min_r2_curve=float(min_r2_curve),
-               min_r2_isotonic=float(min_r2_isotonic), interval=interval)
+               min_r2_isotonic=float(min_r2_isotonic), interval=interval, cov=cov)
     group_notes: list[str] = []
     rows, curves, checks = [], {}, {}
     dnames = data["dnames"]
@@ -422,6 +429,10 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
     if interval == "cr1":
         notes.append(f"intervals: {lvl}, prompt-clustered (cluster = {', '.join(cluster)}): CR1 cluster-robust "
                      "sandwich with Student-t(G-1) critical values, G = prompts in the group")
+    elif interval == "cr3":
+        notes.append(f"intervals: {lvl}, prompt-clustered (cluster = {', '.join(cluster)}): CR3 cluster jackknife "
+                     "(one Newton step per deleted prompt) with Student-t(G-1) critical values, G = prompts "
+                     "in the group")
     else:
         notes.append(f"intervals: {lvl} percentile, prompt-level cluster bootstrap with {n_boot} replicates "
                      f"(seed {seed})")

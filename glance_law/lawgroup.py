@@ -22,7 +22,7 @@ from . import ceiling as _ceiling
 from . import curve as _curve
 from . import law as _law
 from . import selection as _sel
-from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, percentile_interval, spearman_clustered, t_crit
+from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, cr3_covariance, percentile_interval, spearman_clustered, t_crit
 from .lawresult import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, LawChecks
 
 __all__ = ["evaluate"]
@@ -34,41 +34,49 @@ def _fit_b(method, H, a, L, w, b_init=None):
     return _law.fit_affine_logit(H, a, L, w, b_init=(0.0, 0.0) if b_init is None else b_init)[0]
 
 
-def _cr1(method, b, H, a, L, w, cl, G, p=None):
-    """Prompt-clustered CR1 covariance of (b0, b1) (``p``: the fitted match probabilities, if at hand)."""
+def _cluster_cov(method, b, H, a, L, w, cl, G, p=None, kind="cr3"):
+    """Prompt-clustered covariance of (b0, b1): ``kind="cr3"`` (default, the cluster
+    jackknife: one Newton step per deleted prompt, :func:`glance_law.cluster.cr3_covariance`)
+    or ``"cr1"`` (the sandwich with the G/(G-1) factor). ``p``: fitted match probabilities."""
     if method == "nls":
         M, J = _law._mean_and_jacobian(b, H, L)
         r = a - M
+        wj = J if w is None else J * w[:, None]
+        u = np.stack([np.bincount(cl, wj[:, j] * r, G) for j in range(2)], axis=1)
+        info_g = np.empty((G, 2, 2))
+        for i in range(2):
+            for j in range(i, 2):
+                info_g[:, i, j] = info_g[:, j, i] = np.bincount(cl, wj[:, i] * J[:, j], G)
+    else:
+        # MLE: the score of a round is x (s - (s + f) p) with x = (1, -H); it is summed per
+        # prompt directly, without an (n, 2) score matrix (this runs on 10^7 rounds)
+        if p is None:
+            p = _law.match_prob(H, b[0], b[1])
+        t = (a < L).astype(np.float64)
+        t += a                                   # s + f
+        v = t * p
+        np.subtract(a, v, out=t)                 # resid = s - (s + f) p
         if w is not None:
-            r = r * w
-            bread = np.einsum("ij,i,ik->jk", J, w, J)
-        else:
-            bread = np.einsum("ij,ik->jk", J, J)
-        scores = J * r[:, None]
-        return cr1_covariance(scores, np.linalg.inv(bread), cl, G)
-    # MLE: the score of a round is x (s - (s + f) p) with x = (1, -H); it is summed per prompt
-    # directly, without an (n, 2) score matrix (this runs on 10^7 rounds)
-    if p is None:
-        p = _law.match_prob(H, b[0], b[1])
-    t = (a < L).astype(np.float64)
-    t += a                                   # s + f
-    v = t * p
-    np.subtract(a, v, out=t)                 # resid = s - (s + f) p
-    if w is not None:
-        t *= w
-    u = np.empty((G, 2))
-    u[:, 0] = np.bincount(cl, t, G)
-    t *= H
-    u[:, 1] = -np.bincount(cl, t, G)
-    del t
-    v -= v * p                               # (s + f) p (1 - p): the information weights
-    if w is not None:
-        v *= w
-    v0, vh = float(v.sum()), _law._dot(v, H)
-    v *= H
-    bread = np.array([[v0, -vh], [-vh, _law._dot(v, H)]])
-    # the per-prompt sums are the "observations" of the sandwich's meat
-    return cr1_covariance(u, np.linalg.inv(bread), np.arange(G), G)
+            t *= w
+        u = np.empty((G, 2))
+        u[:, 0] = np.bincount(cl, t, G)
+        t *= H
+        u[:, 1] = -np.bincount(cl, t, G)
+        del t
+        v -= v * p                               # (s + f) p (1 - p): the information weights
+        if w is not None:
+            v *= w
+        info_g = np.empty((G, 2, 2))
+        info_g[:, 0, 0] = np.bincount(cl, v, G)
+        v *= H
+        info_g[:, 0, 1] = info_g[:, 1, 0] = -np.bincount(cl, v, G)
+        v *= H
+        info_g[:, 1, 1] = np.bincount(cl, v, G)
+    info = info_g.sum(axis=0)
+    if kind == "cr1":
+        # the per-prompt sums are the "observations" of the sandwich's meat
+        return cr1_covariance(u, np.linalg.inv(info), np.arange(G), G)
+    return cr3_covariance(u, info_g, info)
 
 
 def _nan_row() -> dict:
@@ -168,7 +176,7 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
                 row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
         else:
-            cov = _cr1(opt["method"], b, H, a, L, w, cl, G, p)
+            cov = _cluster_cov(opt["method"], b, H, a, L, w, cl, G, p, opt.get("cov", "cr3"))
             half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
             lo, hi = b - half, b + half
         row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])

@@ -130,7 +130,7 @@ class LawFit(Result):
     method: str = "mle"
     level: float = 0.95
     by: str | None = "task"
-    interval: str = "cr1"
+    interval: str = "cr3"
     n_boot: int = 0
     note_lines: tuple[str, ...] = ()
 

@@ -167,20 +167,40 @@ def test_nls_against_mle_consistent_but_less_efficient():
     assert rm.loglik >= rn.loglik  # the MLE maximises the likelihood
 
 
+def test_cr3_matches_a_brute_force_cluster_jackknife():
+    # CR3 is the delete-one-prompt jackknife with one Newton step per deletion; with the
+    # exact refit per deleted prompt the covariance must be close (one step from the full
+    # MLE is already near the refit on a concave likelihood), and CR1 must equal its formula
+    from glance_law.law import fit_affine_logit
+    df = simulate_rounds([TaskSpec("t", 0.9, 0.6)], n_prompts=12, rounds_per_prompt=(5, 30), seed=5, vectors=False)
+    fit = fit_law(df, by=None)
+    H, a, L = (df[c].to_numpy(float) for c in ("root_entropy", "accepted", "horizon"))
+    g = df["prompt_id"].cat.codes.to_numpy()
+    b_full = fit_affine_logit(H, a, L)[0]
+    deltas = np.array([b_full - fit_affine_logit(H[g != k], a[g != k], L[g != k])[0] for k in range(12)])
+    deltas -= deltas.mean(axis=0)
+    V = 11 / 12 * deltas.T @ deltas
+    half = t_crit(12) * np.sqrt(V[1, 1])
+    r = fit.row()
+    assert r.b1_hi - r.b1 == pytest.approx(half, rel=0.05)
+    c1 = fit_law(df, by=None, cov="cr1").row()
+    assert c1.interval == "cr1" and c1.b1 == r.b1 and (c1.b1_hi - c1.b1_lo) < (r.b1_hi - r.b1_lo)
+
+
 def test_bootstrap_intervals_cover_and_are_reproducible():
     df = simulate_rounds([TaskSpec("t", 0.9, 0.6)], n_prompts=40, seed=21, vectors=False)
     f1 = fit_law(df, by=None, n_boot=150, seed=3)
     f2 = fit_law(df, by=None, n_boot=150, seed=3)
     f3 = fit_law(df, by=None, n_boot=150, seed=4)
-    cr1 = fit_law(df, by=None)
-    r, rc = f1.row(), cr1.row()
-    assert r.interval == "bootstrap" and rc.interval == "cr1"
+    cr3 = fit_law(df, by=None)
+    r, rc = f1.row(), cr3.row()
+    assert r.interval == "bootstrap" and rc.interval == "cr3"
     assert r.b1_lo < 0.6 < r.b1_hi and r.b0_lo < 0.9 < r.b0_hi
     pd.testing.assert_frame_equal(f1.to_frame(), f2.to_frame())
     assert f1.row().b1_lo != f3.row().b1_lo
     # both are honest prompt-level intervals of similar width
-    w_boot, w_cr1 = r.b1_hi - r.b1_lo, rc.b1_hi - rc.b1_lo
-    assert 0.6 < w_boot / w_cr1 < 1.6
+    w_boot, w_cr3 = r.b1_hi - r.b1_lo, rc.b1_hi - rc.b1_lo
+    assert 0.6 < w_boot / w_cr3 < 1.6
     assert r.b1 == rc.b1  # the point estimate does not depend on the interval method
     cur = f1.curve()
     assert (cur["lo"] <= cur["mean_accepted"]).all() and (cur["mean_accepted"] <= cur["hi"]).all()
@@ -444,7 +464,7 @@ def test_single_prompt_group_has_no_interval_but_a_note():
 @pytest.mark.slow
 def test_b1_intervals_cover_the_truth_over_clustered_datasets():
     # 400 datasets of 40 prompts (20-60 rounds each, Gaussian-copula correlation 0.3 within
-    # a prompt, prompt-level entropy multipliers): CR1 + t(G-1) 95% intervals
+    # a prompt, prompt-level entropy multipliers): CR3 (cluster jackknife) + t(G-1) 95% intervals
     R, hits0, hits1 = 400, 0, 0
     spec = TaskSpec("t", 0.8, 0.46)
     for r in range(R):
