@@ -322,23 +322,24 @@ class Target:
     def commit(cache, past: int, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
         """Keep cache rows ``past + rows`` (rows ascending, rows[0] == 0 the root) and drop the rest
         of the block: the committed path moves to ``past .. past + len(rows) - 1``."""
-        total = int(cache.get_seq_length())
         keep = len(rows)
+        if int(cache.get_seq_length()) < past + rows[-1] + 1:
+            raise RuntimeError("commit: the cache is shorter than the verified block")
         contiguous = rows == list(range(keep))
+        src = None
         for layer in cache.layers:
             if getattr(layer, "is_sliding", False):
                 raise GlanceError("sliding-window cache layers are not supported by the tree verifier")
             if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
                 continue
             if not contiguous:
-                src = rows_dev if rows_dev is not None else torch.tensor(rows, device=layer.keys.device)
-                src = src.to(layer.keys.device) + past
+                if src is None or src.device != layer.keys.device:
+                    src = rows_dev if rows_dev is not None else torch.tensor(rows)
+                    src = src.to(layer.keys.device) + past
                 layer.keys[..., past:past + keep, :] = layer.keys.index_select(-2, src)
                 layer.values[..., past:past + keep, :] = layer.values.index_select(-2, src)
             layer.keys = layer.keys[..., :past + keep, :]
             layer.values = layer.values[..., :past + keep, :]
-        if total - (past + keep) < 0:  # pragma: no cover - defensive
-            raise RuntimeError("commit: cache shorter than the verified block")
 
     @staticmethod
     def crop_to(cache, length: int) -> None:
