@@ -261,7 +261,8 @@ def offsets(inp: Inputs) -> list:
     return [Table("assumption2_offset_law", off.offset_law(inp.rounds, "task", lv)),
             Table("assumption2_test", off.assumption2_test(inp.rounds, "task", 10, lv)),
             Table("assumption2_hazards", off.offset_hazards(inp.rounds, "task", 10, lv)),
-            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, "task", 10, lv))]
+            # the floor's two-state model is the survival section's (fitted once, in inp.tail())
+            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, "task", 10, lv, two_state=False))]
 
 
 # ---------------------------------------------------------------------------

@@ -270,7 +270,7 @@ def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str]) 
 
 
 def _command(prog: str, argv: Sequence[str]) -> str:
-    """The command line without --out (the index must not depend on where it is written)."""
+    """The command line without --out and --quiet (the index must not depend on where it is written)."""
     out, skip = [], False
     for tok in argv:
         if skip:
@@ -279,7 +279,7 @@ def _command(prog: str, argv: Sequence[str]) -> str:
         if tok == "--out":
             skip = True
             continue
-        if tok.startswith("--out="):
+        if tok.startswith("--out=") or tok == "--quiet":
             continue
         out.append(tok)
     return " ".join([prog] + [shlex.quote(t) for t in out] + ["--out", "DIR"])
