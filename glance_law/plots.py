@@ -160,7 +160,7 @@ def law_fits(law, drafter: str | None = None, tasks: Sequence[str] | None = None
     d = _drafter(law, drafter)
     names = _fitted_groups(law, d, tasks, pooled)
     st = task_styles(names)
-    fig, axes = _subplots(len(names), ncols)
+    fig, axes = _subplots(len(names), ncols, h=2.9)
     for ax, g in zip(axes, names):
         c = law.curve(g, d)
         b0, b1 = law.params(g, d)
@@ -168,20 +168,22 @@ def law_fits(law, drafter: str | None = None, tasks: Sequence[str] | None = None
         H = _grid(float(c["mean_entropy"].max()) * 1.08)
         ax.errorbar(c["mean_entropy"], c["mean_accepted"],
                     yerr=[c["mean_accepted"] - c["lo"], c["hi"] - c["mean_accepted"]], fmt=s["marker"],
-                    color=s["color"], mfc="white", ms=5, elinewidth=0.8, capsize=2, label="decile mean")
-        ax.plot(H, law.predict(H, group=g, drafter=d), color="0.0", ls="-", lw=1.3,
-                label=f"law: b0={b0:.2f}, b1={b1:.2f}")
+                    color=s["color"], mfc="white", ms=5, elinewidth=0.8, capsize=2,
+                    label="decile mean (prompt-clustered interval)")
+        ax.plot(H, law.predict(H, group=g, drafter=d), color="0.0", ls="-", lw=1.3, label="law E[a|H]")
         ax.plot(c["mean_entropy"], c["predicted"], ls="none", marker="x", color="0.0", ms=4,
-                label="law, averaged over the bin's rounds")
-        ax.step(c["mean_entropy"], c["isotonic"], where="mid", color="0.45", ls=":", lw=1.1, label="isotonic")
+                label="law averaged over the bin's rounds")
+        ax.step(c["mean_entropy"], c["isotonic"], where="mid", color="0.45", ls=":", lw=1.1,
+                label="isotonic (decreasing)")
         r2 = float(law.row(g, d)["r2_curve"])
-        ax.set_title(f"{g} (curve R$^2$ = {r2:.2f})", fontsize=9)
+        ax.set_title(f"{g}: b0 = {b0:.2f}, b1 = {b1:.2f}, curve R$^2$ = {r2:.2f}", fontsize=8.5)
         ax.set_xlabel("root entropy H (nats)")
         ax.set_ylabel("accepted length (tokens)")
         ax.grid(alpha=0.3, lw=0.5)
-        ax.legend(fontsize=6.5, frameon=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7.5, frameon=False)
     fig.suptitle(_title(d, "law fits per task", law), fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
