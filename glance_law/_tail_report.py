@@ -477,7 +477,7 @@ def _b0_source(frame, by, condition, method, b0, law, notes):
 
     def get(d, g):
         try:
-            return law.params(g, d)[0]
+            return law.params(g if by else "pooled", d)[0]
         except GlanceError:
             return float("nan")
     return get

@@ -206,6 +206,8 @@ def pi_star(b0: float, rho_u: float, L) -> float:
     cap; >= 1 means no pi can (e^b0 >= L).
     """
     rho_u = float(_prob(rho_u, "rho_u"))
+    if not np.isfinite(b0):
+        raise GlanceError(f"b0 must be a finite number (got {b0})")
     La = _horizons(L)
     mu = float(np.mean(truncated_mean(rho_u, La)))
     Lm = float(La.mean())
@@ -223,6 +225,8 @@ def pi_needed(b0: float, rho_u: float, t_uu: float, L, rho_d: float = 1.0, t_dd:
     the copy state): e.g. b0 = 1.226, rho_U = 0.6, t_UU = 0.9, L = 15 gives 0.036,
     against pi* = 0.141. ``L`` may be an array of horizons (means averaged).
     """
+    if not np.isfinite(b0):
+        raise GlanceError(f"b0 must be a finite number (got {b0})")
     La = _horizons(L)
     th = _theta([[1.0, rho_d, rho_u, t_dd, t_uu], [0.0, rho_d, rho_u, t_dd, t_uu]])
     S = _mle.forward(th, int(La.max()))[1]
