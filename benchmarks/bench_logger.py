@@ -69,7 +69,7 @@ def _setup(args):
         from glance_log.tasks import load_items
         tasks = args.tasks or ["caption", "textvqa", "infovqa", "docvqa", "chartqa"]
         items = {task: load_items(task, None, n=args.n, seed=0) for task in tasks}
-        return t, head, items, tmp, "embedded default"
+        return t, head, items, tmp, f"default models in {default_model().parent} (embedded suite items)"
     from _logger_fixtures import CORPUS, make_block_head, make_llama
 
     mp = make_llama(tmp / "target", hidden=args.hidden, layers=args.layers, init=1.0)
