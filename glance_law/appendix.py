@@ -192,24 +192,27 @@ def law_fits(inp: Inputs) -> list:
     return out
 
 
-def _budget(inp: Inputs) -> int:
+def _budget(inp: Inputs, drafter: str) -> int:
+    """Figure 4's N: --budget, else the drafter's median logged budget, else 31."""
     if inp.options.budget is not None:
         return int(inp.options.budget)
     f = inp.frame
     if "budget" in f.columns:
-        b = f.loc[f["horizon"] > 0, "budget"].dropna()
+        b = f.loc[(f["horizon"] > 0) & (f["drafter"].astype(str) == drafter), "budget"].dropna()
         if len(b):
-            return int(b.median())
+            return max(1, int(b.median()))
     return 31
 
 
 @section("brackets", "Figure 4", "every task's law inside the two brackets (AdaEDL below, 2 ln N / H above)")
 def brackets(inp: Inputs) -> list:
-    N = _budget(inp)
-    return [Figure(f"figure4_{s}", plots.law_brackets(inp.law(), d, budget=N, gamma=inp.options.gamma),
-                   f"Task-level law fits ({d}) between the AdaEDL lower bracket and the paper's 2 ln N / H "
-                   f"ceiling at N = {N} (not a bound with Shannon entropy), log scale")
-            for d, s in _per_drafter(inp, "brackets")]
+    out = []
+    for d, s in _per_drafter(inp, "brackets"):
+        N = _budget(inp, d)
+        out.append(Figure(f"figure4_{s}", plots.law_brackets(inp.law(), d, budget=N, gamma=inp.options.gamma),
+                          f"Task-level law fits ({d}) between the AdaEDL lower bracket and the paper's 2 ln N / H "
+                          f"ceiling at N = {N} (not a bound with Shannon entropy), log scale"))
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -249,7 +252,14 @@ def correlations(inp: Inputs) -> list:
 def ordering(inp: Inputs) -> list:
     from .order import task_order
     o = inp.options
-    res = task_order(inp.rounds, o.task_order, o.level, o.boot, o.seed)
+    try:
+        res = task_order(inp.rounds, o.task_order, o.level, o.boot, o.seed)
+    except MissingColumnError:
+        raise
+    except GlanceError as exc:
+        if o.task_order:
+            raise
+        raise GlanceError(f"{exc} (name the order with --task-order T1,T2,...)") from None
     return [Table("corollary_order", res), Table("corollary_order_gaps", res.gap_table()),
             Table("corollary_order_verdict", res.verdict_table())]
 
@@ -333,17 +343,33 @@ def transfer_drafters(inp: Inputs) -> list:
 @section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it")
 def transfer_tasks(inp: Inputs) -> list:
     from .transfer import transfer
-    tasks = plots.ordered(inp.law().to_frame()["task"].tolist())
-    tasks = [t for t in tasks if t != "pooled"]
+    t = inp.law().to_frame()
+    tasks = plots.ordered(x for x in t["task"].astype(str) if x != "pooled")
     if len(tasks) < 2:
         raise MissingColumnError("a second task", "Table 15 (transfer across tasks)", "glance-log --task <another>")
-    frames, notes, title = [], [], ""
-    for t in tasks:
-        res = transfer(inp.rounds, [x for x in tasks if x != t], [t], by="task", level=inp.options.level)
+    fitted = set(t.loc[t["b1"].notna(), "task"].astype(str))
+    frames, notes, title, left = [], [], "", []
+    for task in tasks:
+        if task not in fitted:            # no own fit to compare with (e.g. every round accepted 0)
+            left.append(task)
+            continue
+        try:
+            res = transfer(inp.rounds, [x for x in tasks if x != task], [task], by="task", level=inp.options.level)
+        except MissingColumnError:
+            raise
+        except GlanceError as exc:
+            notes.append(f"{task} not scored: {exc}")
+            continue
         frames.append(res.to_frame())
         notes += [n for n in res.notes if n not in notes]
         title = res.title
+    if not frames:
+        why = "; ".join(notes) or f"no task has a law of its own ({', '.join(left)})"
+        raise GlanceError(f"Table 15: no task could be scored ({why})")
     notes.insert(0, "each row: the law fitted on every other task (pooled), frozen, scored on the row's task")
+    if left:
+        notes.insert(1, f"not scored (no law of their own to compare with; see the law table): {', '.join(left)}; "
+                        "they stay in the other rows' training rounds")
     return [Table("table15_transfer_tasks", frame=pd.concat(frames, ignore_index=True),
                   title=f"{title} (leave one task out)", notes=tuple(notes))]
 

@@ -253,7 +253,10 @@ def survival_curves(tail, tasks: Sequence[str] | None = None, ncols: int = 3):
                 label=f"observed ({t.n_rounds} rounds)")
         ax.plot(s["l"], s["geometric"], color="#D55E00", ls="--", lw=1.3, label="geometric (one hazard)")
         ax.plot(s["l"], s["two_state"], color="#0072B2", ls="-", lw=1.3, label="two-state")
-        ax.set_yscale("log")
+        if ok.any():
+            ax.set_yscale("log")
+        else:
+            ax.text(0.5, 0.5, "no run reaches l = 1", transform=ax.transAxes, ha="center", fontsize=8)
         ax.set_title(f"{label[id(t)]}: floor H <= {t.threshold:.3g} nats", fontsize=9)
         ax.set_xlabel("run length l (tokens)")
         ax.set_ylabel("P(a >= l)")
