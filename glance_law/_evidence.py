@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from . import law as _law
-from .cluster import cluster_codes, cr1_covariance, t_crit
+from .cluster import cluster_codes, cr1_covariance, cr3_covariance, t_crit
 from .errors import GlanceError, MissingColumnError
 from .schema import SUPPLIED_BY
 
@@ -98,17 +98,43 @@ def clusters(frame: pd.DataFrame) -> tuple[np.ndarray, int]:
     return cluster_codes(frame)
 
 
-def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None):
-    """MLE (b0, b1) of the affine-logit law and its CR1 prompt-clustered covariance.
+def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None, cov: str = "cr1"):
+    """MLE (b0, b1) of the affine-logit law and its prompt-clustered covariance.
 
     The point estimate is the exact truncated-geometric MLE of
-    :func:`glance_law.law.fit_affine_logit` (the same estimator as ``fit_law(method="mle")``);
-    the covariance is the sandwich I^-1 (sum_g u_g u_g^T) I^-1 * G/(G-1).
+    :func:`glance_law.law.fit_affine_logit` (the same estimator as ``fit_law(method="mle")``).
+    ``cov="cr1"``: the sandwich ``G/(G-1) I^-1 (sum_g u_g u_g^T) I^-1``; ``cov="cr3"``: the
+    cluster jackknife of :func:`glance_law.cluster.cr3_covariance` (one Newton step per
+    deleted prompt), the law table's default. Returns (b, cov, per-round scores, information).
     """
     b, info, _ = _law.fit_affine_logit(H, a, L, weight=weight)
     scores, info = _law.score_and_information(b, H, a, L, weight)
-    cov = cr1_covariance(scores, np.linalg.inv(info), codes, G)
-    return b, cov, scores, info
+    if cov == "cr1":
+        V = cr1_covariance(scores, np.linalg.inv(info), codes, G)
+    elif cov == "cr3":
+        V = cr3(b, H, a, L, codes, G, scores, info, weight)
+    else:
+        raise GlanceError(f"unknown covariance {cov!r}; choose cr1 or cr3")
+    return b, V, scores, info
+
+
+def cr3(b, H, a, L, codes, G, scores, info, weight=None) -> np.ndarray:
+    """CR3 (cluster-jackknife) covariance of the law's (b0, b1) over the clusters present."""
+    present = np.unique(codes)
+    cl = np.searchsorted(present, codes)
+    g = present.size
+    H = np.asarray(H, dtype=np.float64)
+    p = _law.match_prob(H, b[0], b[1])
+    a = np.asarray(a, dtype=np.float64)
+    v = (a + (a < np.asarray(L, dtype=np.float64))) * p * (1.0 - p)
+    if weight is not None:
+        v = v * np.asarray(weight, dtype=np.float64)
+    u = np.stack([np.bincount(cl, scores[:, j], g) for j in range(2)], axis=1)
+    info_g = np.empty((g, 2, 2))
+    info_g[:, 0, 0] = np.bincount(cl, v, g)
+    info_g[:, 0, 1] = info_g[:, 1, 0] = -np.bincount(cl, v * H, g)
+    info_g[:, 1, 1] = np.bincount(cl, v * H * H, g)
+    return cr3_covariance(u, info_g, info)
 
 
 def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> pd.DataFrame:

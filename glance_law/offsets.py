@@ -7,7 +7,8 @@ leading run of ones (the top-1 chain's run length).
 
 * **Offset law** (:func:`offset_law`): for every offset j a logistic regression of
   ``match_j`` on the root entropy, ``logit p_m,j(H) = b0_j - b1_j H`` (exact MLE), with
-  CR1 prompt-clustered intervals (t with G-1 df), and the marginal match rate.
+  CR3 cluster-jackknife intervals (t with G-1 df, as the law table), and the marginal
+  match rate.
 * **Hazards** (:func:`offset_hazards`): per entropy bin and offset, the conditional hazard
   ``P(match_j = 1 | match_1..j-1 = 1)`` next to the marginal ``P(match_j = 1)``, both as
   ratio estimators with CR1 intervals.
@@ -35,7 +36,7 @@ from scipy import special, stats
 from . import _evidence as E
 from . import curve as _curve
 from . import law as _law
-from .cluster import clustered_mean, cr1_covariance, t_crit
+from .cluster import clustered_mean, t_crit
 from .errors import GlanceError
 from .results import Result
 
@@ -112,7 +113,7 @@ def _offset_fits(H, M, codes, G):
         sc, info = _law.score_and_information(bj, H[known], y, np.ones_like(y))
         A = np.linalg.inv(info)
         b[j] = bj
-        cov[j] = cr1_covariance(sc, A, codes[known], G)
+        cov[j] = E.cr3(bj, H[known], y, np.ones_like(y), codes[known], G, sc, info)
         infl[known, j, :] = sc @ A
     return b, cov, infl
 
@@ -316,8 +317,9 @@ def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
     if few:
         notes.append(f"fewer than 10 matches or 10 misses at {len(few)} offset(s) ({', '.join(few[:6])}"
                      f"{', ...' if len(few) > 6 else ''}): b0/b1 and their intervals are unreliable there")
-    notes.append(f"{int(level * 100)}% intervals: CR1 prompt-clustered (cluster = task, prompt_id), t with G-1 df "
-                 "(match rates on the logit scale); offsets with match = -1 (unknown) excluded per offset")
+    notes.append(f"{int(level * 100)}% intervals, prompt-clustered (cluster = task, prompt_id), t with G-1 df: "
+                 "b0/b1 CR3 cluster jackknife (as the law table), match rates CR1 on the logit scale; offsets "
+                 "with match = -1 (unknown) excluded per offset")
     return OffsetLaw(pd.DataFrame(rows), level, tuple(notes))
 
 

@@ -2,7 +2,8 @@
 
 For each task (per drafter when the logs hold several): mean accepted length and mean
 root entropy with CR1 prompt-clustered intervals, the share of rounds accepting 8 or
-more tokens, and the law's fitted (b0, b1) (exact MLE, CR1 intervals). For each adjacent
+more tokens, and the law's fitted (b0, b1) (exact MLE; CR3 cluster-jackknife intervals,
+the law table's default, so the numbers agree with ``python -m glance_law.fit``). For each adjacent
 pair in the user's order (default caption, textvqa, infovqa, docvqa, chartqa: open to
 grounded):
 
@@ -13,7 +14,7 @@ grounded):
   rounds of one prompt as independent evidence), with the probability of superiority
   P(prompt mean of the later task > earlier) as its effect size;
 * the slope gap b1_later - b1_earlier with a Wald interval (the tasks' prompts are
-  disjoint, so the CR1 variances add).
+  disjoint, so the variances add; CR3 cluster-jackknife variances, as in the law table).
 
 Whether the tasks are ordered as listed: mean a increasing, b1 increasing, mean H
 decreasing along the order (point estimates), and the share of bootstrap replicates in
@@ -114,7 +115,7 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int, notes: list[str], label:
            "mean_entropy": mh, "mean_entropy_lo": mh - t * sh, "mean_entropy_hi": mh + t * sh,
            f"p_ge{ge}": pg, f"p_ge{ge}_lo": pg_lo, f"p_ge{ge}_hi": pg_hi}
     try:
-        b, cov, _, _ = E.law_fit(H, a, L, codes, G)
+        b, cov, _, _ = E.law_fit(H, a, L, codes, G, cov="cr3")
         se = np.sqrt(np.diag(cov))
         row.update(b0=b[0], b0_lo=b[0] - t * se[0], b0_hi=b[0] + t * se[0],
                    b1=b[1], b1_lo=b[1] - t * se[1], b1_hi=b[1] + t * se[1], _b1_se=se[1])
@@ -206,10 +207,10 @@ def task_order(rounds, order: Sequence[str] | None = None, level: float = 0.95, 
                       "kendall_tau_slopes": float(stats.kendalltau(np.arange(len(slopes)), slopes).statistic)
                       if np.isfinite(slopes).all() else np.nan})
     method: list[str] = []
-    method.append(f"intervals {int(level * 100)}%: means and b0/b1 CR1 prompt-clustered (t, G-1 df), p_ge{ge} the same "
-                 "on the logit scale; gap: "
+    method.append(f"intervals {int(level * 100)}%: means CR1 prompt-clustered (t, G-1 df), p_ge{ge} the same "
+                 "on the logit scale, b0/b1 CR3 cluster jackknife as in the law table; gap: "
                  f"percentile interval of {n_boot} prompt-bootstrap resamples (within task); slope_gap: Wald with the "
-                 "two tasks' CR1 variances (t with the smaller task's G-1 df)")
+                 "two tasks' CR3 variances (t with the smaller task's G-1 df)")
     method.append("mw_u/mw_p: Mann-Whitney on prompt means (one value per prompt, the independent unit), "
                  "two-sided; superiority = U / (n_later n_earlier) = P(later task's prompt mean > earlier's)")
     method.append("ordered: means/slopes increasing and mean entropy decreasing along the order (point estimates); "
