@@ -134,95 +134,106 @@ def _refit(method, H, a, L, w, b):
     return fit_affine_logit(H, a, L, w, b_init=b)[0]
 
 
-class _Group:
-    """One (drafter, group): its cells with their prompt-bucket clusters and marginal cells,
-    and the parts (a cell's rounds on one atom of its marginal cell) with the atoms' ranks
-    as fit_law computed them (for the clustered Spearman test)."""
+class _Acc:
+    """Cluster-level sums of one group, accumulated over its cells one (drafter, task) slice at a
+    time (clusters are (task, bucket), so no cluster spans two slices): everything the clustered
+    intervals, the clustered Spearman test and the bucket bootstrap need."""
 
-    def __init__(self, cmask, amask, arrays, cl, inv, parts):
-        idx = np.flatnonzero(cmask)
-        present = np.zeros(int(cl.max()) + 1, dtype=bool)
-        present[cl[idx]] = True
-        lut = np.cumsum(present) - 1
-        self.G, self.cell_idx, self.cl = int(present.sum()), idx, lut[cl[idx]]
-        n, sh, sh2, a, L = arrays["cells"]
-        self.n, self.a, self.L, self.sh, self.sh2 = n[idx], a[idx], L[idx], sh[idx], sh2[idx]
-        self.H = self.sh / self.n
-        self.marg, self.m = np.unique(inv[idx], return_inverse=True)   # marginal rows, each cell's position
-        self.m = self.m.ravel()
-        aidx = np.flatnonzero(amask)
-        Ha, wa, aa = (x[aidx] for x in arrays["atoms"])
-        order = np.argsort(Ha, kind="stable")
-        rx, ry = _curve.midranks(Ha, order, wa), _curve.integer_midranks(aa, wa)
-        p_atom, p_cell, p_w = parts
-        keep = cmask[p_cell]
-        apos = np.cumsum(amask) - 1
-        cpos = np.cumsum(cmask) - 1
-        pc, pa = cpos[p_cell[keep]], apos[p_atom[keep]]
-        self.s_w, self.s_cl, self.s_a = p_w[keep], self.cl[pc], self.a[pc]
-        self.s_rx, self.s_ry = rx[pa], ry[pa]
+    def __init__(self, G_all: int, B: int, boot: bool):
+        self.W, self.Sa = np.zeros(G_all), np.zeros(G_all)
+        self.u, self.bread = np.zeros((G_all, 2)), np.zeros((2, 2))
+        self.sw, self.swy = np.zeros((B, G_all)), np.zeros((B, G_all))
+        self.xy, self.xx = np.zeros(G_all), np.zeros(G_all)
+        self.boot = [] if boot else None
 
-    def decile_parts(self, parts, n_marg):
-        """The cells' pieces on the curve's bins, from the marginal cells' pieces ``(cell, bin, weight)``:
-        each cell of a marginal cell gets its pieces in proportion. Returns (cell, bin, weight)."""
-        pm, pk, pw = parts
-        order = np.argsort(pm, kind="stable")
-        pm, pk, frac = pm[order], pk[order], (pw / n_marg[pm])[order]
-        cnt = np.bincount(pm, minlength=self.marg.size)
-        first = np.cumsum(cnt) - cnt
-        k = cnt[self.m]
-        cell = np.repeat(np.arange(self.m.size), k)
-        within = np.arange(cell.size) - np.repeat(np.cumsum(k) - k, k)
-        piece = first[self.m][cell] + within
-        return cell, pk[piece], self.n[cell] * frac[piece]
+    def add(self, g, n, a, H, L, sh, sh2, m, b, method, pieces, zx, zy, B):
+        """Cells of one slice: cluster ``g``, rounds ``n``, marginal row ``m`` (local to the group),
+        the group's estimate ``b``, the marginal cells' decile pieces and standardised ranks."""
+        G_all = self.W.size
+        self.W += np.bincount(g, n, G_all)
+        self.Sa += np.bincount(g, n * a, G_all)
+        if np.all(np.isfinite(b)):
+            if method == "nls":
+                scores, bread = _nls_scores(b, H, a, L, n)
+            else:
+                scores, bread = score_and_information(b, H, a, L, n)
+            self.bread += bread
+            self.u[:, 0] += np.bincount(g, scores[:, 0], G_all)
+            self.u[:, 1] += np.bincount(g, scores[:, 1], G_all)
+        if pieces is not None:
+            first, cnt, pk, pf = pieces
+            k = cnt[m]
+            cell = np.repeat(np.arange(m.size), k)
+            piece = first[m][cell] + (np.arange(cell.size) - np.repeat(np.cumsum(k) - k, k))
+            key = pk[piece] * G_all + g[cell]
+            w = n[cell] * pf[piece]
+            self.sw += np.bincount(key, w, B * G_all).reshape(B, G_all)
+            self.swy += np.bincount(key, w * a[cell], B * G_all).reshape(B, G_all)
+        self.xy += np.bincount(g, n * zx[m] * zy[m], G_all)
+        self.xx += np.bincount(g, n * zx[m] * zx[m], G_all)
+        if self.boot is not None:
+            self.boot.append((m, g, n, sh, sh2))
 
 
-def _parts(c, inv, atoms, n_marg):
-    """Each cell as parts on its marginal cell's atoms: (atom row, cell row, weight)."""
-    w1 = atoms["weight"].to_numpy()[:n_marg]
-    second = np.full(n_marg, -1, dtype=np.int64)
-    two = np.arange(n_marg, len(atoms))
-    second[atoms["_m"].to_numpy()[n_marg:]] = two
-    tot = np.bincount(atoms["_m"].to_numpy(), atoms["weight"].to_numpy(), n_marg)
-    q1 = w1 / tot
-    n = c["n"].to_numpy(dtype=np.float64)
-    cells = np.arange(len(c))
-    has2 = second[inv] >= 0
-    part_atom = np.r_[inv, second[inv][has2]]
-    part_cell = np.r_[cells, cells[has2]]
-    part_w = np.r_[n * q1[inv], (n * (1.0 - q1[inv]))[has2]]
-    return part_atom, part_cell, part_w
+def _ranks(H_atoms, w_atoms, atom_m, n_m, a_m):
+    """Standardised weighted mid-ranks of entropy and accepted length per marginal cell (the entropy
+    rank of a cell is the weighted mean of its atoms' ranks), as spearman_clustered standardises them."""
+    order = np.argsort(H_atoms, kind="stable")
+    rx_atom = _curve.midranks(H_atoms, order, w_atoms)
+    K = n_m.size
+    rx = np.bincount(atom_m, w_atoms * rx_atom, K) / n_m
+    ry = _curve.integer_midranks(a_m, n_m)
+    W = n_m.sum()
+    zx, zy = rx - (n_m @ rx) / W, ry - (n_m @ ry) / W
+    sx, sy = np.sqrt((n_m @ (zx * zx)) / W), np.sqrt((n_m @ (zy * zy)) / W)
+    if sx == 0 or sy == 0:
+        return None
+    return zx / sx, zy / sy
 
 
-def _bootstrap(grp, b, method, lo, hi, deciles, B, n_boot, level, rng):
+def _spearman_p(acc, present) -> float:
+    """The prompt-aware p-value of spearman_clustered from cluster sums of n zx zy and n zx^2."""
+    from scipy import special as _sp
+    xy, xx = acc.xy[present], acc.xx[present]
+    g = int(present.sum())
+    if g < 2 or xx.sum() <= 0:
+        return float("nan")
+    rho = xy.sum() / acc.W[present].sum()
+    se = float(np.sqrt(g / (g - 1.0) * ((xy - rho * xx) ** 2).sum()) / xx.sum())
+    if se == 0:
+        return 0.0 if rho != 0 else 1.0
+    return float(2 * _sp.stdtr(g - 1, -abs(rho / se)))
+
+
+def _bootstrap(acc, present, b, method, lo, hi, a_m, L_m, B, n_boot, level, rng, deciles: bool):
     """Bucket bootstrap: percentile intervals of b, the decile means and the mean. Each replicate
     reweights whole buckets, rebuilds the marginal atoms from the reweighted sums and refits."""
+    ids = np.flatnonzero(present)
+    G = ids.size
+    m, g, n, sh, sh2 = (np.concatenate(x) for x in zip(*acc.boot))
+    K = a_m.size
     draws = np.full((n_boot, 2), np.nan)
-    cdraws = np.full((n_boot, B), np.nan) if deciles is not None else None
+    cdraws = np.full((n_boot, B), np.nan) if deciles else None
     mdraws = np.full(n_boot, np.nan)
-    K = grp.marg.size
-    cnt = np.maximum(np.bincount(grp.m, minlength=K), 1)
-    a_m, L_m = np.bincount(grp.m, grp.a, K) / cnt, np.bincount(grp.m, grp.L, K) / cnt
+    f_all = np.zeros(acc.W.size)
     k = 0
-    for counts in bootstrap_counts(grp.G, n_boot, rng):
-        for c in counts:
-            f = c[grp.cl].astype(np.float64)
-            n_m = np.bincount(grp.m, grp.n * f, K)
+    for counts in bootstrap_counts(G, n_boot, rng):
+        for cnt in counts:
+            f_all[ids] = cnt
+            f = f_all[g]
+            n_m = np.bincount(m, n * f, K)
             live = n_m > 0
-            h1, w1, h2, w2 = two_point(n_m[live], np.bincount(grp.m, grp.sh * f, K)[live],
-                                       np.bincount(grp.m, grp.sh2 * f, K)[live], lo[live], hi[live])
+            h1, w1, h2, w2 = two_point(n_m[live], np.bincount(m, sh * f, K)[live], np.bincount(m, sh2 * f, K)[live],
+                                       lo[live], hi[live])
             try:
                 draws[k] = _refit(method, np.r_[h1, h2], np.r_[a_m[live], a_m[live]], np.r_[L_m[live], L_m[live]],
                                   np.r_[w1, w2], b)
             except (ValueError, np.linalg.LinAlgError):
                 pass
             if cdraws is not None:
-                cell, bin_, w = deciles
-                pw = w * f[cell]
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    cdraws[k] = np.bincount(bin_, pw * grp.a[cell], B) / np.bincount(bin_, pw, B)
-            wc = grp.n * f
-            mdraws[k] = (wc @ grp.a) / wc.sum()
+                    cdraws[k] = (acc.swy @ f_all) / (acc.sw @ f_all)
+            mdraws[k] = (acc.Sa @ f_all) / (acc.W @ f_all)
             k += 1
     failed = int(np.isnan(draws[:, 0]).sum())
     out = {"failed": failed, "mean": percentile_interval(mdraws, level)}
@@ -231,6 +242,15 @@ def _bootstrap(grp, b, method, lo, hi, deciles, B, n_boot, level, rng):
     if cdraws is not None:
         out["curve"] = percentile_interval(cdraws, level)
     return out
+
+
+def _pieces(mparts, n_m, K):
+    """The marginal cells' decile pieces as (first piece, count, bin, fraction) indexed by marginal row."""
+    pm, pk, pw = mparts
+    order = np.argsort(pm, kind="stable")
+    pm, pk, pf = pm[order], pk[order], (pw / n_m[pm])[order]
+    cnt = np.bincount(pm, minlength=K)
+    return np.cumsum(cnt) - cnt, cnt, pk, pf
 
 
 def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", level: float = 0.95,
@@ -269,96 +289,120 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
                           "drafter": pd.Categorical.from_codes(np.r_[md.codes, md.codes.to_numpy()[two]],
                                                                md.categories),
                           "root_entropy": np.r_[h1, h2[two]], "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
-                          "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]],
-                          "_m": np.r_[np.arange(K), two]})
+                          "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]]})
     atoms["_atom"] = np.arange(len(atoms))
+    atom_m = np.r_[np.arange(K), two]
     base = fit_law(atoms, by=by, method=method, level=level, n_boot=0, seed=seed, condition=None, weight="weight",
                    cluster=("_atom",), bins=bins, ceiling_bins=ceiling_bins, alpha=alpha, min_r2_curve=min_r2_curve,
                    min_r2_isotonic=min_r2_isotonic)
-    parts = _parts(c, inv, atoms, K)
-    tcodes, _ = _codes(c["task"])
-    cl = tcodes * (int(c["bucket"].max()) + 1) + c["bucket"].to_numpy().astype(np.int64)
     table = base.table.copy()
     table["buckets"] = 0
     curves, checks, notes = dict(base.curves), dict(base.checks), []
-    cd, dnames = _codes(c["drafter"])
-    atn = [str(x) for x in atoms["task"].cat.categories]
-    ct = _code_of(c["task"], atn)
-    at, ad = atoms["task"].cat.codes.to_numpy(), _code_of(atoms["drafter"], dnames)
-    arrays = {"cells": (c["n"].to_numpy(dtype=np.float64), c["sum_h"].to_numpy(dtype=np.float64),
-                        c["sum_h2"].to_numpy(dtype=np.float64), c["accepted"].to_numpy().astype(np.float64),
-                        c["horizon"].to_numpy().astype(np.float64)),
-              "atoms": tuple(atoms[k].to_numpy(dtype=np.float64) for k in ("root_entropy", "weight", "accepted"))}
+    # cells: slices of one (task, drafter) (the cells are sorted by task, drafter, ...), clusters (task, bucket)
+    tcode, tnames = _codes(c["task"])
+    dcode, dnames = _codes(c["drafter"])
+    bucket = c["bucket"].to_numpy().astype(np.int64)
+    cl_all, G_all = np.unique(tcode * (int(bucket.max()) + 1) + bucket, return_inverse=True)
+    cl_all, G_all = G_all.ravel(), cl_all.size
+    sl = np.flatnonzero(np.r_[True, (tcode[1:] != tcode[:-1]) | (dcode[1:] != dcode[:-1]), True])
+    slices = [(int(tcode[i]), int(dcode[i]), i, j) for i, j in zip(sl[:-1], sl[1:])]
+    cols = {k: c[k].to_numpy() for k in ("n", "sum_h", "sum_h2", "accepted", "horizon")}
+    m_task, m_dr = _code_of(marg["task"], tnames), _code_of(marg["drafter"], dnames)
     m_hbin, m_n, m_sh = marg["hbin"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), marg["sum_h"].to_numpy()
     m_a, m_L = marg["accepted"].to_numpy().astype(np.float64), marg["horizon"].to_numpy().astype(np.float64)
-    for i, r in table.iterrows():
-        d, g = str(r["drafter"]), str(r["task"])
-        cm, am = cd == dnames.index(d), ad == dnames.index(d)
-        if g != POOLED:
-            cm, am = cm & (ct == atn.index(g)), am & (at == atn.index(g))
-        grp = _Group(cm, am, arrays, cl, inv, parts)
-        mi = grp.marg
-        where = g if table["drafter"].nunique() == 1 else f"{d}/{g}"
-        row = {"buckets": grp.G, "interval": "bootstrap" if n_boot > 0 else "cr1"}
-        k = reduced.prompts(d, None if g == POOLED else g)
-        row["prompts"] = grp.G if k is None else k
-        b = np.array([r["b0"], r["b1"]], dtype=np.float64)
-        have_b = bool(np.all(np.isfinite(b)))
-        # the curve and the ceiling from the marginal cells (exact equal-count bins, see curve_reduced)
-        cv, crow, mparts = curve_and_ceiling(m_hbin[mi], lo[mi], hi[mi], m_n[mi], m_sh[mi], m_a[mi], m_L[mi], b,
-                                             bins, ceiling_bins)
-        row.update(crow)
-        row["ceiling_fraction"] = ceiling_fraction(r["r2_round"], row["ceiling"])
-        cur = curves[(d, g)].copy()
-        deciles = None
-        if cv is not None:
-            cur = pd.DataFrame({col: cv.get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
-            deciles = grp.decile_parts(mparts, m_n[mi])
-            bm = _curve.binned_means(grp.a[deciles[0]], deciles[1], bins, grp.cl[deciles[0]], grp.G, deciles[2],
-                                     level)
-            half = bm["hi"] - bm["mean"]
-            cur["lo"], cur["hi"] = cur["mean_accepted"] - half, cur["mean_accepted"] + half
-        tc = t_crit(grp.G, level) if grp.G >= 2 else np.nan
-        _, se_a, _ = clustered_mean(grp.a, grp.cl, grp.G, grp.n)
-        row["mean_accepted_lo"], row["mean_accepted_hi"] = r["mean_accepted"] - tc * se_a, r["mean_accepted"] + tc * se_a
-        rho, rho_p, _ = spearman_clustered(grp.s_rx, grp.s_a, grp.s_cl, grp.G, ranks=(grp.s_rx, grp.s_ry),
-                                           weights=grp.s_w)
-        row["rho_p"] = rho_p
-        lo_b = hi_b = np.array([np.nan, np.nan])
-        if have_b and n_boot > 0:
-            rng = np.random.default_rng([int(seed), zlib.crc32(f"{d}\0{g}".encode())])
-            res = _bootstrap(grp, b, method, lo[mi], hi[mi], deciles, bins, int(n_boot), level, rng)
-            if res["failed"]:
-                notes.append(f"{where}: {res['failed']} of {n_boot} bootstrap replicates could not be refitted "
-                             "(left out of the percentile interval)")
-            if "b" in res:
-                lo_b, hi_b = res["b"]
-            if "curve" in res:
-                cur["lo"], cur["hi"] = res["curve"]
-            row["mean_accepted_lo"], row["mean_accepted_hi"] = (float(x) for x in res["mean"])
-        elif have_b and grp.G >= 2:
-            if method == "nls":
-                scores, bread = _nls_scores(b, grp.H, grp.a, grp.L, grp.n)
-            else:
-                scores, bread = score_and_information(b, grp.H, grp.a, grp.L, grp.n)
-            cov = cr1_covariance(scores, np.linalg.inv(bread), grp.cl, grp.G)
-            half = tc * np.sqrt(np.maximum(np.diag(cov), 0.0))
-            lo_b, hi_b = b - half, b + half
-        elif have_b:
-            notes.append(f"{where}: a single prompt bucket; no clustered interval")
-        row["b0_lo"], row["b1_lo"], row["b0_hi"], row["b1_hi"] = lo_b[0], lo_b[1], hi_b[0], hi_b[1]
-        if len(cur):
-            row["floor_mean_lo"], row["floor_mean_hi"] = cur["lo"].iloc[0], cur["hi"].iloc[0]
-        chk = LawChecks(group=g, drafter=checks[(d, g)].drafter, b1=r["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"],
-                        rho=r["rho"], rho_p=rho_p, r2_curve=row.get("r2_curve", r["r2_curve"]),
-                        r2_isotonic=row.get("r2_isotonic", r["r2_isotonic"]), alpha=alpha, min_r2_curve=min_r2_curve,
-                        min_r2_isotonic=min_r2_isotonic)
-        flags = chk.as_dict()
-        row.update(holds=chk.passed, holds_slope=flags["slope"], holds_rank=flags["rank"], holds_curve=flags["curve"],
-                   holds_monotone=flags["monotone"], failed_checks=",".join(chk.failed()))
-        for key, v in row.items():
-            table.at[i, key] = v
-        curves[(d, g)], checks[(d, g)] = cur, chk
+    for d_i, d in enumerate(dnames):
+        rows = table.index[table["drafter"].astype(str) == d]
+        if not len(rows):
+            continue
+        groups = {}
+        for i in rows:
+            r = table.loc[i]
+            g = str(r["task"])
+            mmask = (m_dr == d_i) & ((m_task == tnames.index(g)) if g != POOLED else True)
+            mi = np.flatnonzero(mmask)
+            local = np.full(K, -1, dtype=np.int64)
+            local[mi] = np.arange(mi.size)
+            b = np.array([r["b0"], r["b1"]], dtype=np.float64)
+            cv, crow, mparts = curve_and_ceiling(m_hbin[mi], lo[mi], hi[mi], m_n[mi], m_sh[mi], m_a[mi], m_L[mi], b,
+                                                 bins, ceiling_bins)
+            amask = mmask[atom_m]
+            z = _ranks(atoms["root_entropy"].to_numpy()[amask], atoms["weight"].to_numpy()[amask],
+                       local[atom_m[amask]], m_n[mi], m_a[mi])
+            pieces = _pieces(mparts, m_n[mi], mi.size) if mparts is not None else None
+            groups[i] = dict(g=g, mi=mi, local=local, b=b, cv=cv, crow=crow, pieces=pieces,
+                             z=z if z is not None else (np.zeros(mi.size), np.zeros(mi.size)),
+                             acc=_Acc(G_all, bins, n_boot > 0))
+        for t_i, dd, s0, s1 in slices:
+            if dd != d_i:
+                continue
+            n = cols["n"][s0:s1].astype(np.float64)
+            sh, sh2 = cols["sum_h"][s0:s1], cols["sum_h2"][s0:s1]
+            a = cols["accepted"][s0:s1].astype(np.float64)
+            L = cols["horizon"][s0:s1].astype(np.float64)
+            H, g, m = sh / n, cl_all[s0:s1], inv[s0:s1]
+            for gr in groups.values():
+                if gr["g"] != POOLED and gr["g"] != tnames[t_i]:
+                    continue
+                gr["acc"].add(g, n, a, H, L, sh, sh2, gr["local"][m], gr["b"], method, gr["pieces"], *gr["z"], bins)
+        for i, gr in groups.items():
+            r, acc, g = table.loc[i], groups[i]["acc"], gr["g"]
+            present = acc.W > 0
+            G = int(present.sum())
+            where = g if len(dnames) == 1 else f"{d}/{g}"
+            row = {"buckets": G, "interval": "bootstrap" if n_boot > 0 else "cr1"}
+            k = reduced.prompts(d, None if g == POOLED else g)
+            row["prompts"] = G if k is None else k
+            row.update(gr["crow"])
+            row["ceiling_fraction"] = ceiling_fraction(r["r2_round"], row["ceiling"])
+            tc = t_crit(G, level) if G >= 2 else np.nan
+            ids = np.arange(G)
+            _, se_a, _ = clustered_mean(acc.Sa[present] / acc.W[present], ids, G, acc.W[present])
+            row["mean_accepted_lo"], row["mean_accepted_hi"] = r["mean_accepted"] - tc * se_a, r["mean_accepted"] + tc * se_a
+            cur = curves[(d, g)].copy()
+            if gr["cv"] is not None:
+                cur = pd.DataFrame({col: gr["cv"].get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
+                sw, swy = acc.sw[:, present], acc.swy[:, present]
+                kb, kg = np.nonzero(sw > 0)
+                bm = _curve.binned_means(swy[kb, kg] / sw[kb, kg], kb, bins, kg, G, sw[kb, kg], level)
+                half = bm["hi"] - bm["mean"]
+                cur["lo"], cur["hi"] = cur["mean_accepted"] - half, cur["mean_accepted"] + half
+            row["rho_p"] = _spearman_p(acc, present)
+            b = gr["b"]
+            lo_b = hi_b = np.array([np.nan, np.nan])
+            if np.all(np.isfinite(b)) and n_boot > 0:
+                rng = np.random.default_rng([int(seed), zlib.crc32(f"{d}\0{g}".encode())])
+                mi = gr["mi"]
+                res = _bootstrap(acc, present, b, method, lo[mi], hi[mi], m_a[mi], m_L[mi], bins, int(n_boot), level,
+                                 rng, gr["cv"] is not None)
+                if res["failed"]:
+                    notes.append(f"{where}: {res['failed']} of {n_boot} bootstrap replicates could not be refitted "
+                                 "(left out of the percentile interval)")
+                if "b" in res:
+                    lo_b, hi_b = res["b"]
+                if "curve" in res:
+                    cur["lo"], cur["hi"] = res["curve"]
+                row["mean_accepted_lo"], row["mean_accepted_hi"] = (float(x) for x in res["mean"])
+            elif np.all(np.isfinite(b)) and G >= 2:
+                cov = cr1_covariance(acc.u[present], np.linalg.inv(acc.bread), ids, G)
+                half = tc * np.sqrt(np.maximum(np.diag(cov), 0.0))
+                lo_b, hi_b = b - half, b + half
+            elif np.all(np.isfinite(b)):
+                notes.append(f"{where}: a single prompt bucket; no clustered interval")
+            row["b0_lo"], row["b1_lo"], row["b0_hi"], row["b1_hi"] = lo_b[0], lo_b[1], hi_b[0], hi_b[1]
+            if len(cur):
+                row["floor_mean_lo"], row["floor_mean_hi"] = cur["lo"].iloc[0], cur["hi"].iloc[0]
+            chk = LawChecks(group=g, drafter=checks[(d, g)].drafter, b1=r["b1"], b1_lo=row["b1_lo"],
+                            b1_hi=row["b1_hi"], rho=r["rho"], rho_p=row["rho_p"],
+                            r2_curve=row.get("r2_curve", r["r2_curve"]), r2_isotonic=row.get("r2_isotonic",
+                                                                                           r["r2_isotonic"]),
+                            alpha=alpha, min_r2_curve=min_r2_curve, min_r2_isotonic=min_r2_isotonic)
+            flags = chk.as_dict()
+            row.update(holds=chk.passed, holds_slope=flags["slope"], holds_rank=flags["rank"],
+                       holds_curve=flags["curve"], holds_monotone=flags["monotone"], failed_checks=",".join(chk.failed()))
+            for key, v in row.items():
+                table.at[i, key] = v
+            curves[(d, g)], checks[(d, g)] = cur, chk
+            groups[i] = None
     for col in ("prompts", "buckets", "floor_rounds", "ceiling_bins"):
         table[col] = table[col].astype(np.int64)
     lvl = f"{100 * level:g}%"

@@ -185,27 +185,39 @@ def _factor(values) -> tuple[np.ndarray, np.ndarray]:
 
 
 def normalize_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """Contract types, one row per cell (repeated cells summed), sorted by :data:`KEY`."""
+    """Contract types, one row per cell (repeated cells summed), sorted by :data:`KEY`.
+
+    Works on narrow integer columns and one int64 sort key, and skips the sort when the
+    cells are already in order, so millions of cells stay cheap in memory."""
     missing = [c for c in KEY + SUMS[:2] if c not in cells.columns]
     if missing:
         raise GlanceError(f"reduced cells lack column(s) {', '.join(missing)}")
-    if "sum_h2" not in cells.columns:  # optional in the contract: such cells enter the fit at their mean
-        cells = cells.assign(sum_h2=np.nan)
-    n = cells["n"].to_numpy().astype(np.int64)
+    n = cells["n"].to_numpy()
     live = n > 0
+    every = bool(live.all())
     t, tn = _factor(cells["task"])
     d, dn = _factor(cells["drafter"])
-    cols = [t, d] + [cells[c].to_numpy().astype(np.int64) for c in KEY[2:]]
-    cols = [c[live] for c in cols]
-    sums = [n[live]] + [cells[c].to_numpy().astype(np.float64)[live] for c in SUMS[1:]]
-    sizes = [int(c.max()) + 1 if c.size else 1 for c in cols]
-    if cols[0].size and min(int(c.min()) for c in cols) >= 0 and float(np.prod([float(x) for x in sizes])) < 2.0 ** 62:
-        key = np.zeros(cols[0].size, dtype=np.int64)
+    types = (np.int32, np.int32, np.int32, np.int32, np.int16, np.int16)
+    cols = [t, d] + [cells[c].to_numpy() for c in KEY[2:]]
+    cols = [(c if every else c[live]).astype(typ, copy=False) for c, typ in zip(cols, types)]
+    sums = [(cells[c].to_numpy() if c in cells.columns else np.full(n.size, np.nan)) for c in SUMS]
+    sums = [(v if every else v[live]).astype(np.int64 if c == "n" else np.float64, copy=False)
+            for c, v in zip(SUMS, sums)]
+    del t, d
+    m = cols[0].size
+    sizes = [int(c.max()) + 1 if m else 1 for c in cols]
+    if m and min(int(c.min()) for c in cols) >= 0 and float(np.prod([float(x) for x in sizes])) < 2.0 ** 62:
+        key = np.zeros(m, dtype=np.int64)
         for c, k in zip(cols, sizes):
-            key = key * k + c
-        order = np.argsort(key, kind="stable")
-        ks = key[order]
-        start = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if ks.size else np.zeros(0, dtype=np.int64)
+            key *= k
+            key += c
+        if bool(np.all(key[1:] > key[:-1])):
+            order, start = None, None
+        else:
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        del key
     else:
         order = np.lexsort(cols[::-1])
         same = np.ones(order.size, dtype=bool)
@@ -214,12 +226,18 @@ def normalize_cells(cells: pd.DataFrame) -> pd.DataFrame:
             same[1:] &= cs[1:] == cs[:-1]
         same[:1] = False
         start = np.flatnonzero(~same)
-    first = order[start]
-    out = {"task": pd.Categorical.from_codes(cols[0][first], tn), "drafter": pd.Categorical.from_codes(cols[1][first], dn)}
-    for name, c, typ in zip(KEY[2:], cols[2:], (np.int32, np.int32, np.int16, np.int16)):
-        out[name] = c[first].astype(typ)
-    for name, v in zip(SUMS, sums):
-        out[name] = np.add.reduceat(v[order], start) if start.size else v[:0]
+    if order is None:
+        pick = [c for c in cols]
+        out_sums = sums
+    else:
+        first = order[start]
+        pick = [c[first] for c in cols]
+        out_sums = [np.add.reduceat(v[order], start) if start.size else v[:0] for v in sums]
+    out = {"task": pd.Categorical.from_codes(pick[0], tn), "drafter": pd.Categorical.from_codes(pick[1], dn)}
+    for name, c in zip(KEY[2:], pick[2:]):
+        out[name] = c
+    for name, v in zip(SUMS, out_sums):
+        out[name] = v
     return pd.DataFrame(out)
 
 

@@ -2,7 +2,8 @@
 
 Each rounds file is read one record batch at a time (``batch_rows`` rows, string
 columns dictionary-decoded), value-checked with :func:`glance_law.schema.check_values`
-and reduced to partial cells with Arrow's hash aggregation; files are processed in
+and reduced to partial cells (a dense ``bincount`` over the batch's key ranges, or a sort);
+files are processed in
 parallel threads (``workers``) and their partial cells merged and compacted as they
 arrive, so memory is bounded by a few batches plus the cells. String work happens on
 dictionaries, never per row: the prompt bucket (md5) is computed once per distinct
@@ -33,8 +34,6 @@ from ..reduce import MAX_ENTROPY, Grid
 from . import BadFiles, READ_COLUMNS, Source, blame, default_workers, suspect_streams
 
 GROUP = ["td", "bucket", "hbin", "horizon", "accepted"]
-AGGS = [("h", "count"), ("h", "sum"), ("h2", "sum")]
-MERGE_AGGS = [("n", "sum"), ("sum_h", "sum"), ("sum_h2", "sum")]
 STRINGS = ("run_id", "task", "prompt_id", "condition", "drafter")
 
 
@@ -58,7 +57,7 @@ class _Part:
     """What one file contributes."""
 
     rows: int = 0
-    cells: list = field(default_factory=list)          # pa.Tables of partial cells
+    cells: "_Cells" = field(default_factory=lambda: _Cells(partitions=8, floor=100_000))
     segments: list = field(default_factory=list)       # (stream hash, first round, last round) arrays
     prompts: list = field(default_factory=list)        # (td code, prompt hash) arrays
     horizon0: int = 0
@@ -112,7 +111,7 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
     di, dv, dnull = _strings(table, "drafter", S.FILLED_WHEN_NULL["drafter"])
     part.filled["condition"] = part.filled.get("condition", 0) + cnull
     part.filled["drafter"] = part.filled.get("drafter", 0) + dnull
-    H = table.column("root_entropy").to_numpy().astype(np.float32).astype(np.float64)
+    H = np.asarray(table.column("root_entropy").to_numpy(), dtype=np.float32).astype(np.float64)
     np.maximum(H, 0.0, out=H)
     if H.size and H.max() > MAX_ENTROPY:
         raise GlanceError(f"column 'root_entropy': a value of {H.max():.6g} nats; no vocabulary has that much "
@@ -152,16 +151,105 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
     ph = np.fromiter((hash((tv[ti[i]], pv[pi[i]])) for i in first.tolist()), dtype=np.int64, count=w.size)
     part.prompts.append((td[first], ph))
     hbin = sh.grid.index(H)
-    cells = pa.table({"td": td, "bucket": bucket.astype(np.int32), "hbin": hbin.astype(np.int32),
-                      "horizon": L.astype(np.int16), "accepted": a.astype(np.int16), "h": H, "h2": H * H})
-    g = cells.group_by(GROUP, use_threads=False).aggregate(AGGS)
-    part.cells.append(g.rename_columns(GROUP + ["n", "sum_h", "sum_h2"]))
+    part.cells.add(_aggregate([td.astype(np.int64), bucket, hbin, L, a], [np.ones(H.size), H, H * H]))
 
 
-def _compact(tables: list) -> pa.Table:
-    if len(tables) == 1:
-        return tables[0]
-    return pa.concat_tables(tables).group_by(GROUP, use_threads=False).aggregate(MERGE_AGGS).rename_columns(GROUP + ["n", "sum_h", "sum_h2"])
+KEY_TYPES = (np.int32, np.int32, np.int32, np.int16, np.int16)
+
+
+def _aggregate(keys: list, values: list) -> dict:
+    """Sum ``values`` (float arrays) over the distinct rows of ``keys`` (int arrays, in GROUP order):
+    a dense ``bincount`` when the key space is small, else a stable sort (linear on the sorted runs
+    that merges concatenate). Returns the keys (compact integer types, sorted lexicographically) and
+    the sums as a dict."""
+    n = keys[0].size
+    lows = [int(k.min()) if n else 0 for k in keys]
+    sizes = [int(k.max()) - lo + 1 if n else 1 for k, lo in zip(keys, lows)]
+    space = float(np.prod([float(x) for x in sizes]))
+    if space >= 2.0 ** 62:  # pragma: no cover - absurd key ranges: let Arrow hash them
+        t = pa.table({**{g: k for g, k in zip(GROUP, keys)}, **{f"v{i}": v for i, v in enumerate(values)}})
+        g = t.group_by(GROUP, use_threads=False).aggregate([(f"v{i}", "sum") for i in range(len(values))])
+        g = g.sort_by([(c, "ascending") for c in GROUP])
+        return {**{c: g.column(c).to_numpy().astype(t_) for c, t_ in zip(GROUP, KEY_TYPES)},
+                "sums": [g.column(f"v{i}_sum").to_numpy() for i in range(len(values))]}
+    key = np.zeros(n, dtype=np.int64)
+    for k, lo, size in zip(keys, lows, sizes):
+        key *= size
+        key += k - lo
+    if space <= max(4 * n, 1 << 22):
+        first = np.bincount(key, values[0], int(space))
+        u = np.flatnonzero(first)
+        sums = [first[u]] + [np.bincount(key, v, int(space))[u] for v in values[1:]]
+    else:
+        order = np.argsort(key, kind="stable")
+        key = key[order]
+        start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        u = key[start]
+        del key
+        sums = [np.add.reduceat(v[order], start) for v in values]
+    out, rest = {}, u
+    for name, lo, size, typ in reversed(list(zip(GROUP, lows, sizes, KEY_TYPES))):
+        rest, r = np.divmod(rest, size)
+        out[name] = (r + lo).astype(typ)
+    out["sums"] = sums
+    return out
+
+
+def _rows(cells: dict) -> int:
+    return cells["sums"][0].size
+
+
+def _concat_merge(parts: list) -> dict:
+    """Merge partial cells by adding their sums."""
+    if len(parts) == 1:
+        return parts[0]
+    keys = [np.concatenate([p[g] for p in parts]) for g in GROUP]
+    sums = [np.concatenate([p["sums"][i] for p in parts]) for i in range(3)]
+    return _aggregate(keys, sums)
+
+
+class _Cells:
+    """Partial cells, partitioned by bucket so that every merge stays small: a partition merges its
+    pending partials into its accumulated cells once they outgrow them (amortised, memory <= ~3x)."""
+
+    def __init__(self, partitions: int = 16, floor: int = 200_000):
+        self.P, self.floor = int(partitions), int(floor)
+        self.acc: list = [None] * self.P
+        self.pending: list = [[] for _ in range(self.P)]
+        self.rows = [0] * self.P
+
+    def add(self, cells: dict) -> None:
+        if self.P == 1:
+            parts = [(0, cells)]
+        else:
+            p = cells["bucket"].astype(np.int64) % self.P
+            order = np.argsort(p, kind="stable")
+            bounds = np.r_[0, np.cumsum(np.bincount(p, minlength=self.P))]
+            parts = []
+            for q in range(self.P):
+                idx = order[bounds[q]:bounds[q + 1]]
+                if idx.size:
+                    parts.append((q, {**{g: cells[g][idx] for g in GROUP}, "sums": [v[idx] for v in cells["sums"]]}))
+        for q, c in parts:
+            self.pending[q].append(c)
+            self.rows[q] += _rows(c)
+            have = _rows(self.acc[q]) if self.acc[q] is not None else 0
+            if self.rows[q] > max(have, self.floor):
+                self._merge(q)
+
+    def _merge(self, q: int) -> None:
+        parts = ([self.acc[q]] if self.acc[q] is not None else []) + self.pending[q]
+        if parts:
+            self.acc[q] = _concat_merge(parts)
+        self.pending[q], self.rows[q] = [], 0
+
+    def partitions(self):
+        """The merged partitions (each a dict of cells), emptying the accumulator."""
+        for q in range(self.P):
+            self._merge(q)
+            if self.acc[q] is not None:
+                yield self.acc[q]
+            self.acc[q] = None
 
 
 def _read(src: Source, columns, batch_rows: int):
@@ -199,14 +287,10 @@ def _reduce_file(src: Source, sh: _Shared, batch_rows: int, check_keys: bool):
         for _, table in _read(src, READ_COLUMNS, batch_rows):
             _batch(table, sh, part, check_keys)
             part.rows += table.num_rows
-            if len(part.cells) > 8:
-                part.cells = [_compact(part.cells)]
     except LogError as exc:
         return exc
     except GlanceError as exc:
         return LogError(src.path, str(exc))
-    if part.cells:
-        part.cells = [_compact(part.cells)]
     return part
 
 
@@ -232,13 +316,11 @@ def _exact_duplicates(sources: list[Source], files: np.ndarray, suspects: np.nda
 
 
 def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_keys: bool = True,
-           skip_bad: bool = False, batch_rows: int = 1 << 20, workers: int | None = None):
+           skip_bad: bool = False, batch_rows: int = 1 << 18, workers: int | None = None):
     """Reduce rounds files with pyarrow; returns (cells DataFrame, info). See the module docstring."""
     sh = _Shared(grid, int(buckets), None if condition is None else set(condition))
     workers = default_workers(len(sources)) if workers is None else max(1, int(workers))
-    acc: pa.Table | None = None
-    pending: list = []
-    pending_rows = 0
+    cells = _Cells()
     seg_s, seg_lo, seg_hi, seg_f, prompts = [], [], [], [], []
     info = {"rounds_read": 0, "excluded_horizon0": 0, "excluded_conditions": {}, "filled": {}}
     bad: list[tuple[str, str]] = []
@@ -269,14 +351,9 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
             prompts += part.prompts
             if len(prompts) > 64:
                 prompts = [_unique_pairs(prompts)]
-            for t in part.cells:
-                pending.append(t)
-                pending_rows += t.num_rows
-            if pending_rows > max(2_000_000, 2 * (acc.num_rows if acc is not None else 0)):
-                acc = _compact(([acc] if acc is not None else []) + pending)
-                pending, pending_rows = [], 0
-    if pending:
-        acc = _compact(([acc] if acc is not None else []) + pending)
+            for c in part.cells.partitions():
+                cells.add(c)
+            part = None
     if check_keys and seg_s:
         s, f = np.concatenate(seg_s), np.concatenate(seg_f)
         suspects = suspect_streams(s, np.concatenate(seg_lo), np.concatenate(seg_hi))
@@ -298,18 +375,31 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
             task, drafter = names[c]
             info["prompts"].setdefault(drafter, {})[task] = int(k)
     info["bad_files"] = bad
-    if acc is None or acc.num_rows == 0:
+    parts = list(cells.partitions())
+    if not parts:
         return pd.DataFrame(columns=["task", "drafter", "bucket", "hbin", "horizon", "accepted", "n", "sum_h",
                                      "sum_h2"]), info
-    td = acc.column("td").to_numpy()
     tasks = sorted({t for t, _ in names.values()})
     drafters = sorted({d for _, d in names.values()})
     lut_t = np.array([tasks.index(names[c][0]) for c in range(len(names))], dtype=np.int64)
     lut_d = np.array([drafters.index(names[c][1]) for c in range(len(names))], dtype=np.int64)
-    cells = pd.DataFrame({"task": pd.Categorical.from_codes(lut_t[td], tasks),
-                          "drafter": pd.Categorical.from_codes(lut_d[td], drafters),
-                          **{c: acc.column(c).to_numpy() for c in GROUP[1:] + ["n", "sum_h", "sum_h2"]}})
-    return cells, info
+    total = sum(_rows(p) for p in parts)
+    out = {g: np.empty(total, dtype=t) for g, t in zip(GROUP, KEY_TYPES)}
+    out.update({name: np.empty(total) for name in ("n", "sum_h", "sum_h2")})
+    at = 0
+    while parts:  # copy partition by partition, releasing each one
+        p = parts.pop(0)
+        k = _rows(p)
+        for g in GROUP:
+            out[g][at:at + k] = p[g]
+        for i, name in enumerate(("n", "sum_h", "sum_h2")):
+            out[name][at:at + k] = p["sums"][i]
+        at += k
+        del p
+    td = out.pop("td")
+    cells_df = pd.DataFrame({"task": pd.Categorical.from_codes(lut_t[td], tasks),
+                             "drafter": pd.Categorical.from_codes(lut_d[td], drafters), **out})
+    return cells_df, info
 
 
 def _unique_pairs(pairs: list) -> tuple[np.ndarray, np.ndarray]:
