@@ -101,6 +101,10 @@ class Table:
     def caption(self) -> str:
         return self.result.title if self.result is not None else self.title
 
+    @property
+    def rows(self) -> int:
+        return len(self.result.to_frame() if self.result is not None else self.frame)
+
 
 @dataclass(frozen=True)
 class Figure:

@@ -227,7 +227,20 @@ def _link(rel: str, text: str | None = None) -> str:
     return f"[{text or rel.rsplit('/', 1)[-1]}]({rel})"
 
 
-def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str]) -> str:
+INLINE_ROWS = 30   # tables up to this many rows are shown in the index itself
+
+
+def _inline(out: Path | None, rel: str) -> list[str]:
+    """A table's Markdown for the index: its title as a heading-less caption, the table and its notes."""
+    if out is None or not (out / rel).exists():
+        return []
+    text = (out / rel).read_text().strip("\n").splitlines()
+    if text and text[0].startswith("**") and text[0].endswith("**"):
+        text = text[2:] if len(text) > 1 and not text[1] else text[1:]
+    return [""] + text + [""]
+
+
+def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], out: Path | None = None) -> str:
     rounds = [f for f in inputs if f["kind"] == "rounds"]
     prompts = [f for f in inputs if f["kind"] == "prompts"]
     lines = ["# Theory appendix", "",
@@ -254,8 +267,11 @@ def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str]) 
             stem = art["stem"]
             if art["kind"] == "table":
                 base = f"tables/{stem}"
-                lines.append(f"- {art['caption']}: {_link(base + '.md', stem + '.md')} · "
-                             f"{_link(base + '.tex', 'LaTeX')} · {_link(base + '.csv', 'CSV')}")
+                rows = art.get("rows", 0)
+                lines.append(f"**{art['caption']}** ({rows} row{'s' * (rows != 1)}): "
+                             f"{_link(base + '.md', 'Markdown')} · {_link(base + '.tex', 'LaTeX')} · "
+                             f"{_link(base + '.csv', 'CSV')}")
+                lines += _inline(out, base + ".md") if rows <= INLINE_ROWS else [""]
             else:
                 base = f"figures/{stem}"
                 lines += ["", f"![{art['caption']}]({base}.png)", "",
@@ -325,8 +341,9 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
         try:
             arts = s.build(inp)
             entry["outputs"] = write_artifacts(arts, out)
-            entry["artifacts"] = [{"stem": a.stem, "kind": "table" if isinstance(a, A.Table) else "figure",
-                                   "caption": a.caption} for a in arts]
+            entry["artifacts"] = [{"stem": a.stem, "kind": "table", "caption": a.caption, "rows": a.rows}
+                                  if isinstance(a, A.Table) else {"stem": a.stem, "kind": "figure", "caption": a.caption}
+                                  for a in arts]
         except MissingColumnError as exc:
             entry.update(status="skipped", reason=" ".join(str(exc).split()))
         except GlanceError as exc:
@@ -342,7 +359,7 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
             what = entry["status"] if entry["status"] == "ok" else f"{entry['status']}: {entry['reason']}"
             log(f"{prog}: {s.name} ({s.paper}): {what} [{time.perf_counter() - t:.1f} s]")
         entries.append(entry)
-    _write_text(out / INDEX, render_index(entries, files, notes))
+    _write_text(out / INDEX, render_index(entries, files, notes, out))
     from .provenance import library_versions
     import matplotlib
     libs = {**library_versions(), "matplotlib": matplotlib.__version__}
