@@ -322,7 +322,10 @@ def width(inp: Inputs) -> list:
     return [Figure("figure5_width_pareto", plots.width_pareto(res),
                    "Accepted value against mean verifier budget for the oracle, entropy-keyed and fixed-width "
                    "policies (replayed)"),
-            Table("figure5_width", res), Table("figure5_rescue", res.rescue), Table("figure5_regret", res.regret)]
+            Table("figure5_width", res), Table("figure5_rescue", res.rescue), Table("figure5_regret", res.regret),
+            Table("figure5_pareto_points", frame=res.pareto, title="the Pareto points behind Figure 5",
+                  notes=("accepted: mean accepted tokens per round of each policy at each mean budget "
+                         "(nodes per round), replayed from the logged top-k",))]
 
 
 # ---------------------------------------------------------------------------
