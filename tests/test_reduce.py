@@ -562,3 +562,27 @@ def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
     rows = next(iter(doc["tail"].values()))
     assert {r["task"] for r in rows} == set(frame["task"].astype(str))
     assert all(r["floor_rounds"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("case", ["dense", "sort", "hash"])
+def test_cell_aggregation_bincount_sort_and_hash_paths(case):
+    """The arrow engine's aggregation (dense bincount, sort, or Arrow's hash for absurd key
+    ranges) and its merges equal a pandas group-by."""
+    from glance_law.engines.arrow import GROUP, _Cells, _aggregate
+    rng = np.random.default_rng(len(case))
+    k = 5000
+    step = {"dense": (1, 1, 1, 1), "sort": (2 ** 12, 2 ** 12, 1, 1), "hash": (2 ** 29, 2 ** 24, 10_000, 5_000)}[case]
+    keys = [rng.integers(0, 3, k), rng.integers(0, 4, k) * step[0], rng.integers(0, 5, k) * step[1],
+            1 + rng.integers(0, 3, k) * step[2], rng.integers(0, 2, k) * step[3]]
+    H = rng.random(k)
+    want = pd.DataFrame({**dict(zip(GROUP, keys)), "n": 1.0, "h": H, "h2": H * H}).groupby(GROUP).sum().reset_index()
+    acc = _Cells(partitions=4, floor=10)
+    for lo in range(0, k, 700):
+        acc.add(_aggregate([x[lo:lo + 700] for x in keys], [np.ones(len(H[lo:lo + 700])), H[lo:lo + 700],
+                                                              H[lo:lo + 700] ** 2]))
+    parts = list(acc.partitions())
+    got = pd.DataFrame({**{g: np.concatenate([p[g] for p in parts]).astype(np.int64) for g in GROUP},
+                        **{s: np.concatenate([p["sums"][i] for p in parts]) for i, s in enumerate(("n", "h", "h2"))}})
+    got = got.sort_values(GROUP).reset_index(drop=True)
+    pd.testing.assert_frame_equal(got[GROUP], want[GROUP].astype(np.int64))
+    np.testing.assert_allclose(got[["n", "h", "h2"]].to_numpy(), want[["n", "h", "h2"]].to_numpy(), rtol=1e-12)

@@ -157,13 +157,16 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                 if not rounds:
                     raise LogError(None, f"every rounds file was bad ({len(skipped)} skipped); first: "
                                          f"{skipped[0][1]}", "fix the files or point at other logs") from None
-        skipped += [tuple(b) for b in info.pop("bad_files", [])]
-        if info.get("rounds_read", 0) == 0:
+        bad_here = [tuple(b) for b in info.pop("bad_files", [])]
+        skipped += bad_here
+        if info.get("rounds_read", 0) == 0 and not reduced:
             raise LogError(None, f"every rounds file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
                            "fix the files or point at other logs")
         info = {"condition": cond, **info, "skipped": [list(s) for s in skipped],
-                "sources": [{"engine": engine, "files": len(rounds), "rounds_read": int(info.get("rounds_read", 0))}]}
-        parts.append(Reduced(normalize_cells(cells), grid, B, info))
+                "sources": [{"engine": engine, "files": len(rounds) - len(bad_here),
+                             "rounds_read": int(info.get("rounds_read", 0))}]}
+        if info["rounds_read"]:
+            parts.append(Reduced(normalize_cells(cells), grid, B, info))
     if reduced:
         red = read_reduced([s.path for s in reduced], skip_bad=skip_bad)
         if not rounds and red.condition != cond:

@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+import pyarrow as pa
+
 from ..errors import GlanceError
 from ..reduce import Grid
 from . import Source
@@ -48,7 +50,11 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
             expose(live)
 
         def execute(sql):
-            return con.sql(sql).df()
+            # through Arrow, strings dictionary-encoded: millions of cells stay compact (pandas categoricals)
+            t = con.sql(sql).to_arrow_table()
+            cols = [c.dictionary_encode() if pa.types.is_string(c.type) or pa.types.is_large_string(c.type) else c
+                    for c in t.columns]
+            return pa.table(cols, names=t.column_names).to_pandas()
 
         def materialize(name, sql, view):
             con.execute(f"CREATE OR REPLACE TEMP {'VIEW' if view else 'TABLE'} {name} AS {sql}")
