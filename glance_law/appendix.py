@@ -69,17 +69,50 @@ class Inputs:
 
     def law(self):
         if "law" not in self._cache:
-            from .law import fit_law
-            self._cache["law"] = fit_law(self.rounds, by="task", level=self.options.level, seed=self.options.seed)
+            self._cache["law"] = _law_fit(self.rounds, self.options)
         return self._cache["law"]
 
     def tail(self):
+        """The tail fit; computed here, or collected from :meth:`start_tail`'s worker process."""
         if "tail" not in self._cache:
-            from .tail import fit_tail
-            o = self.options
-            self._cache["tail"] = fit_tail(self.rounds, law=self.law(), n_boot=o.tail_boot, seed=o.seed,
-                                           level=o.level)
+            pending = self._cache.pop("tail_future", None)
+            if pending is not None:
+                self._cache["tail"] = pending.result()      # re-raises the worker's GlanceError
+            else:
+                self._cache["tail"] = _tail_fit(self.rounds, self.options, self.law())
         return self._cache["tail"]
+
+    def start_tail(self, executor) -> None:
+        """Fit the tail (the appendix's costliest step: a parametric bootstrap per task) in a worker
+        process while the other sections run. Same inputs, same seeds, so the same numbers."""
+        if "tail" in self._cache or "tail_future" in self._cache:
+            return
+        from .io import LogSet
+        from . import tail  # noqa: F401 - unpickling the result imports glance_law._tail_report, which
+        #                     only imports cleanly after glance_law.tail (their import cycle)
+        r = self.rounds
+        cols = [c for c in ("run_id", "task", "prompt_id", "round", "condition", "drafter", "root_entropy",
+                            "accepted", "horizon") if c in r.frame.columns]
+        light = LogSet(r.kind, r.frame[cols], r.files, r.skipped, r.other, r.notes)
+        self._cache["tail_future"] = executor.submit(_tail_job, light, self.options)
+
+
+def _law_fit(rounds, o: Options):
+    from .law import fit_law
+    return fit_law(rounds, by="task", level=o.level, seed=o.seed)
+
+
+def _tail_fit(rounds, o: Options, law):
+    from .tail import fit_tail
+    return fit_tail(rounds, law=law, n_boot=o.tail_boot, seed=o.seed, level=o.level)
+
+
+def _tail_job(rounds, o: Options):
+    """Worker-process entry point of :meth:`Inputs.start_tail` (errors come back as picklable GlanceErrors)."""
+    try:
+        return _tail_fit(rounds, o, _law_fit(rounds, o))
+    except GlanceError as exc:
+        raise GlanceError(str(exc)) from None
 
 
 @dataclass(frozen=True)

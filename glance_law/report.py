@@ -94,6 +94,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out unreadable log files (listed in the index) instead of stopping")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                   help="processes: with N >= 2 the tail's bootstrap runs in a second process while the other "
+                        "sections run (same numbers; default: min(2, CPUs))")
     g = p.add_argument_group("section options")
     g.add_argument("--budget", type=int, default=None, metavar="N",
                    help="budget N of Figure 4's 2 ln N / H ceiling (default: the logs' median budget, else 31)")
@@ -128,6 +131,8 @@ def options_from(args) -> A.Options:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
     if not 0.0 < args.level < 1.0:
         raise UsageError("--level must lie strictly between 0 and 1")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
     return A.Options(seed=args.seed, level=args.level, budget=args.budget, gamma=args.gamma,
                      tail_boot=args.tail_bootstrap, boot=args.bootstrap, timing_boot=args.timing_bootstrap,
                      width_boot=args.width_bootstrap, budgets=tuple(args.budgets), signals=tuple(args.signal),
@@ -286,16 +291,16 @@ def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], 
 
 
 def _command(prog: str, argv: Sequence[str]) -> str:
-    """The command line without --out and --quiet (the index must not depend on where it is written)."""
+    """The command line without --out, --jobs and --quiet (the index depends only on what shapes the numbers)."""
     out, skip = [], False
     for tok in argv:
         if skip:
             skip = False
             continue
-        if tok == "--out":
+        if tok in ("--out", "--jobs"):
             skip = True
             continue
-        if tok.startswith("--out=") or tok == "--quiet":
+        if tok.startswith(("--out=", "--jobs=")) or tok == "--quiet":
             continue
         out.append(tok)
     return " ".join([prog] + [shlex.quote(t) for t in out] + ["--out", "DIR"])
@@ -324,41 +329,33 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
     prev_entries = {e["name"]: e for e in (prev or {}).get("sections", [])}
     ran = {s.name for s in sections}
     command = _command(prog, argv)
-    entries, status = [], 0
-    for s in A.SECTIONS:
-        if s.name not in ran:
+    entries, status, executor = [], 0, None
+    if args.jobs >= 2 and ran & {"tail", "survival"}:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        inp.start_tail(executor)
+    try:
+        for s in A.SECTIONS:
             old = prev_entries.get(s.name)
-            if old is not None and same_inputs and args.only:
-                entries.append(old)                      # kept from the previous report (same inputs)
-            elif old is not None:
+            if s.name not in ran:
+                if old is not None and same_inputs and args.only:
+                    entries.append(old)                  # kept from the previous report (same inputs)
+                elif old is not None:
+                    _remove(out, old.get("outputs", []))
+                continue
+            if old is not None:
                 _remove(out, old.get("outputs", []))
-            continue
-        if s.name in prev_entries:
-            _remove(out, prev_entries[s.name].get("outputs", []))
-        entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": command, "options": opts,
-                 "status": "ok", "reason": "", "outputs": [], "artifacts": []}
-        t = time.perf_counter()
-        try:
-            arts = s.build(inp)
-            entry["outputs"] = write_artifacts(arts, out)
-            entry["artifacts"] = [{"stem": a.stem, "kind": "table", "caption": a.caption, "rows": a.rows}
-                                  if isinstance(a, A.Table) else {"stem": a.stem, "kind": "figure", "caption": a.caption}
-                                  for a in arts]
-        except MissingColumnError as exc:
-            entry.update(status="skipped", reason=" ".join(str(exc).split()))
-        except GlanceError as exc:
-            entry.update(status="skipped", reason=" ".join(str(exc).split()))
-        except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the others
-            entry.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
-            traceback.print_exc(file=sys.stderr)
-            status = 1
-        finally:
-            import matplotlib.pyplot as plt
-            plt.close("all")
-        if not args.quiet:
-            what = entry["status"] if entry["status"] == "ok" else f"{entry['status']}: {entry['reason']}"
-            log(f"{prog}: {s.name} ({s.paper}): {what} [{time.perf_counter() - t:.1f} s]")
-        entries.append(entry)
+            t = time.perf_counter()
+            entry = run_section(s, inp, out, command, opts)
+            status = max(status, int(entry["status"] == "failed"))
+            if not args.quiet:
+                what = entry["status"] if entry["status"] == "ok" else f"{entry['status']}: {entry['reason']}"
+                log(f"{prog}: {s.name} ({s.paper}): {what} [{time.perf_counter() - t:.1f} s]")
+            entries.append(entry)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
     _write_text(out / INDEX, render_index(entries, files, notes, out))
     from .provenance import library_versions
     import matplotlib
@@ -373,6 +370,27 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
         log(f"{prog}: wrote {out / INDEX} ({n_ok} of {len(entries)} sections, {len(outputs)} files) "
             f"in {time.perf_counter() - t0:.1f} s")
     return status
+
+
+def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict) -> dict:
+    """Build one section and write its artifacts; the manifest entry (status ok, skipped or failed)."""
+    entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": command, "options": opts,
+             "status": "ok", "reason": "", "outputs": [], "artifacts": []}
+    try:
+        arts = s.build(inp)
+        entry["outputs"] = write_artifacts(arts, out)
+        entry["artifacts"] = [{"stem": a.stem, "kind": "table", "caption": a.caption, "rows": a.rows}
+                              if isinstance(a, A.Table) else {"stem": a.stem, "kind": "figure", "caption": a.caption}
+                              for a in arts]
+    except GlanceError as exc:      # MissingColumnError included: inputs the logs lack, named with the flag
+        entry.update(status="skipped", reason=" ".join(str(exc).split()))
+    except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the others
+        entry.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close("all")
+    return entry
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
