@@ -23,7 +23,8 @@ from .tail import (NOMINAL_LRT_DF, N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, 
 TAIL_COLUMNS = ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup", "ll_geometric",
                 "ll_two_state", "lrt", "lrt_p_bootstrap", "lrt_p_nominal", "chi2_geometric", "chi2_two_state",
                 "pi", "pi_star", "heldout_two_state_wins")
-TAIL_EXTRA = ("floor_mean_lo", "floor_mean_hi", "p_chi2_geometric", "p_chi2_two_state", "heldout_tests")
+TAIL_EXTRA = ("floor_mean_lo", "floor_mean_hi", "p_chi2_geometric", "p_chi2_two_state", "heldout_tests",
+              "heldout_two_state_wins_ll", "heldout_chi2_geometric_mean", "heldout_chi2_two_state_mean")
 MODEL_COLUMNS = ("task", "threshold", "horizon", "b0", "rho_geometric", "mean_geometric", "pi", "rho_d", "rho_u",
                  "t_dd", "t_uu", "lambda1", "lambda2", "s1", "mean_two_state", "cells", "df_geometric",
                  "df_two_state", "pi_needed", "n_boot")
@@ -191,6 +192,18 @@ class TaskTail:
     def heldout_tests(self) -> int:
         return int(sum(np.isfinite(t.chi2_two_state) and np.isfinite(t.chi2_geometric) for t in self.heldout))
 
+    @property
+    def heldout_two_state_wins_ll(self) -> int:
+        return int(sum(t.ll_two_state > t.ll_geometric for t in self.heldout))
+
+    def heldout_chi2_mean(self, which: str) -> float:
+        """Mean held-out chi-square of one model over the tests where both are defined."""
+        v = [(t.chi2_geometric, t.chi2_two_state) for t in self.heldout
+             if np.isfinite(t.chi2_geometric) and np.isfinite(t.chi2_two_state)]
+        if not v:
+            return float("nan")
+        return float(np.mean([x[0] if which == "geometric" else x[1] for x in v]))
+
     # ---- tables ------------------------------------------------------------
     def row(self) -> dict:
         return {"task": self.task, "floor_rounds": self.n_rounds, "floor_prompts": self.n_prompts,
@@ -201,7 +214,9 @@ class TaskTail:
                 "pi": self.pi, "pi_star": self.pi_star, "heldout_two_state_wins": self.heldout_two_state_wins,
                 "floor_mean_lo": self.floor_mean_lo, "floor_mean_hi": self.floor_mean_hi,
                 "p_chi2_geometric": self.p_chi2_geometric, "p_chi2_two_state": self.p_chi2_two_state,
-                "heldout_tests": self.heldout_tests}
+                "heldout_tests": self.heldout_tests, "heldout_two_state_wins_ll": self.heldout_two_state_wins_ll,
+                "heldout_chi2_geometric_mean": self.heldout_chi2_mean("geometric"),
+                "heldout_chi2_two_state_mean": self.heldout_chi2_mean("two_state")}
 
     def model_row(self) -> dict:
         out = {"task": self.task, "threshold": self.threshold, "horizon": self.Lmax, "b0": self.b0,
@@ -425,7 +440,8 @@ class TailFit(Result):
     def to_frame(self) -> pd.DataFrame:
         multi = len({t.drafter for t in self.tasks}) > 1
         df = _frame([{**t.row(), "drafter": t.drafter} for t in self.tasks], TAIL_COLUMNS + TAIL_EXTRA, multi)
-        for c in ("floor_rounds", "floor_prompts", "heldout_two_state_wins", "heldout_tests"):
+        for c in ("floor_rounds", "floor_prompts", "heldout_two_state_wins", "heldout_tests",
+                  "heldout_two_state_wins_ll"):
             df[c] = df[c].astype(np.int64)
         return df
 
@@ -550,8 +566,9 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         "pi: the fitted weight of the slow mode (the entry weight of D in the canonical theta); pi_star = "
         "(e^b0 - M(rho_U)) / (L - M(rho_U)) is sufficient, not necessary, for a floor above the cap when "
         "t_UU < 1 (see the models table's pi_needed)",
-        f"heldout_two_state_wins: prompt-disjoint tests (of heldout_tests) where the frozen two-state model "
-        "has the smaller held-out chi-square",
+        "heldout_two_state_wins: prompt-disjoint tests (of heldout_tests) where the frozen two-state model "
+        "has the smaller held-out chi-square (_ll: the larger held-out log-likelihood); heldout_chi2_*_mean: "
+        "each model's mean held-out chi-square over those tests",
     ]
     return TailFit(tasks=tuple(tasks), level=float(level), note_lines=tuple(notes))
 

@@ -327,6 +327,14 @@ def test_tail_test_statistics_are_consistent():
         assert h.train_prompts + h.test_prompts == 40
     assert sum(h.test_rounds for h in tt.heldout[2:]) == n
     assert tt.heldout[0].test_rounds + tt.heldout[1].test_rounds == n
+    row = tt.row()
+    ok = [h for h in tt.heldout if np.isfinite(h.chi2_geometric) and np.isfinite(h.chi2_two_state)]
+    assert row["heldout_tests"] == len(ok)
+    assert row["heldout_chi2_geometric_mean"] == pytest.approx(np.mean([h.chi2_geometric for h in ok]))
+    assert row["heldout_two_state_wins"] == sum(h.chi2_two_state < h.chi2_geometric for h in ok)
+    assert row["heldout_two_state_wins_ll"] == sum(h.ll_two_state > h.ll_geometric for h in tt.heldout)
+    for h in tt.heldout:
+        assert h.p_geometric == pytest.approx(stats.chi2.sf(h.chi2_geometric, h.cells - 1))
 
 
 def test_seeds_are_reproducible_and_streams_independent():
