@@ -17,7 +17,7 @@ from . import tail_mle as _mle
 from .cluster import CLUSTER_BY, bootstrap_counts, clustered_mean, percentile_interval, t_crit
 from .errors import GlanceError
 from .results import Result
-from .tail import (NOMINAL_LRT_DF, N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometric_cells,
+from .tail import (N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometric_cells,
                    _rounds, expected_cells, lrt_test, pi_needed, pi_star, pooled_chi_square)
 
 TAIL_COLUMNS = ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup", "ll_geometric",
@@ -267,7 +267,7 @@ def _heldout(a, L, cl, rng, folds: int, level: float, n_boot_mean: int, min_expe
     prompts = np.unique(cl)
     G = prompts.size
     if G < 2:
-        return (), [f"fewer than 2 prompts in the regime: no held-out tests"]
+        return (), ["fewer than 2 prompts in the regime: no held-out tests"]
     perm = prompts[rng.permutation(G)]
     half = perm[: (G + 1) // 2], perm[(G + 1) // 2:]
     splits = [("half 1->2", half[0], half[1]), ("half 2->1", half[1], half[0])]

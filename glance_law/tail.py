@@ -31,13 +31,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-from scipy import special, stats
+from scipy import stats
 
 from . import tail_mle as _mle
 from .errors import GlanceError
 from .law import cap, law_supremum, truncated_mean
 
-__all__ = ["TwoStateFit", "survival", "pmf", "mean", "variance", "hazard", "invariants", "law_supremum",
+__all__ = ["TwoStateFit", "GeometricFit", "Invariants", "TaskTail", "TailFit", "TailModels", "TailHeldout",
+           "survival", "pmf", "mean", "variance", "hazard", "invariants", "law_supremum",
            "cap", "pi_star", "pi_needed", "geometric_variance", "fit_geometric", "fit_two_state", "loglik",
            "pooled_chi_square", "lrt_test", "tail_test", "fit_tail", "cli_section", "add_cli_arguments"]
 
