@@ -23,7 +23,7 @@ from .tail import (N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometr
 TAIL_COLUMNS = ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup", "ll_geometric",
                 "ll_two_state", "lrt", "lrt_p_bootstrap", "lrt_p_nominal", "chi2_geometric", "chi2_two_state",
                 "pi", "pi_star", "heldout_two_state_wins")
-TAIL_EXTRA = ("floor_mean_lo", "floor_mean_hi", "p_chi2_geometric", "p_chi2_two_state", "heldout_tests",
+TAIL_EXTRA = ("floor_mean_lo", "floor_mean_hi", "lrt_deff", "p_chi2_geometric", "p_chi2_two_state", "heldout_tests",
               "heldout_two_state_wins_ll", "heldout_chi2_geometric_mean", "heldout_chi2_two_state_mean")
 MODEL_COLUMNS = ("task", "threshold", "horizon", "b0", "rho_geometric", "mean_geometric", "pi", "rho_d", "rho_u",
                  "t_dd", "t_uu", "lambda1", "lambda2", "s1", "mean_two_state", "cells", "df_geometric",
@@ -117,6 +117,7 @@ class TaskTail:
     heldout: tuple = ()
     drafter: str = ""
     lrt_null: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    lrt_deff: float = 1.0
 
     # ---- derived -----------------------------------------------------------
     @property
@@ -213,7 +214,7 @@ class TaskTail:
                 "chi2_geometric": self.chi2_geometric, "chi2_two_state": self.chi2_two_state,
                 "pi": self.pi, "pi_star": self.pi_star, "heldout_two_state_wins": self.heldout_two_state_wins,
                 "floor_mean_lo": self.floor_mean_lo, "floor_mean_hi": self.floor_mean_hi,
-                "p_chi2_geometric": self.p_chi2_geometric, "p_chi2_two_state": self.p_chi2_two_state,
+                "lrt_deff": self.lrt_deff, "p_chi2_geometric": self.p_chi2_geometric, "p_chi2_two_state": self.p_chi2_two_state,
                 "heldout_tests": self.heldout_tests, "heldout_two_state_wins_ll": self.heldout_two_state_wins_ll,
                 "heldout_chi2_geometric_mean": self.heldout_chi2_mean("geometric"),
                 "heldout_chi2_two_state_mean": self.heldout_chi2_mean("two_state")}
@@ -340,7 +341,8 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
     Lmax = int(L.max())
     W = _mle.counts(a, L, Lmax)
     l1, l2, s1, ll2, p, ll1 = (float(x[0]) for x in _fit_W(W[None], n_local))
-    test = lrt_test(a, L, n_boot=int(n_boot), seed=rng_boot, n_local=n_local)
+    test = lrt_test(a, L, n_boot=int(n_boot), seed=rng_boot, n_local=n_local,
+                    clusters=None if clusters is None else cl)
     theta = tuple(float(x) for x in _mle.theta_from_law(l1, l2, s1)[0])
     nL = np.bincount(L - 1, minlength=Lmax)[:Lmax]
     Eg = expected_cells(_geometric_cells(p, Lmax), nL)
@@ -362,7 +364,7 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
                   lrt_p_bootstrap=test.p_bootstrap, lrt_p_nominal=test.p_nominal, n_boot=int(n_boot),
                   observed=W, expected_geometric=Eg, expected_two_state=E2, groups=groups,
                   chi2_geometric=float(chi2[0]), chi2_two_state=float(chi2[1]), cells=int(n_groups),
-                  heldout=ho, drafter=drafter, lrt_null=test.null_draws)
+                  heldout=ho, drafter=drafter, lrt_null=test.null_draws, lrt_deff=test.deff)
     return tt, notes
 
 
@@ -559,7 +561,8 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         "averaged over the floor rounds' horizons; floor_mean interval: prompt-clustered CR1, t(G-1)",
         f"lrt = 2 (ll_two_state - ll_geometric); lrt_p_bootstrap: parametric bootstrap under the fitted "
         f"geometric ({n_boot} replicates, seed {seed}, same horizons, both models refitted; rounds drawn "
-        "independently); lrt_p_nominal: the paper's chi-square(4) reference, conservative because Wilks "
+        "independently), made prompt-aware by dividing the observed lrt by lrt_deff, the Rao-Scott design "
+        "effect of the run-length histogram under prompt clustering; lrt_p_nominal: the paper's chi-square(4) reference, conservative because Wilks "
         "does not apply (3 identified parameters, one unidentified under the null)",
         "chi2: Pearson on the run-length histogram, adjacent cells pooled left to right until the expected "
         "count is >= 5 under both models; p_chi2_geometric on cells-2 df, p_chi2_two_state on cells-4 df",
