@@ -66,12 +66,11 @@ def equal_count_parts(hbin, n, mu, n_bins: int):
         idx = np.flatnonzero(hcode == j)
         kc, nc = k[idx], n[idx]
         need = cuts[start[j]:end[j]] - cum[j]
-        lo, hi = np.zeros(need.size), np.ones(need.size)
-        for _ in range(60):                                  # bisection: the modelled count below u
-            mid = 0.5 * (lo + hi)
-            below = (nc[:, None] * _cdf(mid[None, :], kc[:, None])).sum(axis=0) < need
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        u = np.r_[0.0, 0.5 * (lo + hi), 1.0]
+        # the modelled count below u is sum n_c F_c(u) = A u + C (u^2 - u): solve the quadratic
+        # (stable root form; increasing on [0, 1] since |k| <= 2)
+        A, C = nc.sum(), (nc @ kc) / 2.0
+        u = np.clip(2.0 * need / ((A - C) + np.sqrt(np.maximum((A - C) ** 2 + 4.0 * C * need, 0.0))), 0.0, 1.0)
+        u = np.r_[0.0, u, 1.0]
         F = np.diff(_cdf(u[None, :], kc[:, None]), axis=1)
         M = np.diff(_first_moment(u[None, :], kc[:, None]), axis=1)
         for p in range(F.shape[1]):

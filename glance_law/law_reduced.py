@@ -10,7 +10,8 @@ Two levels, so the cost is one pass over the cells plus a fit of a few thousand 
   width, its error O(width^4); the equal-count statistics (decile means, ceiling bins,
   isotonic curve, ranks) split the rounds at atom granularity.
 * **Uncertainty** is prompt-clustered with prompt buckets as clusters, computed on the
-  full cells: the CR1 sandwich of (b0, b1) from per-bucket score sums at the estimate,
+  full cells: the CR3 cluster jackknife (default, as :func:`glance_law.law.fit_law`) or the
+  CR1 sandwich of (b0, b1) from per-bucket score and information sums at the estimate,
   the clustered CR1 intervals of the mean and of each decile mean, the clustered
   Spearman p-value (ranks from the marginal atoms), or with ``n_boot`` > 0 the bucket
   bootstrap (each replicate reweights whole buckets, rebuilds the marginal atoms and
@@ -27,11 +28,11 @@ import numpy as np
 import pandas as pd
 
 from . import curve as _curve
-from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, percentile_interval, spearman_clustered, t_crit
+from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, cr3_covariance, percentile_interval, t_crit
 from .errors import GlanceError
 from .curve_reduced import ceiling_fraction, curve_and_ceiling
 from .law import (CURVE_COLUMNS, LawChecks, fit_affine_logit, fit_conditional_mean, fit_law, match_prob,
-                  score_and_information, truncated_mean, truncated_mean_derivative)
+                  truncated_mean, truncated_mean_derivative)
 from .reduce import Reduced, normalize_condition
 from .selection import POOLED
 
@@ -119,15 +120,6 @@ def _marginal(c: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return m, inv
 
 
-def _nls_scores(b, H, a, L, w):
-    """Per-row score contributions and bread of the conditional-mean least squares."""
-    p = match_prob(H, b[0], b[1])
-    dm = truncated_mean_derivative(p, L) * p * (1.0 - p)
-    J = np.column_stack([dm, -H * dm])
-    r = (a - truncated_mean(p, L)) * w
-    return J * r[:, None], (J * w[:, None]).T @ J
-
-
 def _refit(method, H, a, L, w, b):
     if method == "nls":
         return fit_conditional_mean(H, a, L, w, b_init=b)[0]
@@ -141,7 +133,7 @@ class _Acc:
 
     def __init__(self, G_all: int, B: int, boot: bool):
         self.W, self.Sa = np.zeros(G_all), np.zeros(G_all)
-        self.u, self.bread = np.zeros((G_all, 2)), np.zeros((2, 2))
+        self.u, self.info_g = np.zeros((G_all, 2)), np.zeros((G_all, 2, 2))
         self.sw, self.swy = np.zeros((B, G_all)), np.zeros((B, G_all))
         self.xy, self.xx = np.zeros(G_all), np.zeros(G_all)
         self.boot = [] if boot else None
@@ -153,13 +145,29 @@ class _Acc:
         self.W += np.bincount(g, n, G_all)
         self.Sa += np.bincount(g, n * a, G_all)
         if np.all(np.isfinite(b)):
-            if method == "nls":
-                scores, bread = _nls_scores(b, H, a, L, n)
-            else:
-                scores, bread = score_and_information(b, H, a, L, n)
-            self.bread += bread
-            self.u[:, 0] += np.bincount(g, scores[:, 0], G_all)
-            self.u[:, 1] += np.bincount(g, scores[:, 1], G_all)
+            p = match_prob(H, b[0], b[1])
+            if method == "nls":  # least squares: score J r, information J^T J (weights n)
+                dm = truncated_mean_derivative(p, L) * p * (1.0 - p)
+                r = (a - truncated_mean(p, L)) * n
+                J = (dm, -H * dm)
+                for i in range(2):
+                    self.u[:, i] += np.bincount(g, J[i] * r, G_all)
+                    for j in range(i, 2):
+                        v = np.bincount(g, n * J[i] * J[j], G_all)
+                        self.info_g[:, i, j] += v
+                        if i != j:
+                            self.info_g[:, j, i] += v
+            else:  # MLE: score x (s - (s + f) p), information (s + f) p (1 - p) x x^T, x = (1, -H)
+                t = a + (a < L)
+                resid = (a - t * p) * n
+                v = t * p * (1.0 - p) * n
+                self.u[:, 0] += np.bincount(g, resid, G_all)
+                self.u[:, 1] -= np.bincount(g, resid * H, G_all)
+                self.info_g[:, 0, 0] += np.bincount(g, v, G_all)
+                vh = np.bincount(g, v * H, G_all)
+                self.info_g[:, 0, 1] -= vh
+                self.info_g[:, 1, 0] -= vh
+                self.info_g[:, 1, 1] += np.bincount(g, v * H * H, G_all)
         if pieces is not None:
             first, cnt, pk, pf = pieces
             k = cnt[m]
@@ -256,11 +264,12 @@ def _pieces(mparts, n_m, K):
 def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", level: float = 0.95,
                 n_boot: int = 0, seed: int = 0, *, condition=None, bins: int = 10, ceiling_bins: int = 50,
                 alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9,
-                quadrature: bool = True):
+                quadrature: bool = True, cov: str = "cr3"):
     """The law (a :class:`glance_law.law.LawFit`) from a reduction, with the columns of
     :func:`glance_law.law.fit_law` plus ``buckets`` (the clusters). ``prompts`` is the
-    number of distinct prompts the reduction saw. Intervals: CR1 over prompt buckets with
-    t(G-1) (``n_boot`` = 0) or the bucket bootstrap; see the module docstring.
+    number of distinct prompts the reduction saw. Intervals: ``cov`` = "cr3" (cluster jackknife,
+    the default as in fit_law) or "cr1" over prompt buckets with t(G-1), or with ``n_boot`` > 0
+    the bucket bootstrap; see the module docstring.
     ``condition`` only checks that the reduction was made for it. ``quadrature=False``
     puts each marginal cell at its mean entropy instead (binning error O(width^2); for
     comparison)."""
@@ -274,6 +283,9 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
                           "or --by none (or fit the round logs without --engine)")
     if int(n_boot) < 0:
         raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
+    if cov not in ("cr3", "cr1"):
+        raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
+    interval = "bootstrap" if n_boot > 0 else cov
     c = reduced.cells
     if reduced.rounds == 0:
         raise GlanceError("the reduction holds no rounds: nothing to fit")
@@ -294,7 +306,7 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     atom_m = np.r_[np.arange(K), two]
     base = fit_law(atoms, by=by, method=method, level=level, n_boot=0, seed=seed, condition=None, weight="weight",
                    cluster=("_atom",), bins=bins, ceiling_bins=ceiling_bins, alpha=alpha, min_r2_curve=min_r2_curve,
-                   min_r2_isotonic=min_r2_isotonic)
+                   min_r2_isotonic=min_r2_isotonic, cov="cr1")  # its intervals are replaced below
     table = base.table.copy()
     table["buckets"] = 0
     curves, checks, notes = dict(base.curves), dict(base.checks), []
@@ -349,7 +361,7 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
             present = acc.W > 0
             G = int(present.sum())
             where = g if len(dnames) == 1 else f"{d}/{g}"
-            row = {"buckets": G, "interval": "bootstrap" if n_boot > 0 else "cr1"}
+            row = {"buckets": G, "interval": interval}
             k = reduced.prompts(d, None if g == POOLED else g)
             row["prompts"] = G if k is None else k
             row.update(gr["crow"])
@@ -383,7 +395,10 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
                     cur["lo"], cur["hi"] = res["curve"]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = (float(x) for x in res["mean"])
             elif np.all(np.isfinite(b)) and G >= 2:
-                cov = cr1_covariance(acc.u[present], np.linalg.inv(acc.bread), ids, G)
+                u, info_g = acc.u[present], acc.info_g[present]
+                info = info_g.sum(axis=0)
+                cov = (cr1_covariance(u, np.linalg.inv(info), ids, G) if interval == "cr1"
+                       else cr3_covariance(u, info_g, info))
                 half = tc * np.sqrt(np.maximum(np.diag(cov), 0.0))
                 lo_b, hi_b = b - half, b + half
             elif np.all(np.isfinite(b)):
@@ -406,9 +421,12 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     for col in ("prompts", "buckets", "floor_rounds", "ceiling_bins"):
         table[col] = table[col].astype(np.int64)
     lvl = f"{100 * level:g}%"
-    how = (f"{lvl} CR1 cluster-robust sandwich over prompt buckets (cluster = task, bucket) with Student-t(G-1), "
-           "G = non-empty buckets (column buckets)" if n_boot <= 0 else
-           f"{lvl} percentile, cluster bootstrap over prompt buckets (task, bucket), {n_boot} replicates (seed {seed})")
+    how = {"cr3": f"{lvl} CR3 cluster jackknife over prompt buckets (cluster = task, bucket; one Newton step per "
+                  "deleted bucket) with Student-t(G-1), G = non-empty buckets (column buckets)",
+           "cr1": f"{lvl} CR1 cluster-robust sandwich over prompt buckets (cluster = task, bucket) with "
+                  "Student-t(G-1), G = non-empty buckets (column buckets)",
+           "bootstrap": f"{lvl} percentile, cluster bootstrap over prompt buckets (task, bucket), {n_boot} "
+                        f"replicates (seed {seed})"}[interval]
     out = [f"intervals: {how}; a bucket holds whole prompts, so this is prompt-clustered inference; rho_p: "
            "clustered over buckets"]
     out += [s for s in base.note_lines if not s.startswith("intervals:")]
@@ -420,8 +438,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
         out.append(f"{no_sq} cell(s) without sum_h2 (from a reduction that did not record it) enter at their mean "
                    "entropy: binning error O(width^2) there")
     out += notes + list(reduced.notes)
-    return replace(base, table=table, curves=curves, checks=checks, n_boot=int(n_boot),
-                   interval="bootstrap" if n_boot > 0 else "cr1", note_lines=tuple(out))
+    return replace(base, table=table, curves=curves, checks=checks, n_boot=int(n_boot), interval=interval,
+                   note_lines=tuple(out))
 
 
 # --------------------------------------------------------------------------

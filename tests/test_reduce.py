@@ -308,7 +308,7 @@ def test_reduced_fit_equals_exact_fit_on_a_golden_log():
                           "prompt_id": [f"p{i % 40}" for i in range(600)], "round": np.arange(600) // 40,
                           "root_entropy": H, "accepted": a.astype(np.int16), "horizon": np.int16(6)})
     ex = fit_law(frame, cluster=("task", "prompt_id"))
-    red = R.fit_reduced(R.reduce_frame(frame))
+    red = R.fit_reduced(R.reduce_frame(frame), cov="cr1")
     cols = ["b0", "b1", "mean_entropy", "mean_accepted", "r2_round", "loglik", "cap", "p_ge8", "ceiling_model"]
     pd.testing.assert_frame_equal(red.table[cols], ex.table[cols], rtol=1e-8, atol=1e-10)
     # CR1 over buckets by brute force: group the rounds by bucket, sum the scores
@@ -330,6 +330,19 @@ def test_reduced_fit_equals_exact_fit_on_a_golden_log():
     assert red.table["b0_hi"].iloc[-1] == pytest.approx(b[0] + half[0], rel=1e-9)
     assert red.table["b1_lo"].iloc[-1] == pytest.approx(b[1] - half[1], rel=1e-9)
     assert red.table["buckets"].iloc[-1] == G and red.table["prompts"].tolist() == [20, 20, 40]
+    # CR3 (the default): per deleted bucket one Newton step (info - info_g)^-1 u_g, by brute force
+    w = (s + f) * pr * (1 - pr)
+    deltas = []
+    for k in range(G):
+        m = cl == k
+        info_k = (X[m] * w[m][:, None]).T @ X[m]
+        deltas.append(np.linalg.solve(info - info_k, u[k]))
+    deltas = np.array(deltas) - np.mean(deltas, axis=0)
+    se3 = np.sqrt(np.diag((G - 1) / G * deltas.T @ deltas))
+    cr3 = R.fit_reduced(R.reduce_frame(frame)).table.iloc[-1]
+    assert cr3["interval"] == "cr3"
+    assert cr3["b1_hi"] == pytest.approx(b[1] + stats.t.ppf(0.975, G - 1) * se3[1], rel=1e-9)
+    assert cr3["b0_lo"] == pytest.approx(b[0] - stats.t.ppf(0.975, G - 1) * se3[0], rel=1e-9)
 
 
 def test_reduced_fit_agrees_with_exact_fit_on_simulated_logs():
@@ -364,7 +377,7 @@ def test_recovery_truth_inside_bucket_clustered_intervals(n_boot):
     r = fit.row()
     assert r["b0_lo"] < 1.1 < r["b0_hi"] and r["b1_lo"] < 0.8 < r["b1_hi"]
     assert r["mean_accepted_lo"] < r["mean_accepted"] < r["mean_accepted_hi"]
-    assert r["interval"] == ("bootstrap" if n_boot else "cr1") and fit.holds().slope
+    assert r["interval"] == ("bootstrap" if n_boot else "cr3") and fit.holds().slope
 
 
 @pytest.mark.slow
@@ -586,3 +599,43 @@ def test_cell_aggregation_bincount_sort_and_hash_paths(case):
     got = got.sort_values(GROUP).reset_index(drop=True)
     pd.testing.assert_frame_equal(got[GROUP], want[GROUP].astype(np.int64))
     np.testing.assert_allclose(got[["n", "h", "h2"]].to_numpy(), want[["n", "h", "h2"]].to_numpy(), rtol=1e-12)
+
+
+def test_a_file_bad_after_its_first_batches_is_left_out_whole(tmp_path):
+    frame = logs(6, seed=15)[COLS]
+    write_table(frame, tmp_path / "rounds-good.parquet")
+    bad = frame.copy()
+    bad["run_id"] = "late"
+    bad.loc[bad.index[-1], "accepted"] = 99  # beyond horizon, in the file's last batch
+    write_table(bad, tmp_path / "rounds-late.parquet")
+    red = reduce_logs(tmp_path, skip_bad=True, batch_rows=50, workers=2)
+    same_cells(as_dict(red), ref_reduce(frame))
+    assert [p for p, _ in red.info["skipped"]] == [str(tmp_path / "rounds-late.parquet")]
+    assert red.info["rounds_read"] == len(frame)
+
+
+def test_equal_count_parts_cut_at_exact_counts_by_brute_force():
+    """Pieces sum to each cell's rounds, every bin holds W / B, and a cut inside a fine bin sits
+    where the cells' linear densities (brute-force integrated) hold the bin's share."""
+    from glance_law.curve_reduced import equal_count_parts
+    rng = np.random.default_rng(5)
+    hbin = np.sort(rng.integers(0, 6, 40))
+    n = rng.integers(1, 30, 40).astype(float)
+    mu = rng.uniform(0, 1, 40)
+    cell, b, w, u = equal_count_parts(hbin, n, mu, 7)
+    np.testing.assert_allclose(np.bincount(cell, w, 40), n)
+    np.testing.assert_allclose(np.bincount(b, w, 7), n.sum() / 7)
+    k = np.clip(12 * (mu - 0.5), -2, 2)
+    grid = np.linspace(0, 1, 200001)
+    for j in np.unique(hbin):
+        inside = np.flatnonzero(hbin == j)
+        below = n[hbin < j].sum()
+        for q in range(1, 7):
+            need = q * n.sum() / 7 - below
+            if not 0 < need < n[inside].sum():
+                continue
+            mass = sum(n[c] * np.cumsum(1 + k[c] * (grid - 0.5)) / grid.size for c in inside)
+            ucut = grid[np.searchsorted(mass, need)]
+            got = sum(w[(cell == c) & (b < q)].sum() for c in inside)   # rounds of the bin below cut q
+            want = sum(n[c] * (ucut + k[c] * (ucut ** 2 - ucut) / 2) for c in inside)
+            assert got == pytest.approx(want, rel=1e-3, abs=1e-3)

@@ -3,9 +3,11 @@
 Each rounds file is read one record batch at a time (``batch_rows`` rows, string
 columns dictionary-decoded), value-checked with :func:`glance_law.schema.check_values`
 and reduced to partial cells (a dense ``bincount`` over the batch's key ranges, or a sort);
-files are processed in
-parallel threads (``workers``) and their partial cells merged and compacted as they
-arrive, so memory is bounded by a few batches plus the cells. String work happens on
+files are processed in parallel threads (``workers``) that add their partial cells to one
+accumulator partitioned by bucket, where they are merged as they arrive, so memory is
+bounded by a few batches plus the cells. (A file that turns out bad after some of its
+batches were added is left out by a second pass when ``skip_bad``.) Float sums may differ
+in the last bits between runs with several workers (the order of additions); counts never. String work happens on
 dictionaries, never per row: the prompt bucket (md5) is computed once per distinct
 (task, prompt_id) of a batch, and the stream of a round (run_id, prompt_id, condition)
 is identified by a 64-bit hash of its strings.
@@ -47,9 +49,18 @@ class _Shared:
     td: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    cells: "_Cells | None" = None
+    cells_lock: threading.Lock = field(default_factory=threading.Lock)
+    #: files whose batches reached the cells (a file that fails after that forces a rerun without it)
+    touched: set = field(default_factory=set)
+
     def td_code(self, task: str, drafter: str) -> int:
         with self.lock:
             return self.td.setdefault((task, drafter), len(self.td))
+
+    def add_cells(self, cells: dict) -> None:
+        with self.cells_lock:
+            self.cells.add(cells)
 
 
 @dataclass
@@ -57,7 +68,6 @@ class _Part:
     """What one file contributes."""
 
     rows: int = 0
-    cells: "_Cells" = field(default_factory=lambda: _Cells(partitions=8, floor=100_000))
     segments: list = field(default_factory=list)       # (stream hash, first round, last round) arrays
     prompts: list = field(default_factory=list)        # (td code, prompt hash) arrays
     horizon0: int = 0
@@ -124,7 +134,7 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
         s = _stream_hash(ri, rv, pi, pv, ci, cv)
         brk = np.flatnonzero(np.r_[True, (s[1:] != s[:-1]) | (rnd[1:] <= rnd[:-1])])
         ends = np.r_[brk[1:] - 1, n - 1]
-        part.segments.append((s[brk], rnd[brk], rnd[ends]))
+        part.segments.append((s[brk], rnd[brk].astype(np.int32), rnd[ends].astype(np.int32)))
     ok = np.ones(len(cv), dtype=bool) if sh.allowed is None else np.array([c in sh.allowed for c in cv])
     drafted = L > 0
     part.horizon0 += int(n - drafted.sum())
@@ -151,7 +161,7 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
     ph = np.fromiter((hash((tv[ti[i]], pv[pi[i]])) for i in first.tolist()), dtype=np.int64, count=w.size)
     part.prompts.append((td[first], ph))
     hbin = sh.grid.index(H)
-    part.cells.add(_aggregate([td.astype(np.int64), bucket, hbin, L, a], [np.ones(H.size), H, H * H]))
+    sh.add_cells(_aggregate([td.astype(np.int64), bucket, hbin, L, a], [np.ones(H.size), H, H * H]))
 
 
 KEY_TYPES = (np.int32, np.int32, np.int32, np.int16, np.int16)
@@ -288,9 +298,9 @@ def _reduce_file(src: Source, sh: _Shared, batch_rows: int, check_keys: bool):
             _batch(table, sh, part, check_keys)
             part.rows += table.num_rows
     except LogError as exc:
-        return exc
+        return exc, part.rows > 0
     except GlanceError as exc:
-        return LogError(src.path, str(exc))
+        return LogError(src.path, str(exc)), part.rows > 0
     return part
 
 
@@ -321,9 +331,11 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
     sh = _Shared(grid, int(buckets), None if condition is None else set(condition))
     workers = default_workers(len(sources)) if workers is None else max(1, int(workers))
     cells = _Cells()
+    sh.cells = cells
     seg_s, seg_lo, seg_hi, seg_f, prompts = [], [], [], [], []
     info = {"rounds_read": 0, "excluded_horizon0": 0, "excluded_conditions": {}, "filled": {}}
     bad: list[tuple[str, str]] = []
+    rerun = False  # a bad file whose first batches already reached the shared cells
     with ThreadPoolExecutor(max_workers=workers) as pool:
         queue: deque = deque()
         nxt = 0
@@ -334,11 +346,13 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
             i, fut = queue.popleft()
             part = fut.result()
             if not isinstance(part, _Part):
+                err, contributed = part
                 if not skip_bad:
                     for _, f in queue:
                         f.cancel()
-                    raise BadFiles([(sources[i].path, str(part))])
-                bad.append((sources[i].path, str(part)))
+                    raise BadFiles([(sources[i].path, str(err))])
+                bad.append((sources[i].path, str(err)))
+                rerun = rerun or contributed
                 continue
             info["rounds_read"] += part.rows
             info["excluded_horizon0"] += part.horizon0
@@ -351,9 +365,9 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
             prompts += part.prompts
             if len(prompts) > 64:
                 prompts = [_unique_pairs(prompts)]
-            for c in part.cells.partitions():
-                cells.add(c)
             part = None
+    if rerun:
+        raise BadFiles(bad)
     if check_keys and seg_s:
         s, f = np.concatenate(seg_s), np.concatenate(seg_f)
         suspects = suspect_streams(s, np.concatenate(seg_lo), np.concatenate(seg_hi))

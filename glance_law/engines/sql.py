@@ -7,14 +7,15 @@ is re-evaluated when read, a table is computed once):
 
 1. ``glance_src``: the columns a reduction reads, with the reader's defaults (condition
    'matched', drafter 'unknown') and the entropy rounded to float32 as the contract stores it;
-2. ``glance_st``: one row per (file, run_id, prompt_id, condition, task, drafter): round
-   count, min, max, sum and sum of squares, autoregressive rounds, filled defaults and
+2. ``glance_st``: one row per (run_id, prompt_id, condition, task, drafter): round count,
+   min, max, sum and sum of squares, autoregressive rounds, filled defaults and counts of
    the contract's value violations (the entropy by one range test, which NaN fails in both
-   engines since they order NaN above every number) - one pass that feeds the checks, the exclusions, the
-   prompt counts and the duplicate-key candidates;
-3. candidates for duplicate keys: streams whose per-file round ranges overlap across
-   files, or are not a dense range (count, sum or sum of squares differ from those of
-   lo..hi), confirmed exactly by grouping just those streams' rounds;
+   engines since they order NaN above every number) - one pass that feeds the checks, the
+   exclusions, the prompt counts and the duplicate-key candidates; only when a violation
+   exists is a second pass grouped by file, to name the file;
+3. candidates for duplicate keys: streams whose rounds over all files are not one dense
+   range lo..hi (count, sum or sum of squares differ), confirmed exactly by grouping just
+   those streams' rounds;
 4. ``glance_pb``: the bucket of every distinct (task, prompt_id) (md5, once per prompt);
 5. the cells: rounds joined to their bucket, grouped by (task, drafter, bucket, hbin,
    horizon, accepted) with count, sum H and sum H^2.
@@ -71,31 +72,44 @@ def source_sql(dialect: Dialect, columns: set[str]) -> str:
             f"CAST(CAST(root_entropy AS FLOAT) AS DOUBLE) AS h_raw, accepted, horizon FROM glance_raw")
 
 
+BAD = {
+    "bad_h": f"h_raw IS NULL OR NOT (h_raw >= {-S.FLOAT_TOL!r} AND h_raw <= {MAX_ENTROPY!r})",
+    "bad_a": "accepted IS NULL OR horizon IS NULL OR accepted < 0 OR horizon < 0 OR accepted > horizon",
+    "bad_null": "run_id IS NULL OR task IS NULL OR prompt_id IS NULL OR rnd IS NULL",
+    "bad_round": "rnd < 0",
+}
+
+
 def stats_sql(dialect: Dialect) -> str:
+    """One row per stream (run_id, prompt_id, condition) and task, drafter: the round moments, the
+    autoregressive rounds, the defaults filled in and the contract violations."""
     big = dialect.big
     r = f"CAST(rnd AS {big})"
-    return (f"SELECT f, run_id, prompt_id, cond, task, drafter, count(*) AS n, min(rnd) AS lo, max(rnd) AS hi, "
+    bad = ", ".join(f"count_if({cond}) AS {name}" for name, cond in BAD.items())
+    return (f"SELECT run_id, prompt_id, cond, task, drafter, count(*) AS n, min(rnd) AS lo, max(rnd) AS hi, "
             f"sum({r}) AS s1, sum({r} * {r}) AS s2, count_if(horizon = 0) AS n_h0, "
-            f"count_if(cond_null) AS n_cnull, count_if(drafter_null) AS n_dnull, "
-            f"count_if(h_raw IS NULL OR NOT (h_raw >= {-S.FLOAT_TOL!r} AND h_raw <= {MAX_ENTROPY!r})) AS bad_h, "
-            f"count_if(accepted IS NULL OR horizon IS NULL OR accepted < 0 OR horizon < 0 OR accepted > horizon) "
-            f"AS bad_a, count_if(run_id IS NULL OR task IS NULL OR prompt_id IS NULL OR rnd IS NULL) AS bad_null, "
-            f"count_if(rnd < 0) AS bad_round "
-            f"FROM glance_src GROUP BY f, run_id, prompt_id, cond, task, drafter")
+            f"count_if(cond_null) AS n_cnull, count_if(drafter_null) AS n_dnull, {bad} "
+            f"FROM glance_src GROUP BY run_id, prompt_id, cond, task, drafter")
+
+
+def violations_sql() -> str:
+    """Per file, the rows breaking each rule (run only when some stream has a violation)."""
+    bad = ", ".join(f"count_if({cond}) AS {name}" for name, cond in BAD.items())
+    return f"SELECT f, {bad} FROM glance_src GROUP BY f"
 
 
 def suspects_sql(dialect: Dialect) -> str:
+    """Streams whose rounds, over all files, are not one dense range lo..hi (count, sum or sum of
+    squares differ): the only streams that can hold a duplicate key."""
     big = dialect.big
 
     def f6(x):
         x = f"CAST({x} AS {big})"
         return f"({x} * ({x} + 1) * (2 * {x} + 1))"
-    return (f"SELECT run_id, prompt_id, cond FROM (SELECT run_id, prompt_id, cond, lo, hi, n, s1, s2, "
-            f"max(hi) OVER (PARTITION BY run_id, prompt_id, cond ORDER BY lo, hi ROWS BETWEEN UNBOUNDED PRECEDING "
-            f"AND 1 PRECEDING) AS prev_hi FROM glance_st WHERE run_id IS NOT NULL AND prompt_id IS NOT NULL "
-            f"AND lo IS NOT NULL) t "
-            f"WHERE lo <= prev_hi OR n <> hi - lo + 1 OR 2 * s1 <> CAST(lo + hi AS {big}) * n "
-            f"OR 6 * s2 <> {f6('hi')} - {f6('lo - 1')} GROUP BY run_id, prompt_id, cond")
+    return (f"SELECT run_id, prompt_id, cond FROM (SELECT run_id, prompt_id, cond, sum(n) AS n, min(lo) AS lo, "
+            f"max(hi) AS hi, sum(s1) AS s1, sum(s2) AS s2 FROM glance_st WHERE run_id IS NOT NULL AND prompt_id "
+            f"IS NOT NULL AND lo IS NOT NULL GROUP BY run_id, prompt_id, cond) t "
+            f"WHERE n <> hi - lo + 1 OR 2 * s1 <> CAST(lo + hi AS {big}) * n OR 6 * s2 <> {f6('hi')} - {f6('lo - 1')}")
 
 
 def duplicates_sql(dialect: Dialect) -> str:
@@ -176,10 +190,11 @@ def run(sources: list[Source], *, grid: Grid, buckets: int, condition, check_key
     columns = set().union(*(s.columns for s in sources))
     materialize("glance_src", source_sql(dialect, columns), True)
     materialize("glance_st", stats_sql(dialect), False)
-    per_file = execute("SELECT f, sum(bad_h) AS bad_h, sum(bad_a) AS bad_a, sum(bad_null) AS bad_null, "
-                       "sum(bad_round) AS bad_round FROM glance_st GROUP BY f")
-    index = file_index(sources, per_file["f"].tolist())
-    bad = _violations(per_file, index)
+    any_bad = execute("SELECT " + " + ".join(f"sum({k})" for k in BAD) + " AS k FROM glance_st")["k"].iloc[0]
+    bad = []
+    if any_bad is not None and int(any_bad) > 0:
+        per_file = execute(violations_sql())
+        bad = _violations(per_file, file_index(sources, per_file["f"].tolist()))
     if bad and not skip_bad:
         raise BadFiles(bad[:1])
     if bad:
