@@ -5,6 +5,7 @@ and 10^8 rounds, and the binning error of the reduced fit.
     nice -n 15 python benchmarks/bench_reduce.py --big 1e8              # 10^8 rounds, arrow and duckdb
     nice -n 15 python benchmarks/bench_reduce.py --binning               # binning error of the reduced fit
     nice -n 15 python benchmarks/bench_reduce.py --big 1e8 --generate-only --keep   # just write the logs
+    nice -n 15 python benchmarks/bench_reduce.py --big 1e8 --exact-files 2 --keep  # + exact vs reduced at 10^7
 
 Measured (nothing is asserted; the figures go in docs/scale.md and the report):
 
@@ -74,21 +75,31 @@ def clock(fn, repeat: int = 1):
 
 
 CHILD = r"""
-import json, resource, sys, time
+import glob, json, resource, sys, time
 w, c = time.perf_counter(), time.process_time()
-what, folder = sys.argv[1], sys.argv[2]
+what, folder, k = sys.argv[1], sys.argv[2], int(sys.argv[3])
+files = sorted(glob.glob(folder + "/rounds-*.parquet"))[:k]
 if what == "scan2":
-    import pyarrow.parquet as pq, glob
+    import pyarrow.parquet as pq
     n = 0
-    for p in sorted(glob.glob(folder + "/rounds-*.parquet")):
+    for p in files:
         pf = pq.ParquetFile(p)
         for b in pf.iter_batches(batch_size=1 << 20, columns=["root_entropy", "accepted"]):
             n += len(b.column(0).to_numpy()) + 0 * int(b.column(1).to_numpy().sum())
     res = {"rounds": n}
+elif what == "exact":
+    from glance_law.io import read_logs
+    from glance_law.law import fit_law
+    logs = read_logs(files, columns=["root_entropy", "accepted", "horizon", "task", "prompt_id", "condition",
+                                     "drafter"])
+    t_red = time.perf_counter() - w
+    r = fit_law(logs).row()
+    res = {"rounds": int(len(logs.frame)), "cells": 0, "reduce_s": t_red, "b0": r["b0"], "b1": r["b1"],
+           "b1_lo": r["b1_lo"], "b1_hi": r["b1_hi"]}
 else:
     from glance_law.engines import reduce_logs
     from glance_law.reduce import fit_reduced
-    red = reduce_logs(folder, engine=what)
+    red = reduce_logs(files, engine=what)
     t_red = time.perf_counter() - w
     fit = fit_reduced(red)
     r = fit.row()
@@ -100,9 +111,9 @@ print(json.dumps(res))
 """
 
 
-def child(what: str, folder: Path) -> dict:
+def child(what: str, folder: Path, files: int = 10 ** 9) -> dict:
     w = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", CHILD, what, str(folder)], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-c", CHILD, what, str(folder), str(files)], capture_output=True, text=True)
     if p.returncode != 0:
         return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
     out = json.loads(p.stdout.strip().splitlines()[-1])
@@ -142,6 +153,20 @@ def bench_small(n: int, repeat: int, folder: Path) -> None:
     fit = rows["arrow reduce+fit"][2]
     print(f"  cells: {len(red.cells):,} for {red.rounds:,} rounds; pooled b0, b1: exact {exact.row()['b0']:.6f}, "
           f"{exact.row()['b1']:.6f}; reduced {fit.row()['b0']:.6f}, {fit.row()['b1']:.6f}")
+
+
+def bench_exact(folder: Path, n_files: int) -> None:
+    """The exact path against the reduction on the first ``n_files`` files of the big logs."""
+    print(f"\n== exact path vs reduction on the first {n_files} file(s) of {folder}, fresh processes")
+    for what in ("scan2", "exact", "arrow", "duckdb"):
+        print(f"  [{load_note()}]")
+        r = child(what, folder, n_files)
+        if "error" in r:
+            print(f"  {what:8s} failed: {r['error']}")
+            continue
+        extra = "" if what == "scan2" else f"  pooled b0 {r['b0']:.6f}, b1 {r['b1']:.6f}"
+        print(f"  {what:8s} wall {r['wall']:7.1f} s, CPU {r['cpu']:7.1f} s, peak RSS {r['rss_mb']:6.0f} MB, "
+              f"{r['rounds']:,} rounds{extra}", flush=True)
 
 
 def bench_big(n: int, folder: Path, keep: bool, generate_only: bool, engines) -> None:
@@ -211,6 +236,8 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--keep", action="store_true", help="keep the generated logs")
     p.add_argument("--generate-only", action="store_true")
+    p.add_argument("--exact-files", type=int, default=0, metavar="K",
+                   help="with --big: also run the exact path and the reductions on the first K files (K x 5e6 rounds)")
     args = p.parse_args(argv)
     if args.small is None and args.big is None and not args.binning:
         args.small, args.binning = 1e6, True
@@ -223,8 +250,11 @@ def main(argv=None) -> int:
             if not args.keep:
                 shutil.rmtree(folder, ignore_errors=True)
     if args.big:
-        bench_big(int(args.big), Path(args.dir) / f"big-{int(args.big)}", args.keep, args.generate_only,
-                  [e for e in args.engines.split(",") if e])
+        folder = Path(args.dir) / f"big-{int(args.big)}"
+        if args.exact_files:
+            generate(folder, int(args.big))
+            bench_exact(folder, args.exact_files)
+        bench_big(int(args.big), folder, args.keep, args.generate_only, [e for e in args.engines.split(",") if e])
     if args.binning:
         bench_binning(args.binning_prompts)
     print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
