@@ -113,7 +113,8 @@ def _marginal(c: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     inv = inv.ravel()
     first = np.full(u.size, -1, dtype=np.int64)
     first[inv[::-1]] = np.arange(inv.size)[::-1]
-    m = pd.DataFrame({"task": pd.Categorical.from_codes(t[first], tn), "drafter": pd.Categorical.from_codes(d[first], dn),
+    m = pd.DataFrame({"task": pd.Categorical.from_codes(t[first], tn),
+                      "drafter": pd.Categorical.from_codes(d[first], dn),
                       "hbin": h[first], "horizon": c["horizon"].to_numpy()[first], "accepted": a[first]})
     for k in ("n", "sum_h", "sum_h2"):
         m[k] = np.bincount(inv, c[k].to_numpy(dtype=np.float64), u.size)
@@ -300,7 +301,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     atoms = pd.DataFrame({"task": pd.Categorical.from_codes(np.r_[mt.codes, mt.codes.to_numpy()[two]], mt.categories),
                           "drafter": pd.Categorical.from_codes(np.r_[md.codes, md.codes.to_numpy()[two]],
                                                                md.categories),
-                          "root_entropy": np.r_[h1, h2[two]], "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
+                          "root_entropy": np.r_[h1, h2[two]],
+                          "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
                           "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]]})
     atoms["_atom"] = np.arange(len(atoms))
     atom_m = np.r_[np.arange(K), two]
@@ -369,7 +371,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
             tc = t_crit(G, level) if G >= 2 else np.nan
             ids = np.arange(G)
             _, se_a, _ = clustered_mean(acc.Sa[present] / acc.W[present], ids, G, acc.W[present])
-            row["mean_accepted_lo"], row["mean_accepted_hi"] = r["mean_accepted"] - tc * se_a, r["mean_accepted"] + tc * se_a
+            row["mean_accepted_lo"] = r["mean_accepted"] - tc * se_a
+            row["mean_accepted_hi"] = r["mean_accepted"] + tc * se_a
             cur = curves[(d, g)].copy()
             if gr["cv"] is not None:
                 cur = pd.DataFrame({col: gr["cv"].get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
@@ -413,7 +416,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
                             alpha=alpha, min_r2_curve=min_r2_curve, min_r2_isotonic=min_r2_isotonic)
             flags = chk.as_dict()
             row.update(holds=chk.passed, holds_slope=flags["slope"], holds_rank=flags["rank"],
-                       holds_curve=flags["curve"], holds_monotone=flags["monotone"], failed_checks=",".join(chk.failed()))
+                       holds_curve=flags["curve"], holds_monotone=flags["monotone"],
+                       failed_checks=",".join(chk.failed()))
             for key, v in row.items():
                 table.at[i, key] = v
             curves[(d, g)], checks[(d, g)] = cur, chk

@@ -54,7 +54,8 @@ from . import schema as S
 from .errors import GlanceError
 from .results import Result
 
-__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge", "reduce_frame",
+__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge",
+           "reduce_frame",
            "law_frame", "fit_reduced", "tail_reduced", "read_reduced", "write_reduced", "main"]
 
 DEFAULT_BUCKETS = 256
@@ -430,7 +431,8 @@ def read_reduced(paths, skip_bad: bool = False) -> Reduced:
         parts.append(Reduced.from_metadata(cells, fi.run.get("reduction"), fi.path))
     out = merge(parts)
     if logs.skipped:
-        out = replace(out, info={**out.info, "skipped": list(out.info.get("skipped", [])) + [list(s) for s in logs.skipped]})
+        skipped = list(out.info.get("skipped", [])) + [list(s) for s in logs.skipped]
+        out = replace(out, info={**out.info, "skipped": skipped})
     return out
 
 
