@@ -508,7 +508,8 @@ def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold
         raise GlanceError("the floor regime is empty for every task; raise the threshold")
     rule = f"cell-mean H <= {threshold} nats" if threshold is not None else f"bottom {quantile:g} by cell-mean H"
     notes += [f"from a reduction: floor regime per task = {rule} (resolved to one fine entropy bin); "
-              "floor_prompts, the held-out splits and the floor_mean interval use prompt buckets as clusters",
+              "floor_prompts, the held-out splits, the floor_mean interval and the LRT's design effect (lrt_deff) "
+              "use prompt buckets as clusters",
               f"cap = e^b0 from the reduced law fit; lrt_p_bootstrap: parametric bootstrap under the fitted "
               f"geometric ({n_boot} replicates, seed {seed}); lrt_p_nominal: chi-square(4), conservative"]
     return TailFit(tasks=tuple(tasks), level=float(level), note_lines=tuple(notes))
