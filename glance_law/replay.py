@@ -25,9 +25,10 @@ the path cannot be followed beyond the first unknown offset, so the replay
 caps the accepted length there. A round is *censored* at budget N when its
 replayed tree holds every known prefix and the path stops at an unknown offset
 (so the true A(S_N) may be larger); censored rounds are counted, never hidden.
-Offsets deeper than a round's logged horizon do not exist for the replay:
-above the budget that was logged, the logger's horizon is the logged tree's
-depth, so larger budgets are replayed within it (counted as well).
+Offsets deeper than a round's horizon do not exist for the replay: the horizon
+is the deepest offset the drafter proposed (glance-log logs the marginals of
+every proposed offset, not only those its tree reached), so every budget is
+replayed exactly within it.
 """
 from __future__ import annotations
 
@@ -331,8 +332,8 @@ def replay(rounds, n_max: int = 255, budgets: Sequence[int] | None = None, *, by
     if lb is not None:
         above = [N for N in budgets if (lb < N).any()]
         if above:
-            notes.append(f"budgets above a round's logged budget are replayed within its logged horizon "
-                         f"(deeper marginals were not logged): {', '.join(map(str, above))}")
+            notes.append(f"budgets above a round's logged budget are replayed within its horizon (the "
+                         f"drafter proposed no deeper offsets): {', '.join(map(str, above))}")
     res = Replay(arrays=arr, groups=groups, clusters=codes, budgets=budgets, logged_budget=lb,
                  logged_accepted=la, level=level, note_lines=())
     mm = res.mismatches()

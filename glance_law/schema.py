@@ -96,9 +96,10 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "Draft tokens accepted this round, bonus token excluded (tau = accepted + 1). "
        "0 <= accepted <= horizon.", "tokens", lo=0),
     _c("horizon", pa.int16(), INT, True,
-       "L: the deepest offset the verifier was offered this round (the depth of the "
-       "candidate tree; the drafter's block length for a chain). The truncation point "
-       "of the run-length law. 0 for autoregressive rounds.", "tokens", lo=0),
+       "L: the deepest offset the drafter proposed this round (the block length of a "
+       "one-pass drafter, the drafted length of an autoregressive drafter or prompt lookup); "
+       "the per-offset vectors cover offsets 1..L. The truncation point of the run-length "
+       "law. 0 for autoregressive rounds (no draft).", "tokens", lo=0),
     # --- optional, standard ----------------------------------------------
     _c("condition", pa.string(), STRING, False,
        "Experimental condition; 'matched' when absent (or null). The mismatched-image "
@@ -121,6 +122,9 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "logits", nullable=True, lo=0),
     _c("budget", pa.int16(), INT, False,
        "Candidate tree size N offered to the verifier, root excluded.", "nodes", lo=0),
+    _c("depth", pa.int16(), INT, False,
+       "Depth of the deepest node of the candidate tree (accepted <= depth <= horizon; "
+       "equal to horizon for a full-length chain).", "tokens", lo=0),
     _c("draft_passes", pa.int16(), INT, False,
        "Sequential drafter forward passes this round (1 for a one-pass block drafter, "
        "L for an autoregressive drafter, 0 model-free).", "passes", lo=0),
@@ -495,6 +499,16 @@ def check_values(kind: str, table: pa.Table) -> Problem | None:
             return Problem("accepted", f"{int(bad.sum())} row(s) with accepted > horizon "
                                        f"(first at row {i}: accepted={_fmt(a[i])}, horizon={_fmt(L[i])})",
                            _fix("accepted", ""))
+    if "depth" in scalars and "accepted" in scalars:
+        a, d = scalars["accepted"], scalars["depth"]
+        bad = a > d
+        if "horizon" in scalars:
+            bad = bad | (d > scalars["horizon"])
+        if bad.any():
+            i = _first(bad)
+            return Problem("depth", f"{int(bad.sum())} row(s) with depth < accepted or depth > horizon "
+                                    f"(first at row {i}: accepted={_fmt(a[i])}, depth={_fmt(d[i])})",
+                           "depth is the deepest tree node: accepted <= depth <= horizon")
     for c in cols:
         if c.family in (LIST_INT, LIST_FLOAT):
             p = _check_list(c, table.column(c.name), scalars)

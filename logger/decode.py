@@ -234,9 +234,11 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
             if tree.size == 0:
                 tree = None
             else:
-                L = tree.max_depth
-                logq_h, ids_h = lq[:L], ii[:L]
-        horizon = 0 if tree is None else tree.max_depth
+                logq_h, ids_h = lq, ii
+        # horizon: the deepest offset the drafter proposed (the schema's L), not the tree's
+        # depth - the per-offset vectors and top-k rows cover every proposed offset, so the
+        # replay can place the target path at any budget
+        horizon = 0 if tree is None else int(lq.shape[0])
         n = 0 if tree is None else tree.size
         node_tokens = tree.tokens(ids_h) if tree is not None else np.zeros(0, np.int64)
         tokens_h = np.concatenate([[root], node_tokens]).astype(np.int64)

@@ -167,6 +167,7 @@ class _Round(NamedTuple):
     accepted: int
     horizon: int
     budget: int
+    depth: int
     logq: object
     ids: object
     committed: object
@@ -253,7 +254,7 @@ class RoundLogger:
             full = True
         # keep only host values and small tensors: never the round's logits
         self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
-                                    ev.budget, ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
+                                    ev.budget, 0 if ev.tree is None else int(ev.tree.max_depth), ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
                                     ev.marks, ev.drafter, ev.own_tokens, full))
         if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= self.reduce_bytes:
             self._reduce()
@@ -325,7 +326,7 @@ class RoundLogger:
                 "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,
                 "root_entropy": h, "accepted": ev.accepted, "horizon": L, "condition": self.condition,
                 "drafter": self.drafter or ev.drafter, "position": max(ev.position - ev.position_offset, 0), "root_margin": margin, "root_pmax": pmax,
-                "min_path_margin": minm, "budget": ev.budget, "draft_passes": ev.draft_passes,
+                "min_path_margin": minm, "budget": ev.budget, "depth": ev.depth, "draft_passes": ev.draft_passes,
                 "committed": committed, "match": match, "target_logq": tlq, "target_rank": rank,
                 "topk_logq": logq.reshape(-1),
                 "copy_len": copy_len(committed, self._reference) if self._reference else None,

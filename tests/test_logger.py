@@ -373,7 +373,8 @@ def test_cli_vlm_probe_swaps_images(tmp_path, capsys):
     m = r[r["condition"] == "matched"].set_index(["prompt_id", "round"])
     mm = r[r["condition"] == "mismatched"].set_index(["prompt_id", "round"])
     assert set(m.index) == set(mm.index) and len(m) > 0
-    assert (m["accepted"] == m["horizon"]).all()              # self-drafting accepts everything, matched
+    assert (m["accepted"] == m["depth"]).all()                # self-drafting accepts the deepest path, matched
+    assert (m["depth"] <= m["horizon"]).all()
     assert not np.allclose(m["root_entropy"], mm.loc[m.index, "root_entropy"])   # the image did change
     p = gio.read_logs(tmp_path / "logs", kind="prompts").frame
     assert p.loc[p["condition"] == "matched", "greedy_match"].astype(bool).all()
