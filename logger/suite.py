@@ -10,8 +10,9 @@ identical on every machine. The families stand in for the paper's benchmarks:
               inside one of several open phrasings ("it says ...", "the sign reads ...").
 ``infovqa``   a paragraph of facts about a fictional place; the answer restates the
               attribute in one of three phrasings and copies the value.
-``docvqa``    a form/invoice of unique key-value fields; the answer restates the key
-              ("the due date is 14 march 2019.") and copies the value verbatim.
+``docvqa``    a form/invoice of unique key-value fields; the answer restates the key and
+              the document ("the due date on the invoice is 14 march 2019.") and copies
+              the value verbatim.
 ``chartqa``   a category/value table (rendered as a bar chart); one answer template.
 ``scienceqa`` a multiple-choice question whose answer is one letter: the
               no-decode-loop control.
@@ -105,7 +106,7 @@ FORM_TYPES = {
                          ("employer", "company"), ("annual income", "amount"),
                          ("reference number", "id"), ("mobile", "phone")],
 }
-DOC_TEMPLATES = [("the {key} is {value}.", 4), ("{key}: {value}", 1)]
+DOC_TEMPLATES = [("the {key} on the {form} is {value}.", 4), ("{key}: {value}", 1)]
 
 CHART_TITLES = _w("sales revenue visitors exports downloads votes members orders")
 CHART_CATEGORIES = _w("apples pears plums grapes lemons cherries mangoes peaches "
@@ -298,7 +299,7 @@ def gen_docvqa(rng, difficulty=1.0, n_questions=1) -> Example:
     qas = []
     for k, v in rng.sample(kv, min(n_questions, len(kv))):
         q = rng.choice([f"what is the {k}?", f"what is the {k} on the {form}?"])
-        alts = tuple(t.format(key=k, value=v) for t, _ in DOC_TEMPLATES)
+        alts = tuple(t.format(key=k, value=v, form=form) for t, _ in DOC_TEMPLATES)
         qas.append(QA(q, rng.choices(alts, weights=[w for _, w in DOC_TEMPLATES])[0], alts))
     return Example("docvqa", context, tuple(qas), fields=tuple(kv), title=form)
 
@@ -419,7 +420,7 @@ def lexicon() -> list[str]:
     texts += list(INFO_QUESTIONS.values())
     texts += [w for ws in SCIENCE.values() for w in ws] + list(SCIENCE)
     texts += ["what does the {thing} say?", "what is written on the {thing}?", "what text is shown?",
-              "what is the {key}?", "what is the {key} on the {form}?", "what is the value of {c}?",
+              "what is the {key}?", "what is the {key} on the {form}?", "the {key} on the {form} is", "what is the value of {c}?",
               "which of these is a {cat}?", "describe the image.", "write a caption for the image.",
               "what does the image show?", "chart: {t} in", "scene: a {c} {t} on a {p}"]
     for t in texts:

@@ -57,7 +57,7 @@ def test_stream_is_deterministic_and_never_yields_heldout(tok):
         assert suite.split_of(ex) == "train"
         assert suite.format_prompt(ex.context, ex.qas[0].question) not in held[ex.task]
     assert s.rejected > 0  # about one draw in five is held out and rejected
-    assert 15 < drills < 60
+    assert 15 < drills < 60  # a tenth at full difficulty
 
 
 def test_curriculum_grows_the_number_of_fields():
@@ -80,6 +80,31 @@ def test_weighted_loss_decreases_on_a_fixed_batch(tok):
         loss.backward()
         opt.step()
     assert float(T.weighted_loss(model, x, y, w)) < 0.7 * first
+
+
+def test_multi_token_heads_train_and_leave_the_saved_model_plain(tok, tmp_path):
+    torch.manual_seed(0)
+    model = T.make_model(tok.get_vocab_size(), hidden=32, layers=1, heads=2, inter=64)
+    mtp = T.MultiTokenHeads(32, 4)
+    assert mtp.offsets == [2, 3, 4]
+    x, y, w = D.Stream(tok, seed=1).batch(8, 0.5)
+    main0, aux0 = mtp.loss(model, x, y, w)
+    # the main term is exactly the plain weighted next-token loss
+    assert float(main0) == pytest.approx(float(T.weighted_loss(model, x, y, w)), rel=1e-5)
+    params = list(model.parameters()) + list(mtp.parameters())
+    opt = torch.optim.AdamW(params, lr=3e-3)
+    for _ in range(30):
+        m, a = mtp.loss(model, x, y, w)
+        opt.zero_grad()
+        (m + 0.5 * a).backward()
+        opt.step()
+    assert float(mtp.loss(model, x, y, w)[1]) < 0.8 * float(aux0)
+    assert any(float(ad["lin"].weight.abs().sum()) > 0 for ad in mtp.adapters)
+    T.save_model(model, tok, tmp_path / "m", {})
+    from safetensors.torch import load_file
+
+    keys = load_file(str(tmp_path / "m" / "model.safetensors")).keys()
+    assert not any("mtp" in k or "adapter" in k for k in keys)
 
 
 def test_batched_greedy_equals_one_prompt_at_a_time(tok, tiny):

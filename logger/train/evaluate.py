@@ -28,6 +28,18 @@ import numpy as np
 GROUNDED = ("infovqa", "docvqa", "chartqa")
 
 
+def _cache_kw() -> str:
+    """``cache`` (transformers >= 5.x) or ``past_key_values`` (older)."""
+    import inspect
+
+    from transformers import LlamaForCausalLM
+
+    return "cache" if "cache" in inspect.signature(LlamaForCausalLM.forward).parameters else "past_key_values"
+
+
+_CACHE_KW = "cache"
+
+
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     if n == 0:
         return float("nan"), float("nan")
@@ -48,6 +60,8 @@ def batched_greedy(model, prompts: list[list[int]], max_new: int = 48, eos: int 
     import torch
     from transformers import DynamicCache
 
+    global _CACHE_KW
+    _CACHE_KW = _cache_kw()
     outs, ents = [None] * len(prompts), [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
     with torch.no_grad():
@@ -62,7 +76,7 @@ def batched_greedy(model, prompts: list[list[int]], max_new: int = 48, eos: int 
                 mask[r, T - lens[r]:] = 1
             pos = (mask.cumsum(-1) - 1).clamp_min(0)
             cache = DynamicCache()
-            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **{_CACHE_KW: cache})
             last = out.logits[:, -1].float()
             nextpos = lens.clone()
             done = torch.zeros(len(idx), dtype=torch.bool)
@@ -82,7 +96,7 @@ def batched_greedy(model, prompts: list[list[int]], max_new: int = 48, eos: int 
                     break
                 mask = torch.cat([mask, torch.ones((len(idx), 1), dtype=torch.long)], 1)
                 out = model(input_ids=nxt.view(-1, 1), attention_mask=mask, position_ids=nextpos.view(-1, 1),
-                            past_key_values=out.past_key_values, use_cache=True)
+                            use_cache=True, **{_CACHE_KW: cache})
                 last = out.logits[:, -1].float()
                 nextpos = nextpos + 1
             for r, i in enumerate(idx):
