@@ -25,7 +25,8 @@ from . import plots
 from .errors import GlanceError, MissingColumnError
 from .schema import SUPPLIED_BY
 
-__all__ = ["Options", "Inputs", "Table", "Figure", "Section", "SECTIONS", "section"]
+__all__ = ["Options", "Inputs", "Table", "Figure", "Section", "SECTIONS", "LAW_TABLE_COLUMNS", "section", "names",
+           "get", "select"]
 
 
 @dataclass(frozen=True)
