@@ -3,7 +3,7 @@
 Each section takes an :class:`Inputs` (the round logs read once, the prompt files,
 the options, and the law/tail fits shared between sections) and returns
 :class:`Table` and :class:`Figure` artifacts; :mod:`glance_law.report` writes them
-(Markdown + LaTeX for tables, PNG + PDF for figures) and the index. A section whose
+(Markdown, LaTeX and CSV for tables, PNG and PDF for figures) and the index. A section whose
 inputs the logs do not carry raises :class:`glance_law.errors.MissingColumnError`
 naming the logger flag that records them (``glance_law.schema.SUPPLIED_BY``); the
 report lists it as skipped. No statistics are computed here: every number comes
