@@ -34,7 +34,7 @@ import pandas as pd
 
 from . import _evidence as E
 from .errors import GlanceError, MissingColumnError
-from .results import Result
+from .results import Result, TableResult
 from .schema import SUPPLIED_BY
 
 __all__ = ["DEFAULT_TIE_THRESHOLD", "first_divergence", "audit", "AuditResult", "AuditDivergences",
@@ -62,19 +62,10 @@ def first_divergence(a, b) -> int:
 
 
 @dataclass(frozen=True, eq=False)
-class AuditDivergences(Result):
+class AuditDivergences(TableResult):
     """One row per divergent prompt."""
 
     title: ClassVar[str] = "Lossless audit: divergences and their margins"
-    frame: pd.DataFrame
-    extra_notes: tuple[str, ...] = field(default=())
-
-    def to_frame(self) -> pd.DataFrame:
-        return self.frame.copy()
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return self.extra_notes
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +82,7 @@ class AuditResult(Result):
         return self.frame.copy()
 
     def divergences(self) -> AuditDivergences:
-        return AuditDivergences(self.divergence_frame,
+        return AuditDivergences(self.divergence_frame, extra_notes=
                                 (f"near_tie: margin < {self.threshold:g} logits (the tie-aware gate)",))
 
     @property

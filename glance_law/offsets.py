@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,7 @@ from . import curve as _curve
 from . import law as _law
 from .cluster import clustered_mean, t_crit
 from .errors import GlanceError
-from .results import Result
+from .results import Result, TableResult
 
 __all__ = ["match_matrix", "leading_runs", "decile_bins", "offset_law", "offset_hazards",
            "assumption2_test", "run_survival", "OffsetLaw", "OffsetHazards", "Assumption2Test",
@@ -243,33 +243,19 @@ def _pvalue(est, se, G):
 # --------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class _Table(Result):
-    frame: pd.DataFrame
-    level: float = 0.95
-    extra_notes: tuple[str, ...] = field(default=())
-
-    def to_frame(self) -> pd.DataFrame:
-        return self.frame.copy()
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return self.extra_notes
-
-
-@dataclass(frozen=True, eq=False)
-class OffsetLaw(_Table):
+class OffsetLaw(TableResult):
     """Per offset j: match rate and the affine-logit law of the marginal match probability."""
     title: ClassVar[str] = "Per-offset law: logit P(match_j | H) = b0_j - b1_j H"
 
 
 @dataclass(frozen=True, eq=False)
-class OffsetHazards(_Table):
+class OffsetHazards(TableResult):
     """Per entropy bin and offset: conditional hazard vs marginal match rate."""
     title: ClassVar[str] = "Conditional hazard P(match_j | matches before j) vs marginal P(match_j), by entropy bin"
 
 
 @dataclass(frozen=True, eq=False)
-class Assumption2Test(_Table):
+class Assumption2Test(TableResult):
     """Empirical run survival vs the survival implied by the marginal hazards."""
     title: ClassVar[str] = "Assumption 2: empirical top-1 run vs the run implied by marginal hazards"
     curve_frame: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -280,7 +266,7 @@ class Assumption2Test(_Table):
 
 
 @dataclass(frozen=True, eq=False)
-class RunSurvival(_Table):
+class RunSurvival(TableResult):
     """Empirical survival of the accepted length by entropy decile vs geometric and two-state."""
     title: ClassVar[str] = "Run-length survival P(a >= l) by entropy decile: empirical vs law vs two-state"
 

@@ -33,7 +33,7 @@ from scipy import stats
 from . import _evidence as E
 from .cluster import bootstrap_counts, cluster_codes, clustered_mean, percentile_interval, t_crit
 from .errors import GlanceError
-from .results import Result
+from .results import Result, TableResult
 
 __all__ = ["DEFAULT_ORDER", "task_order", "OrderResult", "cli_section", "add_cli_arguments"]
 
@@ -45,19 +45,10 @@ CLI_COLUMNS = ()
 
 
 @dataclass(frozen=True, eq=False)
-class OrderGaps(Result):
+class OrderGaps(TableResult):
     """Adjacent gaps along the order."""
 
     title: ClassVar[str] = "Task ordering: adjacent gaps (later - earlier)"
-    frame: pd.DataFrame
-    extra_notes: tuple[str, ...] = field(default=())
-
-    def to_frame(self) -> pd.DataFrame:
-        return self.frame.copy()
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return self.extra_notes
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,10 +74,10 @@ class OrderResult(Result):
         return self.tasks.copy()
 
     def gap_table(self) -> OrderGaps:
-        return OrderGaps(self.gaps, self.extra_notes[1:2] + self.extra_notes[:1])
+        return OrderGaps(self.gaps, self.level, self.extra_notes[1:2] + self.extra_notes[:1])
 
     def verdict_table(self) -> OrderVerdict:
-        return OrderVerdict(self.verdict, self.extra_notes[2:3])
+        return OrderVerdict(self.verdict, self.level, self.extra_notes[2:3])
 
     @property
     def notes(self) -> tuple[str, ...]:

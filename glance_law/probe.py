@@ -41,7 +41,7 @@ from . import law as _law
 from .cluster import bootstrap_counts, cluster_codes, clustered_mean, percentile_interval, t_crit
 from .errors import GlanceError, MissingColumnError
 from .offsets import decile_bins
-from .results import Result
+from .results import Result, TableResult
 from .schema import SUPPLIED_BY
 
 __all__ = ["probe", "pair_conditions", "clustered_ols", "signal_effect", "ProbeResult", "SignalResult",
@@ -170,27 +170,13 @@ def pair_conditions(rounds, notes: list[str] | None = None, extra: Sequence[str]
 # --------------------------------------------------------------------------
 
 @dataclass(frozen=True, eq=False)
-class _Table(Result):
-    frame: pd.DataFrame
-    level: float = 0.95
-    extra_notes: tuple[str, ...] = field(default=())
-
-    def to_frame(self) -> pd.DataFrame:
-        return self.frame.copy()
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return self.extra_notes
-
-
-@dataclass(frozen=True, eq=False)
-class ProbeResult(_Table):
+class ProbeResult(TableResult):
     """One row per task (and a pooled row per drafter)."""
     title: ClassVar[str] = "Mismatched-image probe: effect of the correct image, raw and entropy-controlled"
 
 
 @dataclass(frozen=True, eq=False)
-class SignalResult(_Table):
+class SignalResult(TableResult):
     """Table 13 style: correlations, partial correlation given H, within-decile gaps."""
     title: ClassVar[str] = "Signal vs entropy: correlations, partial correlation given H, within-decile gaps"
     deciles_frame: pd.DataFrame = field(default_factory=pd.DataFrame)

@@ -51,3 +51,20 @@ class Result:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}>\n{self.summary('text')}"
+
+
+@dataclass(frozen=True, eq=False)
+class TableResult(Result):
+    """A result that is one table plus its notes (subclasses set ``title`` and may add fields
+    after these three)."""
+
+    frame: pd.DataFrame
+    level: float = 0.95
+    extra_notes: tuple[str, ...] = ()
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.frame.copy()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self.extra_notes)

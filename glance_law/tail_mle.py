@@ -212,7 +212,6 @@ def profile_s1(A, B, W, lo, hi, x0=None, max_iter: int = 200, tol: float = 1e-13
     shrinking bracket by the Illinois false-position step (the score has poles
     just outside the bracket where a cell's probability vanishes).
     """
-    m = A.shape[0]
     W = np.broadcast_to(W, A.shape)
     g_hi, _ = _score(A, B, W, hi)
     g_lo, _ = _score(A, B, W, lo)

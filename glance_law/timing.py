@@ -37,7 +37,7 @@ from . import _evidence as E
 from .cluster import bootstrap_counts, cluster_codes, percentile_interval
 from .errors import GlanceError, MissingColumnError
 from .probe import clustered_ols
-from .results import Result
+from .results import Result, TableResult
 from .schema import SUPPLIED_BY
 
 __all__ = ["per_prompt_cost", "timing_ledger", "round_cost", "TimingResult", "RoundCostResult",
@@ -109,20 +109,10 @@ class TimingResult(Result):
 
 
 @dataclass(frozen=True, eq=False)
-class RoundCostResult(Result):
+class RoundCostResult(TableResult):
     """The round-cost regression, one row per term."""
 
     title: ClassVar[str] = "Round cost: round_ms ~ 1 + draft_passes + budget (Appendix E)"
-    frame: pd.DataFrame
-    level: float = 0.95
-    extra_notes: tuple[str, ...] = field(default=())
-
-    def to_frame(self) -> pd.DataFrame:
-        return self.frame.copy()
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return self.extra_notes
 
 
 def _boot_weights(strata_sizes, n_boot, rng):

@@ -39,8 +39,7 @@ from . import law as _law
 from .cluster import cluster_codes, clustered_mean, t_crit
 from .errors import GlanceError
 from .offsets import decile_bins
-from .probe import clustered_ols
-from .results import Result
+from .results import Result, TableResult
 
 __all__ = ["transfer", "parse_spec", "curve_r2", "TransferResult", "TransferCalibration",
            "cli_section", "add_cli_arguments"]
@@ -100,7 +99,7 @@ class TransferResult(Result):
         return self.frame.copy()
 
     def calibration(self) -> "TransferCalibration":
-        return TransferCalibration(self.calibration_frame, self.extra_notes[-1:])
+        return TransferCalibration(self.calibration_frame, self.level, self.extra_notes[-1:])
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -108,19 +107,10 @@ class TransferResult(Result):
 
 
 @dataclass(frozen=True, eq=False)
-class TransferCalibration(Result):
+class TransferCalibration(TableResult):
     """Binned calibration of the transferred E[a|H] on each held-out group."""
 
     title: ClassVar[str] = "Law transfer: calibration of E[a|H] by entropy bin (held-out groups)"
-    frame: pd.DataFrame
-    extra_notes: tuple[str, ...] = field(default=())
-
-    def to_frame(self) -> pd.DataFrame:
-        return self.frame.copy()
-
-    @property
-    def notes(self) -> tuple[str, ...]:
-        return self.extra_notes
 
 
 def _arrays(sub):

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -25,7 +25,7 @@ from glance_law.tree import max_code_bits
 from . import tasks as T
 from .decode import Forced, decode, greedy_reference
 from .drafters import make_drafter
-from .models import load_target, model_info, resolve_device
+from .models import load_target, model_info
 from .record import RoundLogger
 
 __all__ = ["RunConfig", "run", "data_root", "default_model", "default_block", "run_id_of", "logged_prompts"]
