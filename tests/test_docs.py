@@ -3,8 +3,8 @@
 * Every fenced ```python block of docs/*.md (and README.md) is executed; the blocks of one
   file share a namespace, in order, in a scratch folder where ``data/`` is the repository's.
   A block is skipped only when the line before its fence says ``<!-- skip-test: REASON -->``
-  (a reason is required), or when it needs the embedded model (``data/models``) and that
-  is absent.
+  (a reason is required), or when it names a part of the embedded model (``data/models/...``)
+  that is absent.
 * Shell examples (fenced blocks without a language, or bash/sh/console) that run
   ``python -m glance_law...`` or ``glance-log`` are executed in a scratch folder whose
   ``logs/`` holds the committed example logs. Synopsis lines (with ``[optional]``
@@ -12,7 +12,7 @@
   lines (minutes of CPU decoding with the embedded model) are stood in by the example
   logs they would write, and the full ``python -m glance_law.report`` (tested in
   tests/test_report.py) is left to the slow run, which executes every line for real
-  (``glance-log`` only when the embedded model is present).
+  (``glance-log`` only when the embedded target and block head are present).
 * docs/cli.md is exactly what ``python docs/make_reference.py`` generates from the parsers;
   every name docs/api.md lists exists, and every public name is listed.
 """
@@ -36,6 +36,11 @@ DOC_FILES = sorted((ROOT / "docs").glob("*.md")) + ([ROOT / "README.md"] if (ROO
 GENERATED = {"cli.md", "api.md"}           # help text and signatures, not examples
 SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
 MODELS = ROOT / "data" / "models"
+
+
+def _default_model() -> bool:
+    """The embedded default glance-log runs without --model: the target and the block head."""
+    return (MODELS / "target").is_dir() and (MODELS / "block").is_dir()
 
 
 @dataclass
@@ -104,8 +109,9 @@ def test_python_examples_run(path, scratch):
         if b.skip:
             skipped.append(f"{b.where}: {b.skip}")
             continue
-        if "data/models" in b.code and not MODELS.is_dir():
-            skipped.append(f"{b.where}: needs the embedded model (data/models), which is absent")
+        absent = [m for m in re.findall(r"data/models(?:/[\w.-]+)?", b.code) if not (ROOT / m).exists()]
+        if absent:
+            skipped.append(f"{b.where}: needs the embedded model ({', '.join(absent)}), which is absent")
             continue
         out = io.StringIO()
         try:
@@ -155,7 +161,7 @@ def _run_block(b: Block, scratch: Path, slow: bool):
     ran = 0
     for cmd in _commands(b):
         if cmd.startswith("glance-log"):
-            if not slow or not MODELS.is_dir():
+            if not slow or not _default_model():
                 if not logs.exists():       # stand in the logs it would write
                     shutil.copytree(_example_logs(), logs)
                 continue
