@@ -468,13 +468,10 @@ def timing(inp: Inputs) -> list:
 
 @section("fano", "Proposition 1 (i)", "Fano consistency of the logged root_pmax and root_entropy")
 def fano(inp: Inputs) -> list:
-    from .fano import fano_check
+    from .fano import fano_check, run_vocab_size
     V = inp.options.vocab_size
-    for f in inp.rounds.files:
-        if V is None:
-            run = dict(f.run or {})
-            tgt = run.get("target") if isinstance(run.get("target"), dict) else {}
-            V = run.get("vocab_size", tgt.get("vocab_size"))
+    if V is None:
+        V = run_vocab_size(inp.rounds)
     if V is None:
         raise MissingColumnError("the target's vocabulary size", "the Fano check",
                                  "--vocab-size V (or a vocab_size field in the logs' run metadata)")

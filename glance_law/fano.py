@@ -34,7 +34,7 @@ from scipy import special
 from .errors import GlanceError, MissingColumnError
 from .results import Result
 
-__all__ = ["fano_bound", "inverse_fano", "match_envelope", "fano_check", "FanoCheck"]
+__all__ = ["fano_bound", "inverse_fano", "match_envelope", "fano_check", "FanoCheck", "run_vocab_size"]
 
 
 def _vocab(V) -> np.ndarray:
@@ -117,7 +117,9 @@ class FanoCheck(Result):
         return self.note_lines
 
 
-def _run_vocab(logs) -> float | None:
+def run_vocab_size(logs) -> float | None:
+    """The target's vocabulary size from a LogSet's run metadata (``vocab_size``, as
+    ``glance-log`` records it, or ``target_vocab_size`` / ``target.vocab_size``), else None."""
     for f in getattr(logs, "files", ()):
         run = dict(getattr(f, "run", {}) or {})
         for key in ("vocab_size", "target_vocab_size"):
@@ -143,7 +145,7 @@ def fano_check(rounds, vocab_size=None, tol: float = 1e-4, by: str = "task") -> 
     frame = rounds.frame if isinstance(rounds, LogSet) else rounds
     if not isinstance(frame, pd.DataFrame):
         raise GlanceError("fano_check expects a rounds DataFrame or a LogSet from glance_law.read_logs")
-    V = vocab_size if vocab_size is not None else _run_vocab(rounds)
+    V = vocab_size if vocab_size is not None else run_vocab_size(rounds)
     if V is None:
         raise GlanceError("fano_check needs the target's vocabulary size: pass vocab_size=... "
                           "(the logs' run metadata does not record it)")

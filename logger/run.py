@@ -251,7 +251,8 @@ def run(cfg: RunConfig) -> dict:
     for dr, name in arms:
         key = _config_key(cfg, name, dr.config(), target.device.type)
         rid = run_id_of(key)
-        meta = run_metadata(run_id=rid, target=model_info(cfg.model), drafter=dr.config(), dtype=cfg.dtype,
+        meta = run_metadata(run_id=rid, target=model_info(cfg.model), vocab_size=target.vocab_size,
+                            drafter=dr.config(), dtype=cfg.dtype,
                             device=device, temperature=cfg.temperature, seed=cfg.seed, budget=key["budget"],
                             branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,
                             data=cfg.data or "embedded-suite", command=cfg.command)

@@ -240,8 +240,14 @@ def test_cli_baseline_audit_probe_and_resume(env, tmp_path, capsys):
     rc = _cli(env, tmp_path, "--drafter", "block", "--draft-model", str(env["head"]), "--budget", "15",
               "--branch-k", "4", "--baseline", "--audit", "--probe", "mismatched", "--n", "3")
     assert rc == 0
-    rounds = gio.read_logs(tmp_path / "logs").frame
+    logs = gio.read_logs(tmp_path / "logs")
+    rounds = logs.frame
     prompts = gio.read_logs(tmp_path / "logs", kind="prompts").frame
+    from glance_law.fano import fano_check, run_vocab_size
+    from transformers import AutoModelForCausalLM
+    vocab = AutoModelForCausalLM.from_pretrained(env["target"]).get_output_embeddings().weight.shape[0]
+    assert run_vocab_size(logs) == vocab                     # the run metadata names the softmax support
+    assert fano_check(logs).ok                               # and the logged H/pmax obey Fano for it
     assert set(rounds["drafter"]) == {"block", "ar"}
     assert set(rounds["condition"]) == {"matched", "mismatched"}
     assert prompts.loc[prompts["condition"] == "matched", "greedy_match"].astype(bool).all()
