@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 FIT_COLUMNS = ["task", "prompt_id", "root_entropy", "accepted", "horizon"]
 # what read_logs(columns=FIT_COLUMNS) actually reads: + the required and key columns

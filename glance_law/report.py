@@ -47,7 +47,7 @@ from typing import Sequence
 
 from . import appendix as A
 from ._version import __version__
-from .errors import GlanceError, MissingColumnError
+from .errors import GlanceError
 
 PROG = "python -m glance_law.report"
 MANIFEST = "manifest.json"

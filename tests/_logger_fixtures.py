@@ -90,7 +90,7 @@ CHAT_TEMPLATE = (
 
 def make_qwen2_vl(path: Path, seed: int = 0, family: str = "qwen2_vl", init: float = 0.3):
     """A tiny Qwen2-VL (or Qwen3-VL) with a processor (image processor + tokenizer + chat template)."""
-    from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoModelForImageTextToText
 
     path = Path(path)
     tok = make_tokenizer(path, extra_special=VL_SPECIAL)

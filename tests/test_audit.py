@@ -1,7 +1,6 @@
 """The lossless audit: planted divergences at a near-tie and at a wide margin."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from scipy import stats
 
 from glance_law import probe as P
 from glance_law.cluster import cluster_codes
-from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.errors import MissingColumnError
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, simulate_rounds
 

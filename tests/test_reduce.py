@@ -109,7 +109,6 @@ def mixed(tmp_path_factory):
     c.loc[c.index[:40], "accepted"] = 0
     a["drafter"] = a["drafter"].astype(object)
     a.loc[a.index[5:9], "drafter"] = None
-    frame = pd.concat([a, b, c], ignore_index=True)
     write_parts(a, folder / "a", 2)
     write_parts(b, folder / "b", 2)
     write_parts(c, folder / "c", 1, cols=[x for x in COLS if x not in ("condition", "drafter")])

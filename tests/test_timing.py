@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from glance_law import timing as T
-from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.errors import MissingColumnError
 from glance_law.simulate import TaskSpec, simulate_rounds
 
 from _evidence_fixtures import timing_prompts

@@ -47,17 +47,30 @@ def test_stream_is_deterministic_and_never_yields_heldout(tok):
     assert all(np.array_equal(u, v) for u, v in zip(xa, xb))
     s = D.Stream(tok, seed=4)
     held = {t: {x.prompt for x in suite.load_items(t, n=50, render=False)} for t in suite.GENERATORS}
-    drills = 0
+    drills = lists = absent = 0
     for _ in range(300):
         ex = s.example(1.0)
         if ex.task == "copy":  # the copy drill is not a suite task: its prompt is no suite prompt
             drills += 1
             assert ex.qas[0].answer in ex.context
             continue
+        if ex.task == "list":  # listing drill: a train-partition caption context, every object once
+            lists += 1
+            assert ex.context not in {p.split("\nquestion:")[0] for p in held["caption"]}
+            for _, n in ex.fields:
+                assert ex.qas[0].answer.count(f" {n}") == 1
+            continue
+        if ex.task == "absent":  # absent-key drill: the asked key is not in the shown context
+            absent += 1
+            asked = ex.qas[0].question
+            assert all(f" {k}?" not in asked and f" {k} on" not in asked for k, _ in ex.fields)
+            continue
         assert suite.split_of(ex) == "train"
         assert suite.format_prompt(ex.context, ex.qas[0].question) not in held[ex.task]
     assert s.rejected > 0  # about one draw in five is held out and rejected
     assert 15 < drills < 60  # a tenth at full difficulty
+    assert 10 < lists < 45   # LIST_SHARE
+    assert 4 < absent < 35   # ABSENT_SHARE
 
 
 def test_curriculum_grows_the_number_of_fields():

@@ -29,7 +29,7 @@ def test_curve_r2_golden():
     a = np.array([1, 3, 2, 4, 6, 8.0])
     pred = np.array([2, 2, 3, 3, 7, 7.0])
     bins = np.array([0, 0, 1, 1, 2, 2])
-    obs, hat = np.array([2, 3, 7.0]), np.array([2, 3, 7.0])
+    obs = np.array([2, 3, 7.0])
     assert T.curve_r2(a, pred, bins) == pytest.approx(1.0)
     pred2 = pred + np.array([1, 1, 0, 0, 0, 0])
     ss = ((obs - obs.mean()) ** 2).sum()
