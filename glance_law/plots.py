@@ -104,6 +104,25 @@ def _fitted_groups(law, drafter, tasks, pooled: bool) -> list[str]:
     return names
 
 
+def _support_ylim(ax, law, groups, drafter, curves) -> None:
+    """Clip the y axis to the support of a (0 <= a <= L): small-sample t intervals of a
+    decile mean can reach below 0 or above the horizon, which only squashes the means."""
+    Ls = []
+    for g in groups:
+        try:
+            Ls.append(float(law.row(g, drafter)["horizon"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+    tops = [float(np.nanmax(c["mean_accepted"])) for c in curves] + [1.0]
+    top = max(tops) * 1.15
+    his = [float(np.nanmax(c["hi"])) for c in curves]
+    if his:
+        top = max(top, max(his))
+    if Ls and np.isfinite(max(Ls)):
+        top = min(top, max(Ls))
+    ax.set_ylim(-0.04 * top, top * 1.04)
+
+
 def _grid(hi: float, n: int = 200) -> np.ndarray:
     return np.linspace(0.0, max(float(hi), 1e-3), n)
 
@@ -143,6 +162,7 @@ def decile_curves(law, drafter: str | None = None, tasks: Sequence[str] | None =
                         yerr=[c["mean_accepted"] - c["lo"], c["hi"] - c["mean_accepted"]],
                         fmt="none", ecolor=s["color"], elinewidth=0.7, capsize=2, alpha=0.7)
         ax.plot(c["mean_entropy"], c["mean_accepted"], label=g, ms=5, lw=1.1, mfc="white", **s)
+    _support_ylim(ax, law, names, d, [law.curve(g, d) for g in names])
     ax.set_xlabel("root entropy H (nats), decile mean")
     ax.set_ylabel("mean accepted length a (tokens)")
     ax.set_title(_title(d, "decile curves", law), fontsize=10)
@@ -175,6 +195,7 @@ def law_fits(law, drafter: str | None = None, tasks: Sequence[str] | None = None
                 label="law averaged over the bin's rounds")
         ax.step(c["mean_entropy"], c["isotonic"], where="mid", color="0.45", ls=":", lw=1.1,
                 label="isotonic (decreasing)")
+        _support_ylim(ax, law, [g], d, [c])
         r2 = float(law.row(g, d)["r2_curve"])
         ax.set_title(f"{g}: b0 = {b0:.2f}, b1 = {b1:.2f}, curve R$^2$ = {r2:.2f}", fontsize=8.5)
         ax.set_xlabel("root entropy H (nats)")
@@ -251,11 +272,19 @@ def survival_curves(tail, tasks: Sequence[str] | None = None, ncols: int = 3):
         ok = s["observed"].to_numpy(dtype=float) > 0
         ax.plot(s["l"][ok], s["observed"][ok], ls="none", marker="o", color="0.0", mfc="white", ms=4.5,
                 label=f"observed ({t.n_rounds} rounds)")
-        ax.plot(s["l"], s["geometric"], color="#D55E00", ls="--", lw=1.3, label="geometric (one hazard)")
-        ax.plot(s["l"], s["two_state"], color="#0072B2", ls="-", lw=1.3, label="two-state")
-        if ok.any():
-            ax.set_yscale("log")
-        else:
+        def pos(col):  # a survival of 0 has no place on a log axis
+            v = s[col].to_numpy(dtype=float)
+            return np.where(v > 0, v, np.nan)
+        ax.plot(s["l"], pos("geometric"), color="#D55E00", ls="--", lw=1.3, label="geometric (one hazard)")
+        ax.plot(s["l"], pos("two_state"), color="#0072B2", ls="-", lw=1.3, label="two-state")
+        ax.set_yscale("log")
+        # down to a tenth of the smallest observable survival (1 / rounds), never below 1e-4: the
+        # fitted curves' far tails say nothing the data could check
+        obs = s["observed"].to_numpy(dtype=float)[ok]
+        lo = min(obs.min() if ok.any() else 1.0, 1.0 / max(t.n_rounds, 1)) / 10
+        ax.set_ylim(max(lo, 1e-4), 1.6)
+        ax.set_xlim(0.5, float(np.max(s["l"])) + 0.5)
+        if not ok.any():
             ax.text(0.5, 0.5, "no run reaches l = 1", transform=ax.transAxes, ha="center", fontsize=8)
         ax.set_title(f"{label[id(t)]}: floor H <= {t.threshold:.3g} nats", fontsize=9)
         ax.set_xlabel("run length l (tokens)")
