@@ -5,8 +5,7 @@ identical on every machine. The families stand in for the paper's benchmarks:
 
 ``caption``   a list of objects (with colours) and a setting; the answer is a free
               caption from a small grammar: many valid continuations (opener, which
-              objects, sizes and colours, relations, setting), each object mentioned at
-              most once, in the order the context lists them.
+              objects, their order, relations), each object mentioned at most once.
 ``textvqa``   a short scene with one line of scene text; the answer copies the text
               inside one of several open phrasings ("it says ...", "the sign reads ...").
 ``infovqa``   a paragraph of facts about a fictional place; the answer restates the
@@ -224,15 +223,13 @@ def _lerp_int(lo: int, hi: int, d: float) -> int:
 
 def draw_caption(rng, objs, setting: str) -> str:
     """One caption of ``objs`` ((colour or None, noun) pairs) in ``setting``: an opener, two or
-    three of the objects in the order the context lists them (the most salient first), joined
-    by relations, maybe a setting phrase."""
+    three of the objects in random order joined by relations, maybe a setting phrase."""
     def np_(c, n):
         adj = c if (c and rng.random() < 0.7) else (rng.choice(SIZES) if rng.random() < 0.3 else None)
         words = f"{adj} {n}" if adj else n
         return f"{_art(words)} {words}"
 
-    objs = list(objs)
-    order = sorted(rng.sample(objs, rng.randint(2, min(3, len(objs)))), key=objs.index)
+    order = rng.sample(list(objs), rng.randint(2, min(3, len(objs))))
     parts = [rng.choice(CAPTION_OPENERS), np_(*order[0])]
     if order[0][1] in ACTIONS and rng.random() < 0.4:
         parts.append(ACTIONS[order[0][1]])
