@@ -255,7 +255,13 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         children = tree.children() if tree is not None else [[]]
         path = [0]
         cur = -1                                                # -1 = root
-        while True:
+        # a live decode stops where its output does: the walk accepts nothing past an
+        # accepted end-of-sequence token or past max_new_tokens (a real decoder discards
+        # those tokens, so counting them would inflate the logged accepted length); the
+        # round then commits no bonus token
+        room = max_new_tokens - len(stream) if forced is None else 1 << 30
+        ended = False
+        while len(path) - 1 < room:
             want_tok = row_tok_h[path[-1]]
             nxt = None
             for c in children[cur + 1]:
@@ -266,8 +272,12 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                 break
             path.append(nxt + 1)
             cur = nxt
+            if int(node_tokens[nxt]) in eos_set:
+                ended = True
+                break
         accepted = len(path) - 1
-        own = [int(tokens_h[r]) for r in path[1:]] + [int(row_tok_h[path[-1]])]
+        ended = ended or accepted >= room
+        own = [int(tokens_h[r]) for r in path[1:]] + ([] if ended else [int(row_tok_h[path[-1]])])
         contiguous = path == list(range(len(path)))
         path_dev = _to_device(path, dev) if (want or not contiguous or drafter.wants_rows) else None
         if forced is None:

@@ -83,6 +83,30 @@ def test_stops_at_eos(llama):
     assert r.tokens == ref[:ref.index(eos) + 1] and r.stop_reason == "eos"
 
 
+@pytest.mark.parametrize("stop", ["eos", "max_new_tokens"])
+def test_accepted_stops_where_the_output_stops(llama, stop):
+    """A self-drafting round that runs into the end-of-sequence token or the token budget
+    accepts nothing past it (a real decoder discards those tokens) and commits no bonus: the
+    rounds' committed tokens add up to the output exactly."""
+    t = llama["target"]
+    pr = t.encode(PROMPTS[0])
+    ref, _ = greedy_reference(t, pr, MAX_NEW)
+    dr = make_drafter("two_model", t, draft_model=llama["target_path"], branch_k=4, draft_len=5)
+    if stop == "eos":
+        eos, cap = [ref[7]], MAX_NEW
+        want = ref[:ref.index(ref[7]) + 1]
+    else:
+        eos, cap = [-1], 9
+        want = ref[:9]
+    r = decode(t, dr, pr, budget=15, branch_k=4, max_new_tokens=cap, eos_ids=eos)
+    assert r.tokens == want
+    committed = [a + 1 for a in r.accepted]
+    ends = len(r.tokens) - 1                              # tokens after the prefill's root
+    assert sum(committed) - 1 == ends                     # the last round: no bonus past the end
+    assert r.accepted[-1] >= 1                            # the end came inside an accepted run
+    assert len(r.resolve_stream) == len(r.tokens)
+
+
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_lossless_vlm_with_image(tmp_path, family):
     p = make_qwen2_vl(tmp_path / family, family=family)
