@@ -2,7 +2,7 @@
 # Regenerate the committed example round logs in data/logs/ from the embedded default
 # (data/models/target + data/models/block) on the embedded suite's held-out items.
 #
-#   analyses/make_example_logs.sh            # N=20 prompts per task, into data/logs/
+#   analyses/make_example_logs.sh            # N=40 prompts per task, into data/logs/
 #   N=40 OUT=/tmp/logs analyses/make_example_logs.sh
 #
 # Per task (caption, textvqa, infovqa, docvqa, chartqa):
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 OUT=${OUT:-data/logs}
-N=${N:-20}
+N=${N:-40}
 rm -rf "$OUT"
 mkdir -p "$OUT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
