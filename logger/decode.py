@@ -277,6 +277,12 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                 break
         accepted = len(path) - 1
         ended = ended or accepted >= room
+        if ended and tree is not None:
+            # the proposal is cut at the output's end: offsets past it do not exist, so the
+            # round's horizon is its accepted run (every available token was accepted: the
+            # law's a = L), and its per-offset rows stop there too
+            horizon = accepted
+            logq_h, ids_h = logq_h[:accepted], ids_h[:accepted]
         own = [int(tokens_h[r]) for r in path[1:]] + ([] if ended else [int(row_tok_h[path[-1]])])
         contiguous = path == list(range(len(path)))
         path_dev = _to_device(path, dev) if (want or not contiguous or drafter.wants_rows) else None

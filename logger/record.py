@@ -254,7 +254,7 @@ class RoundLogger:
             full = True
         # keep only host values and small tensors: never the round's logits
         self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
-                                    ev.budget, 0 if ev.tree is None else int(ev.tree.max_depth), ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
+                                    ev.budget, 0 if ev.tree is None else min(int(ev.tree.max_depth), ev.horizon), ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
                                     ev.marks, ev.drafter, ev.own_tokens, full))
         if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= self.reduce_bytes:
             self._reduce()

@@ -104,6 +104,7 @@ def test_accepted_stops_where_the_output_stops(llama, stop):
     ends = len(r.tokens) - 1                              # tokens after the prefill's root
     assert sum(committed) - 1 == ends                     # the last round: no bonus past the end
     assert r.accepted[-1] >= 1                            # the end came inside an accepted run
+    assert r.horizons[-1] == r.accepted[-1]               # ... which is the whole proposal that exists
     assert len(r.resolve_stream) == len(r.tokens)
 
 
