@@ -135,6 +135,22 @@ def _pmax_from_entropy(h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return p, margin
 
 
+def _draw_entropies(rng, spec, n_prompts: int, rounds_per_prompt):
+    """Rounds per prompt and root entropies of one task: prompt index ``g`` per round and
+    ``H`` (a prompt-level lognormal multiplier times a floor/gamma mixture, float32-rounded
+    like a logged column)."""
+    if isinstance(rounds_per_prompt, (tuple, list)):
+        n_r = rng.integers(rounds_per_prompt[0], rounds_per_prompt[1] + 1, size=n_prompts)
+    else:
+        n_r = np.full(n_prompts, int(rounds_per_prompt))
+    g = np.repeat(np.arange(n_prompts), n_r)
+    n = g.size
+    m = np.exp(rng.normal(0.0, spec.prompt_entropy_sd, size=n_prompts))[g]
+    is_floor = rng.random(n) < spec.floor_weight
+    x = np.where(is_floor, rng.exponential(spec.floor_scale, size=n), rng.gamma(spec.shape, spec.scale, size=n))
+    return g, (m * x).astype(np.float32).astype(np.float64)
+
+
 def simulate_arrays(tasks: Sequence[TaskSpec] | None = None, n_prompts: int = 40,
                     rounds_per_prompt: int | tuple[int, int] = (20, 60), horizon: int = 15,
                     prompt_effect: str = "copula", prompt_corr: float = 0.3, logit_sd: float = 0.5,
@@ -155,17 +171,8 @@ def simulate_arrays(tasks: Sequence[TaskSpec] | None = None, n_prompts: int = 40
     L = int(horizon)
     parts = []
     for t_i, spec in enumerate(tasks):
-        if isinstance(rounds_per_prompt, (tuple, list)):
-            n_r = rng.integers(rounds_per_prompt[0], rounds_per_prompt[1] + 1, size=n_prompts)
-        else:
-            n_r = np.full(n_prompts, int(rounds_per_prompt))
-        g = np.repeat(np.arange(n_prompts), n_r)
+        g, H = _draw_entropies(rng, spec, n_prompts, rounds_per_prompt)
         n = g.size
-        m = np.exp(rng.normal(0.0, spec.prompt_entropy_sd, size=n_prompts))[g]
-        is_floor = rng.random(n) < spec.floor_weight
-        x = np.where(is_floor, rng.exponential(spec.floor_scale, size=n),
-                     rng.gamma(spec.shape, spec.scale, size=n))
-        H = (m * x).astype(np.float32).astype(np.float64)
         eta = spec.b0 - spec.b1 * H
         if prompt_effect == "logit":
             eta = eta + rng.normal(0.0, logit_sd, size=n_prompts)[g]
@@ -184,7 +191,7 @@ def simulate_arrays(tasks: Sequence[TaskSpec] | None = None, n_prompts: int = 40
                 tl = spec.tail
                 surv[in_tail] = two_state_survival_matrix(tl.pi, tl.rho_d, p[in_tail], tl.t_dd, tl.t_uu, L)
         a = _draw_from_survival(surv, u)
-        rnd = np.concatenate([np.arange(c) for c in n_r]) if n else np.zeros(0, np.int64)
+        rnd = np.arange(n) - np.searchsorted(g, g)               # 0-based round within its prompt
         part = {
             "task": np.full(n, spec.name, dtype=object),
             "prompt_id": np.array([f"{spec.name}-{i:04d}" for i in range(n_prompts)], dtype=object)[g],
@@ -314,16 +321,8 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
     c0, c1 = float(rescue[0]), float(rescue[1])
     frames = []
     for spec in tasks:
-        if isinstance(rounds_per_prompt, (tuple, list)):
-            n_r = rng.integers(rounds_per_prompt[0], rounds_per_prompt[1] + 1, size=n_prompts)
-        else:
-            n_r = np.full(n_prompts, int(rounds_per_prompt))
-        g = np.repeat(np.arange(n_prompts), n_r)
+        g, H = _draw_entropies(rng, spec, n_prompts, rounds_per_prompt)
         n = g.size
-        m = np.exp(rng.normal(0.0, spec.prompt_entropy_sd, size=n_prompts))[g]
-        is_floor = rng.random(n) < spec.floor_weight
-        x = np.where(is_floor, rng.exponential(spec.floor_scale, size=n), rng.gamma(spec.shape, spec.scale, size=n))
-        H = (m * x).astype(np.float32).astype(np.float64)
         u = rng.normal(0.0, prompt_sd, size=n_prompts)[g] if prompt_sd > 0 else np.zeros(n)
         p = special.expit(spec.b0 - spec.b1 * H + u)
         miss = 1.0 - p
@@ -364,7 +363,7 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
         match = (rank == 0).astype(np.int8)
         tl = np.take_along_axis(logq, np.minimum(rank, k - 1)[:, :, None], axis=2)[:, :, 0]
         tlogq = np.where(inside, tl, np.nan).astype(np.float32)
-        rnd = np.concatenate([np.arange(c) for c in n_r]) if n else np.zeros(0, np.int64)
+        rnd = np.arange(n) - np.searchsorted(g, g)               # 0-based round within its prompt
         if end_unknown and n:
             last = np.r_[rnd[1:] == 0, True]
             past = last[:, None] & (np.arange(1, L + 1)[None, :] > acc[:, None] + 1)
