@@ -29,6 +29,20 @@ def as_frame(rounds) -> pd.DataFrame:
     return frame
 
 
+def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy with the key columns as strings and the arm labels a log may omit filled in
+    (``condition`` = matched, ``drafter`` = unknown), as the round/prompt tables join on them."""
+    out = frame.copy()
+    for c in ("task", "prompt_id", "drafter", "condition", "run_id"):
+        if c in out.columns:
+            out[c] = out[c].astype(str)
+    if "condition" not in out.columns:
+        out["condition"] = "matched"
+    if "drafter" not in out.columns:
+        out["drafter"] = "unknown"
+    return out
+
+
 def require(frame: pd.DataFrame, columns: Iterable[str], analysis: str) -> None:
     """Raise MissingColumnError for the first column the frame lacks (or holds only nulls)."""
     for c in columns:

@@ -90,23 +90,11 @@ class AuditResult(Result):
         return self.extra_notes
 
 
-def _norm(frame: pd.DataFrame) -> pd.DataFrame:
-    out = frame.copy()
-    for c in ("task", "prompt_id", "drafter", "condition", "run_id"):
-        if c in out.columns:
-            out[c] = out[c].astype(str)
-    if "condition" not in out.columns:
-        out["condition"] = "matched"
-    if "drafter" not in out.columns:
-        out["drafter"] = "unknown"
-    return out
-
-
 def _streams_from_rounds(rounds: pd.DataFrame | None) -> dict:
     """(drafter, task, prompt_id) -> committed token stream from the rounds' ``committed`` lists."""
     if rounds is None or "committed" not in rounds.columns:
         return {}
-    r = _norm(rounds)
+    r = E.with_arm_labels(rounds)
     r = r.loc[r["condition"] == "matched"]
     out = {}
     for key, sub in r.sort_values("round").groupby(["drafter", "task", "prompt_id"], sort=False):
@@ -154,8 +142,8 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
         raise GlanceError("the near-tie threshold must be >= 0 logits")
     if prompts is None or not len(prompts):
         raise MissingColumnError("prompt files (kind=prompts)", ANALYSIS, "glance-log --audit")
-    P = _norm(prompts)
-    R = _norm(rounds) if rounds is not None else None
+    P = E.with_arm_labels(prompts)
+    R = E.with_arm_labels(rounds) if rounds is not None else None
     notes: list[str] = []
     spec = P.loc[(P["drafter"] != "ar") & (P["condition"] == "matched")]
     if not len(spec):

@@ -49,25 +49,13 @@ ANALYSIS = "the timing ledger"
 CLI_COLUMNS = ("round_ms", "draft_passes", "budget")
 
 
-def _norm(frame: pd.DataFrame) -> pd.DataFrame:
-    out = frame.copy()
-    for c in ("task", "prompt_id", "drafter", "condition"):
-        if c in out.columns:
-            out[c] = out[c].astype(str)
-    if "condition" not in out.columns:
-        out["condition"] = "matched"
-    if "drafter" not in out.columns:
-        out["drafter"] = "unknown"
-    return out
-
-
 def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.DataFrame:
     """(drafter, task, prompt_id) -> decode_ms, new_tokens, ms_per_token (matched condition)."""
     for c in ("decode_ms", "new_tokens"):
         if c not in prompts.columns or prompts[c].isna().all():
             raise MissingColumnError(f"'{c}' in the {arm} arm's prompt files", ANALYSIS,
                                      "glance-log (recorded by default)")
-    P = _norm(prompts)
+    P = E.with_arm_labels(prompts)
     n0 = len(P)
     P = P.loc[P["condition"] == "matched"]
     if len(P) < n0:
@@ -294,7 +282,7 @@ def _forward_cost(baseline_rounds, baseline_prompts, notes):
             return (float(v.mean()), "mean round_ms of the baseline's autoregressive rounds",
                     br[["task", "prompt_id"]].astype(str).reset_index(drop=True), v, np.ones(len(v)))
     if baseline_prompts is not None and {"decode_ms", "new_tokens"} <= set(baseline_prompts.columns):
-        bp = _norm(baseline_prompts)
+        bp = E.with_arm_labels(baseline_prompts)
         if "drafter" in bp.columns and (bp["drafter"] == "ar").any():
             bp = bp.loc[bp["drafter"] == "ar"]
         bp = bp.loc[bp["decode_ms"].notna() & (bp["new_tokens"] > 0)]
@@ -330,7 +318,7 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     res = timing_ledger(base_p, cand_p, int(getattr(args, "timing_bootstrap", 8000)), seed, level)
     out: list[Result] = [res]
     rounds = E.as_frame(logs)
-    base_drafters = set(_norm(base_p)["drafter"])
+    base_drafters = set(E.with_arm_labels(base_p)["drafter"])
     if "drafter" in rounds.columns:
         rounds = rounds.loc[~rounds["drafter"].astype(str).isin(base_drafters - {"unknown"})]
     need = ("round_ms", "draft_passes", "budget")
