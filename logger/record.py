@@ -40,18 +40,25 @@ from glance_law.io import LogWriter
 __all__ = ["RoundLogger", "resolve_offsets", "copy_len", "device_root_stats", "audit_fields", "encode_reference"]
 
 
-def device_root_stats(logits: torch.Tensor, path_rows: torch.Tensor) -> torch.Tensor:
-    """(4,) fp32 on the device: root entropy (nats), root top-2 margin, root max prob,
-    min top-2 margin over ``path_rows``. ``logits`` (n, V) raw logits, row 0 = root."""
-    root = logits[0].float()
-    lse = torch.logsumexp(root, dim=-1)
-    logp = root - lse
+def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+    """(n, 4) fp32 on the device, one row per round: root entropy (nats), root top-2 margin,
+    root max probability, min top-2 margin over the round's rows.
+
+    ``rows`` (S, V): the raw logits of n rounds' root + accepted rows stacked; ``starts``
+    (n,): each round's root row; ``seg`` (S,): each row's round. Tokens a model masks with
+    ``-inf`` count as probability zero (no NaN)."""
+    rows = rows.float()
+    top = torch.topk(rows, 2, dim=-1).values
+    gap = top[:, 0] - top[:, 1]
+    roots = rows.index_select(0, starts)
+    lse = torch.logsumexp(roots, dim=-1, keepdim=True)
+    logp = roots - lse
     p = torch.exp(logp)
-    ent = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum()
-    top = torch.topk(root, 2).values
-    path = logits.index_select(0, path_rows).float()
-    pt = torch.topk(path, 2, dim=-1).values
-    return torch.stack([ent.clamp_min(0.0), top[0] - top[1], torch.exp(top[0] - lse), (pt[:, 0] - pt[:, 1]).min()])
+    ent = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(dim=-1)
+    pmax = torch.exp(top.index_select(0, starts)[:, 0] - lse[:, 0])
+    n = starts.shape[0]
+    minm = torch.full((n,), float("inf"), device=rows.device).scatter_reduce(0, seg, gap, "amin")
+    return torch.stack([ent.clamp_min(0.0), gap.index_select(0, starts), pmax, minm], dim=1)
 
 
 def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[Optional[int]], *,
@@ -265,18 +272,11 @@ class RoundLogger:
         exact drafter ranks/log-probabilities of the target's tokens."""
         if self._rows:
             counts = [r.shape[0] for r in self._rows]
-            rows = torch.cat(self._rows).float()                                # (S, V)
+            rows = torch.cat(self._rows)                                        # (S, V)
             dev = rows.device
             starts = _device_index(np.cumsum([0] + counts[:-1]), dev)
             seg = _device_index(np.repeat(np.arange(len(counts)), counts), dev)
-            top = torch.topk(rows, 2, dim=-1).values
-            gap = top[:, 0] - top[:, 1]
-            roots = rows.index_select(0, starts)
-            lse = torch.logsumexp(roots, dim=-1)
-            ent = (lse - (torch.softmax(roots, dim=-1) * roots).sum(dim=-1)).clamp_min(0.0)
-            pmax = torch.exp(top.index_select(0, starts)[:, 0] - lse)
-            minm = torch.full((len(counts),), float("inf"), device=dev).scatter_reduce(0, seg, gap, "amin")
-            self._stats.append(torch.stack([ent, gap.index_select(0, starts), pmax, minm], dim=1))
+            self._stats.append(device_root_stats(rows, starts, seg))
             self._rows = []
         if self._lp:
             lp = torch.cat(self._lp).float()

@@ -22,7 +22,7 @@ from glance_log.cli import main  # noqa: E402
 from glance_log.decode import decode  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
-from glance_log.record import RoundLogger, audit_fields, copy_len, encode_reference, resolve_offsets  # noqa: E402
+from glance_log.record import RoundLogger, audit_fields, copy_len, device_root_stats, encode_reference, resolve_offsets  # noqa: E402
 
 torch.set_num_threads(1)
 DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")     # benchmarks/gpu_check.sh sets cuda
@@ -393,3 +393,23 @@ def test_cli_vlm_probe_swaps_images(tmp_path, capsys):
     p = gio.read_logs(tmp_path / "logs", kind="prompts").frame
     assert p.loc[p["condition"] == "matched", "greedy_match"].astype(bool).all()
     assert (p.loc[p["condition"] == "mismatched", "stop_reason"] == "forced").all()
+
+
+def test_device_root_stats_by_brute_force_with_masked_tokens():
+    """The batched per-round statistics against direct sums, with tokens a model masks with -inf
+    (probability zero, not NaN) and two rounds of 2 and 1 rows."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(3, 11, generator=g) * 3
+    rows[0, [2, 5]] = float("-inf")
+    rows[2, 0] = float("-inf")
+    out = device_root_stats(rows, torch.tensor([0, 2]), torch.tensor([0, 0, 1])).numpy()
+    for r, (root, path) in enumerate([(0, [0, 1]), (2, [2])]):
+        x = rows[root].double().numpy()
+        fin = x[np.isfinite(x)]
+        p = np.exp(fin - fin.max()) / np.exp(fin - fin.max()).sum()
+        srt = np.sort(fin)[::-1]
+        gaps = [np.sort(rows[i].double().numpy())[::-1][:2] for i in path]
+        assert out[r, 0] == pytest.approx(-(p * np.log(p)).sum(), rel=1e-5)
+        assert out[r, 1] == pytest.approx(srt[0] - srt[1], rel=1e-5)
+        assert out[r, 2] == pytest.approx(p.max(), rel=1e-5)
+        assert out[r, 3] == pytest.approx(min(a - b for a, b in gaps), rel=1e-5)
