@@ -154,15 +154,15 @@ def decile_curves(law, drafter: str | None = None, tasks: Sequence[str] | None =
     names = _fitted_groups(law, d, tasks, pooled=False)
     st = task_styles(names)
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
-    for g in names:
-        c = law.curve(g, d)
+    curves = [law.curve(g, d) for g in names]
+    for g, c in zip(names, curves):
         s = st[g]
         if errorbars:
             ax.errorbar(c["mean_entropy"], c["mean_accepted"],
                         yerr=[c["mean_accepted"] - c["lo"], c["hi"] - c["mean_accepted"]],
                         fmt="none", ecolor=s["color"], elinewidth=0.7, capsize=2, alpha=0.7)
         ax.plot(c["mean_entropy"], c["mean_accepted"], label=g, ms=5, lw=1.1, mfc="white", **s)
-    _support_ylim(ax, law, names, d, [law.curve(g, d) for g in names])
+    _support_ylim(ax, law, names, d, curves)
     ax.set_xlabel("root entropy H (nats), decile mean")
     ax.set_ylabel("mean accepted length a (tokens)")
     ax.set_title(_title(d, "decile curves", law), fontsize=10)
