@@ -108,7 +108,7 @@ class Stream:
         if u < copy_share(difficulty):
             return copy_drill(self.rng)
         if u < copy_share(difficulty) + LIST_SHARE:
-            return list_drill(self.rng)
+            return list_drill(self.rng, self.split_seed)
         if u < copy_share(difficulty) + LIST_SHARE + ABSENT_SHARE:
             return absent_drill(self.rng, difficulty, self.split_seed)
         tasks = list(self.weights)
@@ -134,11 +134,9 @@ def copy_drill(rng) -> suite.Example:
     return suite.Example("copy", f"text: {text}", (qa,))
 
 
-def list_drill(rng) -> suite.Example:
-    """Every object of a caption context, once each, in random order."""
-    base = suite.gen_caption(rng)
-    while suite.split_of(base) != "train":  # never show a held-out caption context
-        base = suite.gen_caption(rng)
+def list_drill(rng, split_seed: int = 0) -> suite.Example:
+    """Every object of a train-partition caption context, once each, in random order."""
+    base = _train_example(rng, "caption", 1.0, split_seed)
     objs = list(base.fields)
     rng.shuffle(objs)
     nps = [f"{suite._art(c or n)} {c + ' ' if c else ''}{n}" for c, n in objs]
