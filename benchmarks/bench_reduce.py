@@ -11,6 +11,8 @@ Measured (nothing is asserted; the figures go in docs/scale.md and the report):
 
 * ``--small N`` (in-process, best of ``--repeat``, wall and CPU seconds, all in one run):
   ``read2`` (pyarrow reads root_entropy and accepted: merely scanning the two columns),
+  ``floor`` (a lower bound on any reduction: read the six columns a cell key needs, bin the
+  entropies and group the rows into cells, with no checks, no md5 and no fit; see :func:`floor_reduce`),
   ``exact`` (``read_logs`` then ``fit_law``: the exact path of benchmarks/bench_fit.py),
   ``reduce`` / ``fit`` / ``reduce+fit`` with the arrow and duckdb engines.
 * ``--big N``: N simulated rounds written in chunks (``simulate_arrays(..., vectors=False)`` +
@@ -61,6 +63,35 @@ def generate(folder: Path, n_rounds: int, chunk: int = 5_000_000) -> list[Path]:
         print(f"  wrote {path.name}: {total:,} rounds so far ({time.time() - t0:.0f} s)", flush=True)
     done.write_text(json.dumps({"n": n_rounds, "rounds": total}))
     return paths
+
+
+def floor_reduce(paths, buckets: int = 256):
+    """The least work any reduction to (task, drafter, bucket, entropy bin, L, a) cells does: read the six
+    columns of the cell key (strings as dictionaries), bin the entropies, and group the rows into cells
+    with counts and entropy sums. It skips everything a real reduction must also do (value and key checks,
+    the md5 prompt buckets - the prompt's dictionary index stands in -, exclusions, prompt counts) and
+    does not fit, so its time is a floor under ``reduce + fit``. Returns the number of cells."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+    from glance_law.reduce import Grid
+    grid = Grid()
+    cells = 0
+    for path in paths:
+        t = pq.read_table(path, columns=["task", "drafter", "prompt_id", "root_entropy", "accepted", "horizon"],
+                          read_dictionary=["task", "drafter", "prompt_id"])
+        codes = [t.column(c).combine_chunks().indices.to_numpy().astype(np.int64) for c in ("task", "drafter")]
+        bucket = t.column("prompt_id").combine_chunks().indices.to_numpy().astype(np.int64) % buckets
+        H = t.column("root_entropy").to_numpy().astype(np.float64)
+        key = np.zeros(len(H), dtype=np.int64)
+        for k in codes + [bucket, grid.index(np.maximum(H, 0.0)), t.column("horizon").to_numpy(),
+                          t.column("accepted").to_numpy()]:
+            k = k.astype(np.int64)
+            key = key * (int(k.max()) + 1) + k
+        inv, uniq = pd.factorize(key)  # a hash table: faster than sorting here
+        n = np.bincount(inv, minlength=len(uniq))
+        np.bincount(inv, H, minlength=len(uniq)), np.bincount(inv, H * H, minlength=len(uniq))
+        cells += int((n > 0).sum())
+    return cells
 
 
 def clock(fn, repeat: int = 1):
@@ -137,6 +168,7 @@ def bench_small(n: int, repeat: int, folder: Path) -> None:
     cols = ["root_entropy", "accepted", "horizon", "task", "prompt_id", "condition", "drafter"]
     rows = {}
     rows["read2"] = clock(lambda: [pq.read_table(p, columns=["root_entropy", "accepted"]) for p in paths], repeat)
+    rows["floor"] = clock(lambda: floor_reduce(paths), repeat)
     rows["exact read+fit"] = clock(lambda: fit_law(read_logs(paths, columns=cols)), repeat)
     exact = rows["exact read+fit"][2]
     for engine in ("arrow", "duckdb"):
@@ -151,6 +183,8 @@ def bench_small(n: int, repeat: int, folder: Path) -> None:
         print(f"  {k:18s} {w:7.3f} / {c:7.3f}   x{base_w / w:5.1f} / x{base_c / c:5.1f}   {c / r2c:6.1f} x read2")
     red = rows["arrow reduce"][2]
     fit = rows["arrow reduce+fit"][2]
+    print(f"  floor: {rows['floor'][2]:,} cells; 20x the exact path would be {base_w / 20:.3f} s wall, "
+          f"the floor alone takes {rows['floor'][0]:.3f} s (x{base_w / rows['floor'][0]:.1f})")
     print(f"  cells: {len(red.cells):,} for {red.rounds:,} rounds; pooled b0, b1: exact {exact.row()['b0']:.6f}, "
           f"{exact.row()['b1']:.6f}; reduced {fit.row()['b0']:.6f}, {fit.row()['b1']:.6f}")
 
