@@ -16,6 +16,7 @@ import pandas as pd
 from . import tail_mle as _mle
 from .cluster import CLUSTER_BY, bootstrap_counts, clustered_mean, percentile_interval, t_crit
 from .errors import GlanceError
+from .law import law_supremum
 from .results import Result
 from .tail import (N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometric_cells,
                    _rounds, expected_cells, lrt_test, pi_needed, pi_star, pooled_chi_square)
@@ -118,6 +119,7 @@ class TaskTail:
     drafter: str = ""
     lrt_null: np.ndarray = field(default_factory=lambda: np.zeros(0))
     lrt_deff: float = 1.0
+    sup_horizon: int = 0
 
     # ---- derived -----------------------------------------------------------
     @property
@@ -138,9 +140,11 @@ class TaskTail:
 
     @property
     def sup(self) -> float:
-        """The law's supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L), averaged over the rounds' L."""
-        q = 1.0 / (1.0 + np.exp(-self.b0))
-        return float(np.exp(self.b0) * (1.0 - np.mean(q ** self.horizon)))
+        """The law's supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the horizon ``sup_horizon``
+        (the group's largest L; the regime's largest when not given)."""
+        if not np.isfinite(self.b0):
+            return float("nan")
+        return law_supremum(self.b0, int(self.sup_horizon) if self.sup_horizon > 0 else self.Lmax)
 
     @property
     def df_geometric(self) -> int:
@@ -310,12 +314,13 @@ def _heldout(a, L, cl, rng, folds: int, level: float, n_boot_mean: int, min_expe
 def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), task: str = "regime",
               n_boot: int = 199, seed=0, folds: int = 5, level: float = 0.95, n_boot_mean: int = 2000,
               min_expected: float = 5.0, n_local: int = 4, threshold: float = float("nan"),
-              drafter: str = "", heldout: bool = True) -> tuple[TaskTail, list[str]]:
+              drafter: str = "", heldout: bool = True, sup_horizon: int = 0) -> tuple[TaskTail, list[str]]:
     """Fit and test both models on one regime's rounds (arrays); returns ``(TaskTail, notes)``.
 
     ``clusters``: the prompt of each round (held-out splits and intervals are by
     prompt); None treats every round as its own prompt (and says so).
     ``b0``: the law's intercept for the cap e^b0, the supremum and pi* (NaN: not reported).
+    ``sup_horizon``: the L of the supremum (the group's largest horizon; 0: the regime's largest).
     ``seed``: an int (or a sequence of ints); the bootstrap and the held-out splits use
     independent streams derived from it, so changing ``n_boot`` leaves the splits alone.
     """
@@ -357,14 +362,15 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
         notes += [f"{task}: {n}" for n in hn]
     if np.unique(L).size > 1:
         notes.append(f"{task}: horizons vary in the regime (L = {L.min()}..{L.max()}); likelihoods, expected "
-                     "counts, means, sup and pi* use each round's own L")
+                     "counts, means and pi* use each round's own L, sup the task's largest")
     tt = TaskTail(task=task, accepted=a, horizon=L, clusters=cl, threshold=float(threshold), floor_mean=fm,
                   floor_mean_lo=fm - half, floor_mean_hi=fm + half, b0=float(b0), p=p, ll_geometric=ll1,
                   theta=theta, lambda1=l1, lambda2=l2, s1=s1, ll_two_state=ll2, lrt=test.lrt,
                   lrt_p_bootstrap=test.p_bootstrap, lrt_p_nominal=test.p_nominal, n_boot=int(n_boot),
                   observed=W, expected_geometric=Eg, expected_two_state=E2, groups=groups,
                   chi2_geometric=float(chi2[0]), chi2_two_state=float(chi2[1]), cells=int(n_groups),
-                  heldout=ho, drafter=drafter, lrt_null=test.null_draws, lrt_deff=test.deff)
+                  heldout=ho, drafter=drafter, lrt_null=test.null_draws, lrt_deff=test.deff,
+                  sup_horizon=int(sup_horizon))
     return tt, notes
 
 
@@ -543,7 +549,8 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
             task_seed = [int(seed), zlib.crc32(f"{dn[di]}/{label}".encode())]
             tt, tn = tail_test(a[fl], L[fl], cl[fl], b0=get_b0(dn[di], label), task=label, n_boot=n_boot,
                                seed=task_seed, folds=folds, level=level, n_boot_mean=n_boot_mean,
-                               min_expected=min_expected, threshold=thr, drafter=dname, heldout=heldout)
+                               min_expected=min_expected, threshold=thr, drafter=dname, heldout=heldout,
+                               sup_horizon=int(L.max()))
             tasks.append(tt)
             notes += tn
     if not tasks:
@@ -557,8 +564,8 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
             f"bottom {quantile:g} of rounds by entropy")
     notes += [
         f"floor regime per task: {rule}, among matched rounds with horizon > 0; other rounds are not used",
-        "cap = e^b0 with b0 from the task's law fit; sup = M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L), "
-        "averaged over the floor rounds' horizons; floor_mean interval: prompt-clustered CR1, t(G-1)",
+        "cap = e^b0 with b0 from the task's law fit; sup = M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the "
+        "task's largest horizon L; floor_mean interval: prompt-clustered CR1, t(G-1)",
         f"lrt = 2 (ll_two_state - ll_geometric); lrt_p_bootstrap: parametric bootstrap under the fitted "
         f"geometric ({n_boot} replicates, seed {seed}, same horizons, both models refitted; rounds drawn "
         "independently), made prompt-aware by dividing the observed lrt by lrt_deff, the Rao-Scott design "

@@ -23,7 +23,7 @@ from scipy import special
 
 from . import ceiling as _ceiling
 from . import curve as _curve
-from .law import truncated_mean
+from .law import law_supremum, truncated_mean
 
 __all__ = ["equal_count_parts", "curve_and_ceiling"]
 
@@ -118,8 +118,7 @@ def curve_and_ceiling(hbin, lo, hi, n, sum_h, a, L, b, n_bins: int = 10, ceiling
             pred = truncated_mean(special.expit(b[0] - b[1] * Hp), L[c])
             curve["predicted"] = np.bincount(k, w * pred, n_bins) / Wb
             row["r2_curve"] = _curve.r_squared(ma, curve["predicted"])
-            f = k == 0
-            row["sup"] = float(np.exp(b[0]) * (1.0 - (w[f] @ special.expit(b[0]) ** L[c[f]]) / w[f].sum()))
+            row["sup"] = float(law_supremum(b[0], int(L[n > 0].max())))
         parts = (c, k, w)
     B = int(min(int(ceiling_bins), int(W // 2)))
     row["ceiling_bins"] = B

@@ -200,11 +200,10 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
         row["r2_round"] = 1.0 - sse / sst if sst > 0 else np.nan
         row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
         if floor is not None and floor.size:
-            # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L), at the floor rounds' L
-            pf = special.expit(b0) ** L[floor]
-            wf = None if w is None else w[floor]
-            mean_pf = float(pf.mean()) if wf is None else _law._dot(wf, pf) / wf.sum()
-            row["sup"] = float(np.exp(b0) * (1.0 - mean_pf))
+            # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the group's largest L
+            # (M grows with L: no round of the group can be predicted more; rounds cut short by the
+            # end of the output carry L = a, so an average over the floor rounds' own L would not be)
+            row["sup"] = float(_law.law_supremum(b0, int(L.max())))
     checks = LawChecks(group=label, drafter=str(drafter if drafter is not None else "unknown"),
                        b1=row["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"], rho=rho, rho_p=rho_p,
                        r2_curve=row["r2_curve"], r2_isotonic=row["r2_isotonic"], alpha=opt["alpha"],

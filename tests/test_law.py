@@ -327,6 +327,26 @@ def test_floor_cap_and_supremum():
     assert r.tau == pytest.approx(df.accepted.mean() + 1)
 
 
+def test_supremum_is_taken_at_the_largest_horizon_not_at_cut_rounds():
+    # rounds that end the output are cut to L = a; the supremum must not follow them down,
+    # or a plain law (no tail) would show a floor above sup by construction
+    df = simulate_rounds([TaskSpec("t", 1.226, 0.95)], n_prompts=40, seed=3, vectors=False)
+    cut = df.copy()
+    low = cut["root_entropy"] <= cut["root_entropy"].quantile(0.1)
+    ends = low & (cut["accepted"] > 0) & (np.arange(len(cut)) % 2 == 0)  # half the floor ends its output
+    cut.loc[ends, "horizon"] = cut.loc[ends, "accepted"]
+    r = fit_law(cut, by=None).row()
+    assert r.horizon == 15
+    assert r.sup == pytest.approx(law.law_supremum(r.b0, 15))
+    # the average over the floor rounds' own L (the definition this replaces) sits lower
+    fl = cut.loc[low]
+    averaged = math.exp(r.b0) * (1 - np.mean(special.expit(r.b0) ** fl["horizon"].to_numpy()))
+    assert averaged < r.sup - 0.05
+    from glance_law.tail import fit_tail
+    t = fit_tail(cut, by=None, n_boot=0, heldout=False).tasks[0]
+    assert t.sup == pytest.approx(r.sup)
+
+
 def test_grounded_tail_floor_exceeds_the_laws_supremum():
     # a two-state copy tail at the entropy floor lifts the floor mean above the fitted law's
     # own supremum (the paper's Theorem 2); without the tail the floor stays near it
