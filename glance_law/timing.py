@@ -18,11 +18,15 @@ tokens). Per task, over the prompts present in both arms:
   same replicates (tasks resampled independently).
 
 **Round cost** (:func:`round_cost`): OLS of ``round_ms`` on ``1 + draft_passes + budget``
-over the speculative rounds (CR1 prompt-clustered, t with G-1 df): ms per sequential
-draft pass, ms per tree node, and the constant, also in target-forward units (divided
-by the baseline's mean ms per target forward: its mean ``round_ms`` when autoregressive
-rounds are logged, else its pooled ms/token), with a prompt-bootstrap interval for that
-ratio. Terms that do not vary in the logs are dropped (noted).
+over the speculative rounds, one regression per drafter (rounds of different decoders are
+never pooled: across drafters ``draft_passes`` and ``budget`` would measure the decoder,
+not the cost of a pass or a node; a ``drafter`` column leads the table when there are
+several), CR1 prompt-clustered, t with G-1 df: ms per sequential draft pass, ms per tree
+node, and the constant, also in target-forward units (divided by the baseline's mean ms
+per target forward - one baseline shared by every drafter: its mean ``round_ms`` when
+autoregressive rounds are logged, else its pooled ms/token), with a prompt-bootstrap
+interval for that ratio. Terms that do not vary within a drafter's rounds are dropped
+(noted per drafter; the constant then absorbs them).
 """
 from __future__ import annotations
 
@@ -98,7 +102,7 @@ class TimingResult(Result):
 
 @dataclass(frozen=True, eq=False)
 class RoundCostResult(TableResult):
-    """The round-cost regression, one row per term."""
+    """The round-cost regression, one row per (drafter, term)."""
 
     title: ClassVar[str] = "Round cost: round_ms ~ 1 + draft_passes + budget (Appendix E)"
 
@@ -199,18 +203,47 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, n_boot: int =
 def round_cost(rounds: pd.DataFrame, baseline_rounds: pd.DataFrame | None = None,
                baseline_prompts: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
                level: float = 0.95) -> RoundCostResult:
-    """round_ms ~ 1 + draft_passes + budget over speculative rounds (see the module docstring)."""
+    """round_ms ~ 1 + draft_passes + budget over speculative rounds, one regression per drafter (see the module docstring)."""
     notes: list[str] = []
     for c in ("round_ms", "draft_passes", "budget"):
         if c not in rounds.columns or rounds[c].isna().all():
             raise MissingColumnError(f"the '{c}' column", "the round-cost regression", SUPPLIED_BY.get(c, "glance-log"))
     R = E.speculative_rounds(rounds, notes)
+    fwd = _forward_cost(baseline_rounds, baseline_prompts, notes)
+    cols = E.arm_columns(R, [])
+    frames = []
+    for key, sub in E.group_items(R, cols):
+        drafter = key.get("drafter")
+        tag = f"{drafter}: " if drafter is not None else ""
+        fr = _round_cost_one(sub, fwd, n_boot, seed, level, notes, tag)
+        if fr is not None:
+            frames.append(fr.assign(drafter=drafter) if drafter is not None else fr)
+    if not frames:
+        raise GlanceError("the round-cost regression needs at least 3 timed speculative rounds"
+                          + (" of one drafter" if cols else ""))
+    frame = pd.concat(frames, ignore_index=True)
+    if cols:
+        frame = frame[["drafter"] + [c for c in frame.columns if c != "drafter"]]
+        notes.append("one regression per drafter: rounds of different decoders are never pooled")
+    if fwd[0] is not None:
+        notes.append(f"target forward = {fwd[1]} (one baseline for every drafter); constant_target_forwards = "
+                     f"constant_ms / target_forward_ms with a {n_boot}-resample prompt-bootstrap interval "
+                     "(both terms resampled together)")
+    else:
+        notes.append("no baseline (autoregressive) timings: the constant is not converted to target forwards")
+    return RoundCostResult(frame, level, tuple(dict.fromkeys(notes)))
+
+
+def _round_cost_one(R, fwd_cost, n_boot, seed, level, notes, tag):
+    """The regression over one drafter's rounds: rows (term, estimate, estimate_lo, estimate_hi, p),
+    or None (noted) when fewer than 3 rounds are timed."""
     bad = R[["round_ms", "draft_passes", "budget"]].isna().any(axis=1).to_numpy()
     if bad.any():
-        notes.append(f"{int(bad.sum())} round(s) without round_ms/draft_passes/budget excluded")
+        notes.append(f"{tag}{int(bad.sum())} round(s) without round_ms/draft_passes/budget excluded")
         R = R.loc[~bad]
     if len(R) < 3:
-        raise GlanceError("the round-cost regression needs at least 3 timed speculative rounds")
+        notes.append(f"{tag}only {len(R)} timed speculative round(s); no regression (it needs at least 3)")
+        return None
     codes, G = cluster_codes(R)
     y = R["round_ms"].to_numpy(float)
     terms = [("constant_ms", np.ones(len(R)))]
@@ -219,11 +252,11 @@ def round_cost(rounds: pd.DataFrame, baseline_rounds: pd.DataFrame | None = None
         if np.ptp(x) > 0:
             terms.append((name, x))
         else:
-            notes.append(f"{col} does not vary in these rounds (always {x[0]:g}); its term is dropped and the "
+            notes.append(f"{tag}{col} does not vary in these rounds (always {x[0]:g}); its term is dropped and the "
                          "constant absorbs it - log several configurations to separate them")
     X = np.column_stack([t for _, t in terms])
     if np.linalg.matrix_rank(X) < X.shape[1]:
-        notes.append("draft_passes and budget are collinear here; only draft_passes is kept")
+        notes.append(f"{tag}draft_passes and budget are collinear here; only draft_passes is kept")
         terms = terms[:2]
         X = X[:, :2]
     res = clustered_ols(y, X, codes, level)
@@ -231,7 +264,7 @@ def round_cost(rounds: pd.DataFrame, baseline_rounds: pd.DataFrame | None = None
     rows = [{"term": name, "estimate": float(res.params[j]), "estimate_lo": float(ci[j][0]),
              "estimate_hi": float(ci[j][1]), "p": float(res.pvalues[j])} for j, (name, _) in enumerate(terms)]
     # the constant in target-forward units
-    fwd, fwd_src, fcodes, fvals, fw = _forward_cost(baseline_rounds, baseline_prompts, notes)
+    fwd, _, fcodes, fvals, fw = fwd_cost
     if fwd is not None:
         est = float(res.params[0]) / fwd
         lo = hi = np.nan
@@ -262,12 +295,9 @@ def round_cost(rounds: pd.DataFrame, baseline_rounds: pd.DataFrame | None = None
                      "estimate_hi": float(hi), "p": np.nan})
         rows.append({"term": "target_forward_ms", "estimate": fwd, "estimate_lo": np.nan,
                      "estimate_hi": np.nan, "p": np.nan})
-        notes.append(f"target forward = {fwd_src}; constant_target_forwards = constant_ms / target_forward_ms "
-                     f"with a {n_boot}-resample prompt-bootstrap interval (both terms resampled together)")
-    else:
-        notes.append("no baseline (autoregressive) timings: the constant is not converted to target forwards")
-    notes.append(f"OLS over {len(R)} speculative rounds, {G} prompts; CR1 prompt-clustered intervals, t with G-1 df")
-    return RoundCostResult(pd.DataFrame(rows), level, tuple(dict.fromkeys(notes)))
+    notes.append(f"{tag}OLS over {len(R)} speculative rounds, {G} prompts; CR1 prompt-clustered intervals, "
+                 "t with G-1 df")
+    return pd.DataFrame(rows)
 
 
 def _forward_cost(baseline_rounds, baseline_prompts, notes):

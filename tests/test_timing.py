@@ -109,6 +109,100 @@ def test_round_cost_drops_terms_that_do_not_vary():
         T.round_cost(f.drop(columns="round_ms"))
 
 
+def test_round_cost_golden_one_regression_per_drafter():
+    """Hand-computed: block (1 pass, budget 63 throughout) is a constant-only fit, i.e. the mean
+    with the CR1 interval of a mean; pld (0 passes) is exactly 2 + 0.1 * budget. Pooled, the
+    drafter would have masqueraded as a draft_passes slope."""
+    from scipy import stats
+
+    blk = pd.DataFrame(dict(task="caption", prompt_id=["p0", "p0", "p1", "p2", "p2"], drafter="block",
+                            draft_passes=1, budget=63, round_ms=[6.0, 8.0, 7.0, 9.0, 10.0]))
+    bud = np.array([1, 4, 2, 8, 5, 10])
+    pld = pd.DataFrame(dict(task="caption", prompt_id=["p0", "p0", "p1", "p1", "p2", "p2"], drafter="pld",
+                            draft_passes=0, budget=bud, round_ms=2.0 + 0.1 * bud))
+    base = pd.DataFrame(dict(task="caption", prompt_id=["p0", "p1", "p2", "p3"], drafter="ar", horizon=0,
+                             round_ms=[1.5, 2.5, 2.0, 2.0]))
+    res = T.round_cost(pd.concat([blk, pld], ignore_index=True), baseline_rounds=base, n_boot=200)
+    t = res.to_frame()
+    assert list(t.columns[:2]) == ["drafter", "term"]
+    assert "ms_per_draft_pass" not in set(t.term)
+    b = t[t.drafter == "block"].set_index("term")
+    q = t[t.drafter == "pld"].set_index("term")
+    assert list(b.index) == ["constant_ms", "constant_target_forwards", "target_forward_ms"]
+    assert list(q.index) == ["constant_ms", "ms_per_tree_node", "constant_target_forwards", "target_forward_ms"]
+    # block: mean 8; cluster residual sums -2, -1, 3; CR1 var = G/(G-1) * 14 / N^2 (K = 1)
+    se = np.sqrt(3 / 2 * 14 / 25)
+    half = stats.t.ppf(0.975, 2) * se
+    assert b.loc["constant_ms", "estimate"] == pytest.approx(8.0)
+    assert b.loc["constant_ms", "estimate_lo"] == pytest.approx(8.0 - half)
+    assert b.loc["constant_ms", "estimate_hi"] == pytest.approx(8.0 + half)
+    assert q.loc["constant_ms", "estimate"] == pytest.approx(2.0)
+    assert q.loc["ms_per_tree_node", "estimate"] == pytest.approx(0.1)
+    assert b.loc["target_forward_ms", "estimate"] == q.loc["target_forward_ms", "estimate"] == pytest.approx(2.0)
+    assert b.loc["constant_target_forwards", "estimate"] == pytest.approx(4.0)
+    assert q.loc["constant_target_forwards", "estimate"] == pytest.approx(1.0)
+    notes = "\n".join(res.notes)
+    assert "block: draft_passes does not vary" in notes and "block: budget does not vary" in notes
+    assert "pld: draft_passes does not vary" in notes and "pld: budget does not vary" not in notes
+    assert "block: OLS over 5 speculative rounds, 3 prompts" in notes
+    assert "pld: OLS over 6 speculative rounds, 3 prompts" in notes
+    # each drafter's rows (bootstrap included) are what it gives alone
+    alone = T.round_cost(pld, baseline_rounds=base, n_boot=200).to_frame()
+    assert "drafter" not in alone.columns
+    pd.testing.assert_frame_equal(alone, q.reset_index().drop(columns="drafter"))
+
+
+def test_round_cost_recovers_each_drafters_planted_costs():
+    """Two decoders with different costs: each drafter's intervals cover its own truth."""
+    blk = _rounds_with_costs(seed=6, per_pass=1.8, per_node=0.04, const=25.0).assign(drafter="block")
+    pld = _rounds_with_costs(seed=7, per_pass=0.0, per_node=0.3, const=5.0)
+    pld["draft_passes"] = np.int16(0)
+    pld["round_ms"] = (5.0 + 0.3 * pld["budget"].to_numpy(float)
+                       + np.random.default_rng(8).normal(0, 1.0, len(pld))).astype(np.float32)
+    pld = pld.assign(drafter="pld")
+    both = pd.concat([blk, pld], ignore_index=True)
+    t = T.round_cost(both, n_boot=0).to_frame().set_index(["drafter", "term"])
+    for key, truth in ((("block", "ms_per_draft_pass"), 1.8), (("block", "ms_per_tree_node"), 0.04),
+                       (("block", "constant_ms"), 25.0), (("pld", "ms_per_tree_node"), 0.3),
+                       (("pld", "constant_ms"), 5.0)):
+        assert t.loc[key, "estimate_lo"] <= truth <= t.loc[key, "estimate_hi"], key
+    assert ("pld", "ms_per_draft_pass") not in t.index
+
+
+DATA_LOGS = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "logs"
+
+
+@pytest.mark.skipif(not DATA_LOGS.exists(), reason="no committed logs")
+def test_round_cost_on_the_committed_logs_never_pools_drafters(capsys):
+    """The auditor's case: block and pld rounds of data/logs. Each drafter's terms are an OLS
+    over its own matched speculative rounds (checked against numpy lstsq), never a pooled
+    fit whose draft_passes slope is the block-vs-pld difference."""
+    import json
+    from _evidence_fixtures import run_cli
+
+    rc, out, _ = run_cli([DATA_LOGS, "--timing", str(DATA_LOGS / "*-ar-*"), "--timing-bootstrap", "200",
+                          "--format", "json"], capsys)
+    assert rc == 0
+    rows = json.loads(out)["timing"][T.RoundCostResult.title]
+    from glance_law.io import read_logs
+    f = read_logs(DATA_LOGS, kind="rounds").frame
+    f = f[(f.horizon > 0) & (f.condition.astype(str) == "matched") & (f.drafter.astype(str) != "ar")]
+    drafters = sorted(set(f.drafter.astype(str)))
+    assert len(drafters) >= 2 and {r["drafter"] for r in rows} == set(drafters)
+    for d in drafters:
+        s = f[f.drafter.astype(str) == d]
+        cols = [c for c in ("draft_passes", "budget") if s[c].nunique() > 1]
+        X = np.column_stack([np.ones(len(s))] + [s[c].to_numpy(float) for c in cols])
+        beta = np.linalg.lstsq(X, s.round_ms.to_numpy(float), rcond=None)[0]
+        got = {r["term"]: r["estimate"] for r in rows if r["drafter"] == d}
+        names = ["constant_ms"] + [{"draft_passes": "ms_per_draft_pass", "budget": "ms_per_tree_node"}[c]
+                                   for c in cols]
+        assert set(got) == set(names) | {"constant_target_forwards", "target_forward_ms"}
+        for name, b in zip(names, beta):
+            assert got[name] == pytest.approx(b, rel=1e-6)
+        assert all(got[n] > 0 for n in names)
+
+
 @pytest.mark.slow
 def test_null_coverage_of_the_paired_margin():
     """Both arms cost the same per token: the paired 95% interval should cover 0 ~95%."""
