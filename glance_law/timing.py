@@ -281,16 +281,21 @@ def _round_cost_one(R, fwd_cost, n_boot, seed, level, notes, tag):
             rng = np.random.default_rng(seed)
             draws = []
             k = X.shape[1]
+            singular = 0
             for W in bootstrap_counts(Ga, n_boot, rng):
                 A = (W @ XtX).reshape(-1, k, k)
                 bvec = W @ Xty
-                try:
-                    beta = np.linalg.solve(A, bvec[..., None])[..., 0]
-                except np.linalg.LinAlgError:
-                    continue
-                draws.append(beta[:, 0] / ((W @ fs) / (W @ fn)))
-            if draws:
-                lo, hi = percentile_interval(np.concatenate(draws), level)
+                # a resample can leave a term without variation: drop that replicate, not the batch
+                ok = np.linalg.matrix_rank(A) == k
+                singular += int((~ok).sum())
+                beta = np.linalg.solve(A[ok], bvec[ok][..., None])[..., 0]
+                draws.append(beta[:, 0] / ((W[ok] @ fs) / (W[ok] @ fn)))
+            draws = np.concatenate(draws) if draws else np.zeros(0)
+            if singular:
+                notes.append(f"{tag}{singular} of {n_boot} bootstrap resamples left a singular design (a term without "
+                             "variation) and were dropped from the constant_target_forwards interval")
+            if draws.size:
+                lo, hi = percentile_interval(draws, level)
         rows.append({"term": "constant_target_forwards", "estimate": est, "estimate_lo": float(lo),
                      "estimate_hi": float(hi), "p": np.nan})
         rows.append({"term": "target_forward_ms", "estimate": fwd, "estimate_lo": np.nan,

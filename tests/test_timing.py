@@ -98,6 +98,28 @@ def test_round_cost_regression_recovers_the_planted_costs():
     assert c.estimate_lo <= 1.25 <= c.estimate_hi
 
 
+def test_round_cost_bootstrap_drops_singular_resamples_not_the_interval():
+    # the tree budget varies inside one prompt only: every resample without that prompt has a
+    # singular design; those replicates are dropped (and counted), the interval survives
+    f = _rounds_with_costs(seed=6)
+    f["draft_passes"] = np.int16(1)
+    f["budget"] = np.int16(63)
+    first = f["prompt_id"] == f["prompt_id"].cat.categories[0]
+    f.loc[first, "budget"] = np.where(np.arange(int(first.sum())) % 2 == 0, 15, 63).astype(np.int16)
+    base = f.copy()
+    base["horizon"] = 0
+    base["drafter"] = "ar"
+    base["round_ms"] = np.float32(20.0)
+    res = T.round_cost(f, baseline_rounds=base, n_boot=400)
+    c = res.to_frame().set_index("term").loc["constant_target_forwards"]
+    assert np.isfinite(c.estimate_lo) and c.estimate_lo <= c.estimate <= c.estimate_hi
+    dropped = [n for n in res.notes if "singular design" in n]
+    assert len(dropped) == 1
+    k = int(dropped[0].split(" of ")[0].split()[-1])
+    # P(a resample misses the one prompt) = (1 - 1/G)^G ~ 0.36 with G = 30 prompts (the baseline shares them)
+    assert 0.2 * 400 < k < 0.5 * 400
+
+
 def test_round_cost_drops_terms_that_do_not_vary():
     f = _rounds_with_costs(seed=5)
     f["budget"] = np.int16(63)
