@@ -8,7 +8,9 @@ leading run of ones (the top-1 chain's run length).
 * **Offset law** (:func:`offset_law`): for every offset j a logistic regression of
   ``match_j`` on the root entropy, ``logit p_m,j(H) = b0_j - b1_j H`` (exact MLE), with
   CR3 cluster-jackknife intervals (t with G-1 df, as the law table), and the marginal
-  match rate.
+  match rate. An offset whose known matches are all 1 (all 0), as offset 1 of a grounded
+  task typically is, has no finite MLE: its limit is the constant rate ``p_j = 1`` (0)
+  for every H (``b0 = +inf``/``-inf``, b1 not identified), which the Assumption 2 test uses.
 * **Hazards** (:func:`offset_hazards`): per entropy bin and offset, the conditional hazard
   ``P(match_j = 1 | match_1..j-1 = 1)`` next to the marginal ``P(match_j = 1)``, both as
   ratio estimators with CR1 intervals.
@@ -17,7 +19,10 @@ leading run of ones (the top-1 chain's run length).
   whose run is cut by unknown offsets counts only at the l it determines). The
   difference ``D(l)`` and the mean-run difference ``sum_l D(l)`` get a CR1 interval from
   the stacked estimating equations: the per-round influence of ``D(l)`` includes the
-  estimation error of every offset fit (delta method through ``dS/db_j``).
+  estimation error of every offset fit (delta method through ``dS/db_j``; a constant
+  offset has none). An offset whose fit is otherwise not identified (separation, no
+  entropy variation) leaves the implied survival NaN from that offset on, with a note,
+  never a truncated sum; lengths beyond the last offset any round knows are not compared.
 * **Survival** (:func:`run_survival`): empirical ``P(a >= l)`` of the accepted length
   by entropy decile, with CR1 intervals, against the law's truncated geometric (averaged
   over the decile's rounds) and, in the floor regime, the two-state model of
@@ -48,6 +53,8 @@ ANALYSIS = "the per-offset analysis"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).
 CLI_COLUMNS = ("match",)
+#: ``_offset_fits``'s ``why`` for an offset whose known matches are all 1 (or all 0).
+CONSTANT = "constant"
 
 
 # --------------------------------------------------------------------------
@@ -96,26 +103,57 @@ def decile_bins(H: np.ndarray, n_bins: int = 10) -> np.ndarray:
 
 
 def _offset_fits(H, M, codes, G):
-    """Logistic fit of match_j on H for every offset: b (L,2), cov (L,2,2), influence (n,L,2)."""
+    """Logistic fit of match_j on H for every offset: b (L,2), cov (L,2,2), influence (n,L,2), why (L,).
+
+    ``why[j]`` is None for a fitted offset. When every known match at offset j is 1 (or 0) the
+    log-likelihood has no maximum, but its supremum is the constant rate: ``why[j] = CONSTANT``
+    and ``b[j] = (+inf, 0)`` (``(-inf, 0)``), i.e. ``p_j(H) = 1`` (0) for every H, with zero
+    influence (jackknifing a prompt cannot move it) and covariance NaN (b1 is not identified).
+    Otherwise ``why[j]`` says why the fit is not identified and ``b[j]`` is NaN.
+    """
     n, L = M.shape
     b = np.full((L, 2), np.nan)
     cov = np.full((L, 2, 2), np.nan)
     infl = np.zeros((n, L, 2))
+    why: list[str | None] = [None] * L
     for j in range(L):
         known = M[:, j] >= 0
         y = M[known, j].astype(np.float64)
-        if known.sum() < 3 or y.min() == y.max() or np.ptp(H[known]) == 0:
+        Hk = H[known]
+        if not known.any():
+            why[j] = "no round knows the match there"
+            continue
+        if y.min() == y.max():
+            b[j] = (np.inf if y[0] == 1 else -np.inf, 0.0)
+            why[j] = CONSTANT
+            continue
+        h1, h0 = Hk[y == 1], Hk[y == 0]
+        if np.ptp(Hk) == 0:
+            why[j] = "the entropy does not vary while the match does"
+        elif h1.min() >= h0.max() or h1.max() <= h0.min():  # (quasi-)complete separation in 1-D
+            why[j] = "an entropy threshold separates matches from misses, so the MLE diverges"
+        if why[j]:
             continue
         try:
-            bj, _, _ = _law.fit_affine_logit(H[known], y, np.ones_like(y))
-        except ValueError:
+            bj, _, converged = _law.fit_affine_logit(Hk, y, np.ones_like(y))
+        except ValueError as exc:
+            why[j] = str(exc)
             continue
-        sc, info = _law.score_and_information(bj, H[known], y, np.ones_like(y))
+        if not converged:
+            why[j] = "Newton did not converge"
+            continue
+        sc, info = _law.score_and_information(bj, Hk, y, np.ones_like(y))
         A = np.linalg.inv(info)
         b[j] = bj
-        cov[j] = E.cr3(bj, H[known], y, np.ones_like(y), codes[known], G, sc, info)
+        cov[j] = E.cr3(bj, Hk, y, np.ones_like(y), codes[known], G, sc, info)
         infl[known, j, :] = sc @ A
-    return b, cov, infl
+    return b, cov, infl, why
+
+
+def _last_known(M: np.ndarray) -> int:
+    """The last offset (1-based) that any round knows; 0 when none does."""
+    known = np.flatnonzero((np.asarray(M) >= 0).any(axis=0))
+    return int(known[-1]) + 1 if known.size else 0
 
 
 def _cluster_se(psi: np.ndarray, codes: np.ndarray, G: int) -> np.ndarray:
@@ -131,16 +169,19 @@ def _cluster_se(psi: np.ndarray, codes: np.ndarray, G: int) -> np.ndarray:
 
 
 def _gap_parts(H, M, b) -> dict:
-    """The per-round pieces of :func:`survival_gap` that do not depend on the scope."""
+    """The per-round pieces of :func:`survival_gap` that do not depend on the scope.
+
+    A constant offset (``b = (+-inf, 0)``) enters as ``p = 1`` (0) for every H; an unidentified
+    one (``b`` NaN) makes ``S_i(l)`` NaN from that offset on. Lengths beyond the last offset any
+    round knows are not compared (no round's run can reach them, no fit can be made there).
+    """
     n, L = M.shape
     R, ended = leading_runs(M)
     ls = np.arange(1, L + 1)[None, :]
     obs = (R[:, None] >= ls) | (ended[:, None] & (R[:, None] < ls))
-    ok_l = np.cumprod(np.isfinite(b[:, 0])).astype(bool)  # S(l) needs every fit up to l
-    obs &= ok_l[None, :]
+    obs &= ls <= _last_known(M)
     D = (R[:, None] >= ls).astype(np.float64)
-    eta = np.where(np.isfinite(b[:, 0])[None, :], b[None, :, 0] - b[None, :, 1] * H[:, None], 0.0)
-    P = special.expit(eta)
+    P = special.expit(b[None, :, 0] - b[None, :, 1] * H[:, None])
     S = np.cumprod(P, axis=1)
     Q = 1.0 - P
     return dict(obs=obs, D=D, S=S, Q=Q, HQ=-H[:, None] * Q)
@@ -151,7 +192,10 @@ def survival_gap(H, M, codes, G, b, infl, mask=None, parts: dict | None = None):
 
     Returns dict with arrays ``empirical``, ``implied``, ``diff``, ``se``, ``n`` (per l)
     and scalars ``run_mean``, ``implied_mean``, ``diff_mean``, ``se_mean``. ``parts``:
-    the scope-independent pieces from :func:`_gap_parts` (computed when not given).
+    the scope-independent pieces from :func:`_gap_parts` (computed when not given). ``b``
+    per offset: the fit, ``(+-inf, 0)`` for a constant rate 1 (0), NaN when unidentified;
+    the implied survival (and so ``implied_mean``, ``diff_mean``, ``se_mean``) is NaN
+    wherever a scope's observed round needs an unidentified offset.
     """
     n, L = M.shape
     parts = _gap_parts(H, M, b) if parts is None else parts
@@ -167,8 +211,8 @@ def survival_gap(H, M, codes, G, b, infl, mask=None, parts: dict | None = None):
     # (every round of the group, since every round entered the offset fits)
     W = np.where(obs, S, 0.0) / den[None, :]
     tri = np.tril(np.ones((L, L)))  # [l, j] = 1 for j <= l
-    G0 = (W.T @ Q) * tri
-    G1 = (W.T @ HQ) * tri
+    G0 = np.where(tri > 0, W.T @ Q, 0.0)   # (where, not *: an unidentified offset's NaN stays
+    G1 = np.where(tri > 0, W.T @ HQ, 0.0)  # out of the lengths before it)
     psi = -(infl[:, :, 0] @ G0.T + infl[:, :, 1] @ G1.T)
     psi[idx] += np.where(obs, D - S - diff[None, :], 0.0) / den[None, :]
     psi[:, n_l == 0] = 0.0
@@ -178,8 +222,8 @@ def survival_gap(H, M, codes, G, b, infl, mask=None, parts: dict | None = None):
     se_mean = float(_cluster_se(psi[:, valid].sum(axis=1), codes, G)) if valid.any() else np.nan
     return dict(empirical=np.where(valid, emp, np.nan), implied=np.where(valid, imp, np.nan),
                 diff=np.where(valid, diff, np.nan), se=se, n=n_l.astype(np.int64),
-                run_mean=float(np.nansum(emp[valid])), implied_mean=float(np.nansum(imp[valid])),
-                diff_mean=float(np.nansum(diff[valid])), se_mean=se_mean, n_valid=int(valid.sum()))
+                run_mean=float(emp[valid].sum()), implied_mean=float(imp[valid].sum()),
+                diff_mean=float(diff[valid].sum()), se_mean=se_mean, n_valid=int(valid.sum()))
 
 
 # --------------------------------------------------------------------------
@@ -280,7 +324,8 @@ def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
     groups, notes = _prepare(rounds, by)
     rows, few = [], []
     for g in groups:
-        b, cov, _ = _offset_fits(g.H, g.M, g.codes, g.G)
+        b, cov, _, why = _offset_fits(g.H, g.M, g.codes, g.G)
+        const = {1: [], 0: []}
         for j in range(g.M.shape[1]):
             known = g.M[:, j] >= 0
             if not known.any():
@@ -289,17 +334,26 @@ def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
             rate, rse, gk = clustered_mean(y, g.codes[known], g.G)
             r_lo, r_hi = E.proportion_ci(rate, rse, gk, level)
             se = np.sqrt(np.diag(cov[j])) if np.isfinite(cov[j]).all() else np.array([np.nan, np.nan])
-            b0_lo, b0_hi = _ci(b[j, 0], se[0], gk, level)
-            b1_lo, b1_hi = _ci(b[j, 1], se[1], gk, level)
+            bj = b[j] if np.isfinite(b[j]).all() else np.array([np.nan, np.nan])
+            b0_lo, b0_hi = _ci(bj[0], se[0], gk, level)
+            b1_lo, b1_hi = _ci(bj[1], se[1], gk, level)
             rows.append({**g.key, "offset": j + 1, "rounds": int(known.sum()), "prompts": gk,
                          "match_rate": rate, "match_rate_lo": r_lo, "match_rate_hi": r_hi,
-                         "b0": b[j, 0], "b0_lo": b0_lo, "b0_hi": b0_hi,
-                         "b1": b[j, 1], "b1_lo": b1_lo, "b1_hi": b1_hi})
-            if not np.isfinite(b[j, 0]):
+                         "b0": bj[0], "b0_lo": b0_lo, "b0_hi": b0_hi,
+                         "b1": bj[1], "b1_lo": b1_lo, "b1_hi": b1_hi})
+            if why[j] == CONSTANT:
+                const[int(y[0])].append(str(j + 1))
+            elif why[j] is not None:
                 notes.append(f"{E.fmt_group(g.key)} offset {j + 1}: the logistic fit is not identified "
-                             "(no variation in match or entropy); b0/b1 left empty")
+                             f"({why[j]}); b0/b1 left empty")
             elif min(y.sum(), len(y) - y.sum()) < 10:
                 few.append(f"{E.fmt_group(g.key)}:{j + 1}")
+        for v, offs in const.items():
+            if offs:
+                notes.append(f"{E.fmt_group(g.key)} offset{'s' if len(offs) > 1 else ''} {', '.join(offs)}: "
+                             f"every known round {'matched' if v else 'missed'} (rate constant {v}), so the "
+                             f"logistic MLE diverges (b0 = {'+' if v else '-'}inf, b1 not identified); b0/b1 "
+                             f"left empty, the Assumption 2 test uses p = {v} there")
     if few:
         notes.append(f"fewer than 10 matches or 10 misses at {len(few)} offset(s) ({', '.join(few[:6])}"
                      f"{', ...' if len(few) > 6 else ''}): b0/b1 and their intervals are unreliable there")
@@ -349,12 +403,32 @@ def assumption2_test(rounds, by="task", n_bins: int = 10, level: float = 0.95) -
     ``sum_l P(R >= l)``, the mean run the marginal hazards imply, their difference with a
     CR1 interval that includes the per-offset fits' estimation error, and the t p-value.
     ``curve()`` holds the per-l differences.
+
+    An offset whose known matches are all 1 (or all 0) enters as ``p = 1`` (0) for every H,
+    the limit of its logistic MLE, with no estimation error. Where an offset's fit is not
+    identified otherwise (separation, no entropy variation), ``implied_mean``, ``diff`` and
+    its interval are NaN in every row whose implied survival reaches that offset (a note
+    names the group and offset); ``run_mean`` is model-free and always reported. Lengths
+    beyond the last offset any round of the group knows are not compared (noted).
     """
     groups, notes = _prepare(rounds, by)
     rows, curves = [], []
     n_cens = 0
+    const, cut = [], []
     for g in groups:
-        b, _, infl = _offset_fits(g.H, g.M, g.codes, g.G)
+        b, _, infl, why = _offset_fits(g.H, g.M, g.codes, g.G)
+        last = _last_known(g.M)
+        label = E.fmt_group(g.key)
+        if last < g.M.shape[1]:
+            cut.append(f"{label}: l <= {last}")
+        for v in (1, 0):
+            offs = [str(j + 1) for j in range(last) if why[j] == CONSTANT and (b[j, 0] > 0) == bool(v)]
+            if offs:
+                const.append(f"{label} {', '.join(offs)} (p = {v})")
+        for j in range(last):
+            if why[j] not in (None, CONSTANT):
+                notes.append(f"{label} offset {j + 1}: the logistic fit is not identified ({why[j]}); "
+                             f"implied_mean and diff left empty wherever the implied survival reaches offset {j + 1}")
         R, ended = leading_runs(g.M)
         censored = ~ended & (R < g.L)
         n_cens += int(censored.sum())
@@ -382,6 +456,12 @@ def assumption2_test(rounds, by="task", n_bins: int = 10, level: float = 0.95) -
                  "(> 0: conditional hazards exceed marginals, as in a copy regime)")
     notes.append("intervals: CR1 prompt-clustered linearisation of the stacked estimating equations "
                  "(includes the per-offset fits' estimation error), t with G-1 df")
+    if const:
+        notes.append("offsets whose known matches are all 1 (all 0) enter as p = 1 (p = 0) for every H, the limit "
+                     f"of their logistic MLE, with no estimation error: {'; '.join(const)}")
+    if cut:
+        notes.append("runs compared up to the last offset any round knows (beyond it every match is -1, "
+                     f"no run reaches it and no hazard can be fitted): {'; '.join(cut)}")
     if n_cens:
         notes.append(f"{n_cens} run(s) cut by unknown offsets (-1) count only at the lengths they determine")
     return Assumption2Test(pd.DataFrame(rows), level, tuple(notes), pd.DataFrame(curves))
@@ -392,8 +472,9 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
 
     The law (b0, b1) is fitted on the group's rounds (exact MLE); its survival in a decile is
     the average of ``sigmoid(b0 - b1 H_i)^l`` over the decile's rounds (not the survival at
-    the mean entropy). The two-state survival comes from ``glance_law.tail`` fitted in regime
-    on the group's bottom entropy bin (the floor) and is shown for that bin.
+    the mean entropy). When every round accepted its full horizon (nothing) the MLE's limit
+    ``p = 1`` (0) is used, with a note. The two-state survival comes from ``glance_law.tail``
+    fitted in regime on the group's bottom entropy bin (the floor) and is shown for that bin.
     """
     groups, notes = _prepare(rounds, by, need_match=False)
     tail_fits = _tail_fits(rounds, groups, by, n_bins, notes) if two_state else {}
@@ -401,10 +482,17 @@ def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_s
     for g in groups:
         try:
             b, _, _, _ = E.law_fit(g.H, g.a, g.L, g.codes, g.G)
+            p = special.expit(b[0] - b[1] * g.H)
         except ValueError as exc:
-            notes.append(f"{E.fmt_group(g.key)}: law not fitted ({exc}); geometric column empty")
-            b = np.array([np.nan, np.nan])
-        p = special.expit(b[0] - b[1] * g.H)
+            if (g.a >= g.L).all() or (g.a == 0).all():  # the MLE's limit is the constant rate
+                v = int((g.a >= g.L).all())
+                notes.append(f"{E.fmt_group(g.key)}: every round accepted {'its full horizon' if v else 'nothing'}, "
+                             f"so the law's MLE diverges to p = {v} for every H (b0 = {'+' if v else '-'}inf); "
+                             f"geometric = {v}")
+                p = np.full(len(g.H), float(v))
+            else:
+                notes.append(f"{E.fmt_group(g.key)}: law not fitted ({exc}); geometric column empty")
+                p = np.full(len(g.H), np.nan)
         bins = decile_bins(g.H, n_bins)
         ts = tail_fits.get(E.fmt_group(g.key))
         for k in range(int(bins.max()) + 1 if len(bins) else 0):
