@@ -169,8 +169,9 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
 
     Returns ``(b, info, converged)``: the estimate, the observed information at
     it (for sandwich covariances) and whether Newton converged. Raises
-    ``ValueError`` when the MLE does not exist (no variation in H, or every
-    round accepted nothing / everything, so the likelihood has no maximum).
+    ``ValueError`` when the MLE does not exist (no variation in H, every
+    round accepted nothing / everything, or the entropies separate the accepted
+    tokens from the rejections, so the likelihood has no maximum).
 
     Each iteration makes a few vectorised passes over the rounds (the score and
     the 2x2 information are accumulated as dot products, never as an (n, 2)
@@ -195,6 +196,15 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     live = n_tr > 0
     if np.ptp(H[live]) == 0:
         raise ValueError("root_entropy does not vary, so the slope b1 is not identified")
+    # (Quasi-)complete separation: some entropy c has every accepted token at H <= c and every
+    # rejection at H >= c (or the reverse); the likelihood then rises without bound along
+    # b0 = b1 c, b1 -> +-inf, and Newton would stop on a flat ridge at an arbitrary point.
+    hs, hf = H[s > 0], H[f > 0]
+    if hs.max() <= hf.min() or hf.max() <= hs.min():
+        low = "accepted tokens" if hs.max() <= hf.min() else "rejections"
+        raise ValueError(f"the entropies separate acceptances from rejections (every one of the {low} "
+                         "lies at or below every other one), so the slope is infinite and the law has no "
+                         "finite fit")
     SH = _dot(s, H)
     e, p, npv = np.empty_like(H), np.empty_like(H), np.empty_like(H)
 

@@ -119,6 +119,31 @@ def test_mle_rejects_unidentified_data():
         law.fit_affine_logit(np.ones(20), np.arange(20) % 4, np.full(20, 5))
 
 
+def test_mle_rejects_separated_data_and_accepts_overlap():
+    # L = 1: accepted at the ten lowest entropies, rejected at the ten highest -> complete separation
+    H = np.linspace(0, 2, 20)
+    a = (H < 1).astype(int)
+    with pytest.raises(ValueError, match="separate"):
+        law.fit_affine_logit(H, a, np.ones(20))
+    with pytest.raises(ValueError, match="separate"):      # reversed: acceptances above
+        law.fit_affine_logit(H, 1 - a, np.ones(20))
+    # quasi-complete: one round at the boundary entropy both accepts a token and is rejected
+    # (a = 1 of L = 3 at H = 1); the log-likelihood still climbs along b0 = b1 * 1, b1 -> inf
+    Hq = np.r_[0.2, 0.5, 1.0, 1.5, 1.8]
+    aq, Lq = np.r_[3, 3, 1, 0, 0], np.full(5, 3)
+    with pytest.raises(ValueError, match="separate"):
+        law.fit_affine_logit(Hq, aq, Lq)
+    ridge = [law.loglik(np.array([t, t]), Hq, aq, Lq) for t in (1.0, 10.0, 100.0)]
+    assert ridge[0] < ridge[1] < ridge[2] < 0
+    # one acceptance on the other side of the boundary restores a finite maximum
+    aq2 = np.r_[3, 3, 1, 1, 0]
+    b, _, ok = law.fit_affine_logit(Hq, aq2, Lq)
+    assert ok and np.all(np.isfinite(b))
+    res = optimize.minimize(lambda x: -law.loglik(x, Hq, aq2, Lq), x0=[0.0, 0.0], method="Nelder-Mead",
+                            options={"xatol": 1e-10, "fatol": 1e-12, "maxiter": 20_000})
+    assert b == pytest.approx(res.x, abs=1e-4)
+
+
 def test_nls_solves_its_normal_equations():
     arr = simulate_arrays([TaskSpec("t", 1.0, 0.7)], n_prompts=30, vectors=False, seed=2)
     H, a, L = arr["root_entropy"].astype(float), arr["accepted"].astype(float), arr["horizon"]
