@@ -173,12 +173,21 @@ class TaskTail:
         return float(cum[self.horizon - 1].mean())
 
     @property
+    def mixture(self) -> bool:
+        """Whether the fitted law is a no-switching mixture (lambda2 >= 0, S1 <= lambda1): the
+        only case in which the paper's pi and rho_U are identified (pi = C, rho_U = lambda2)."""
+        return bool(self.lambda2 >= 0 and self.s1 <= self.lambda1 and self.lambda1 > self.lambda2)
+
+    @property
     def pi(self) -> float:
-        return float(self.theta[0])
+        """The slow mode's weight C when the fitted law is a no-switching mixture, else NaN (the
+        law then fixes no pi: a whole interval of entry weights gives it)."""
+        return float(self.theta[0]) if self.mixture else float("nan")
 
     @property
     def pi_star(self) -> float:
-        if not np.isfinite(self.b0):
+        """The paper's threshold at rho_U = lambda2 (mixture case only, as ``pi``)."""
+        if not np.isfinite(self.b0) or not self.mixture:
             return float("nan")
         return pi_star(self.b0, self.theta[2], self.horizon)
 
@@ -573,7 +582,10 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         "does not apply (3 identified parameters, one unidentified under the null)",
         "chi2: Pearson on the run-length histogram, adjacent cells pooled left to right until the expected "
         "count is >= 5 under both models; p_chi2_geometric on cells-2 df, p_chi2_two_state on cells-4 df",
-        "pi: the fitted weight of the slow mode (the entry weight of D in the canonical theta); pi_star = "
+        "pi: the fitted weight of the slow mode when the fitted law is a no-switching mixture (lambda2 >= 0 "
+        "and s1 <= lambda1: pi = C, rho_U = lambda2); otherwise pi and pi_star are empty, because a rising or "
+        "oscillating hazard is produced by a whole interval of entry weights (compare such fits by "
+        "log-likelihood and pmf; the models table shows one canonical theta); pi_star = "
         "(e^b0 - M(rho_U)) / (L - M(rho_U)) is sufficient, not necessary, for a floor above the cap when "
         "t_UU < 1 (see the models table's pi_needed)",
         "heldout_two_state_wins: prompt-disjoint tests (of heldout_tests) where the frozen two-state model "

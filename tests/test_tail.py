@@ -298,6 +298,28 @@ def test_pooled_chi_square_golden():
     assert k == 1 and np.all(np.isnan(chi2))
 
 
+def test_pi_and_pi_star_only_where_the_law_identifies_them():
+    # a law with S1 > lambda1 (runs start fast, then fall into a slow absorbing state) is no
+    # no-switching mixture: a whole interval of entry weights produces it, so the tail table
+    # leaves pi and pi_star empty; the canonical theta stays in the models table
+    rng = np.random.default_rng(0)
+    n, L = 3000, 15
+    cl = np.repeat(np.arange(300), 10)
+    S = tail.survival((1.0, 0.99, 0.5, 0.3, 1.0), L)
+    a = (S[None, :] > rng.random(n)[:, None]).sum(axis=1)
+    tt, _ = tail.tail_test(a, np.full(n, L), cl, b0=1.226, n_boot=0, heldout=False)
+    assert tt.s1 > tt.lambda1 and not tt.mixture
+    assert np.isnan(tt.pi) and np.isnan(tt.pi_star)
+    assert np.isnan(tt.row()["pi"]) and np.isnan(tt.row()["pi_star"])
+    assert np.isfinite(tt.model_row()["pi"])            # the canonical theta, labelled as such
+    # the same theta family as a mixture (t_DD = t_UU = 1): pi = C is identified and recovered
+    S = tail.survival((0.3, 0.97, 0.5, 1.0, 1.0), L)
+    a = (S[None, :] > rng.random(n)[:, None]).sum(axis=1)
+    tt, _ = tail.tail_test(a, np.full(n, L), cl, b0=1.226, n_boot=0, heldout=False)
+    assert tt.mixture and abs(tt.pi - 0.3) < 0.06
+    assert tt.pi_star == pytest.approx(tail.pi_star(1.226, tt.lambda2, L))
+
+
 def test_tail_test_statistics_are_consistent():
     rng = np.random.default_rng(4)
     n, L = 400, 15
