@@ -24,7 +24,7 @@ from .tail import (N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometr
 TAIL_COLUMNS = ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup", "ll_geometric",
                 "ll_two_state", "lrt", "lrt_p_bootstrap", "lrt_p_nominal", "chi2_geometric", "chi2_two_state",
                 "pi", "pi_star", "heldout_two_state_wins")
-TAIL_EXTRA = ("floor_mean_lo", "floor_mean_hi", "lrt_deff", "p_chi2_geometric", "p_chi2_two_state", "heldout_tests",
+TAIL_EXTRA = ("floor_mean_lo", "floor_mean_hi", "lrt_deff", "lrt_p_bootstrap_rounds", "p_chi2_geometric", "p_chi2_two_state", "heldout_tests",
               "heldout_two_state_wins_ll", "heldout_chi2_geometric_mean", "heldout_chi2_two_state_mean")
 MODEL_COLUMNS = ("task", "threshold", "horizon", "b0", "rho_geometric", "mean_geometric", "pi", "rho_d", "rho_u",
                  "t_dd", "t_uu", "lambda1", "lambda2", "s1", "mean_two_state", "cells", "df_geometric",
@@ -173,6 +173,14 @@ class TaskTail:
         return float(cum[self.horizon - 1].mean())
 
     @property
+    def lrt_p_bootstrap_rounds(self) -> float:
+        """The plain parametric-bootstrap p-value (the observed lrt against the null draws, rounds
+        treated as independent: no design-effect correction)."""
+        if self.n_boot <= 0 or self.lrt_null.size == 0:
+            return float("nan")
+        return float((1 + np.sum(self.lrt_null >= self.lrt - 1e-9 * (1 + self.lrt))) / (self.lrt_null.size + 1))
+
+    @property
     def mixture(self) -> bool:
         """Whether the fitted law is a no-switching mixture (lambda2 >= 0, S1 <= lambda1): the
         only case in which the paper's pi and rho_U are identified (pi = C, rho_U = lambda2)."""
@@ -227,7 +235,8 @@ class TaskTail:
                 "chi2_geometric": self.chi2_geometric, "chi2_two_state": self.chi2_two_state,
                 "pi": self.pi, "pi_star": self.pi_star, "heldout_two_state_wins": self.heldout_two_state_wins,
                 "floor_mean_lo": self.floor_mean_lo, "floor_mean_hi": self.floor_mean_hi,
-                "lrt_deff": self.lrt_deff, "p_chi2_geometric": self.p_chi2_geometric, "p_chi2_two_state": self.p_chi2_two_state,
+                "lrt_deff": self.lrt_deff, "lrt_p_bootstrap_rounds": self.lrt_p_bootstrap_rounds,
+                "p_chi2_geometric": self.p_chi2_geometric, "p_chi2_two_state": self.p_chi2_two_state,
                 "heldout_tests": self.heldout_tests, "heldout_two_state_wins_ll": self.heldout_two_state_wins_ll,
                 "heldout_chi2_geometric_mean": self.heldout_chi2_mean("geometric"),
                 "heldout_chi2_two_state_mean": self.heldout_chi2_mean("two_state")}
@@ -578,7 +587,8 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         f"lrt = 2 (ll_two_state - ll_geometric); lrt_p_bootstrap: parametric bootstrap under the fitted "
         f"geometric ({n_boot} replicates, seed {seed}, same horizons, both models refitted; rounds drawn "
         "independently), made prompt-aware by dividing the observed lrt by lrt_deff, the Rao-Scott design "
-        "effect of the run-length histogram under prompt clustering; lrt_p_nominal: the paper's chi-square(4) reference, conservative because Wilks "
+        "effect of the run-length histogram under prompt clustering (lrt_p_bootstrap_rounds: the same bootstrap without "
+        "that correction, rounds treated as independent); lrt_p_nominal: the paper's chi-square(4) reference, conservative because Wilks "
         "does not apply (3 identified parameters, one unidentified under the null)",
         "chi2: Pearson on the run-length histogram, adjacent cells pooled left to right until the expected "
         "count is >= 5 under both models; p_chi2_geometric on cells-2 df, p_chi2_two_state on cells-4 df",

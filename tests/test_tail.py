@@ -329,7 +329,11 @@ def test_tail_test_statistics_are_consistent():
     tt, _ = tail.tail_test(a, np.full(n, L), cl, b0=1.226, n_boot=19, seed=1)
     assert tt.lrt == pytest.approx(2 * (tt.ll_two_state - tt.ll_geometric))
     assert tt.lrt_p_nominal == pytest.approx(stats.chi2.sf(tt.lrt, 4))
-    assert tt.lrt_p_bootstrap == pytest.approx((1 + np.sum(tt.lrt_null >= tt.lrt - 1e-9 * (1 + tt.lrt))) / 20)
+    stat = tt.lrt / tt.lrt_deff
+    assert tt.lrt_p_bootstrap == pytest.approx((1 + np.sum(tt.lrt_null >= stat - 1e-9 * (1 + stat))) / 20)
+    assert tt.lrt_p_bootstrap_rounds == pytest.approx((1 + np.sum(tt.lrt_null >= tt.lrt - 1e-9 * (1 + tt.lrt))) / 20)
+    assert tt.row()["lrt_p_bootstrap_rounds"] == tt.lrt_p_bootstrap_rounds
+    assert tt.lrt_deff != 1.0
     t = tt.pmf_table()
     assert t["observed"].sum() == n
     assert t["expected_geometric"].sum() == pytest.approx(n)
