@@ -172,7 +172,9 @@ def best_tree_value(marginals, budget: int, log: bool = False):
     never grow with depth, so the best tree is the best-first one of
     :func:`glance_law.tree.best_first` and its value the sum of its nodes'
     path probabilities. Exact for the logged top-k (the full distribution's best
-    tree when k >= budget). Returns a float or an (R,) array.
+    tree when k >= budget). NaN entries are padding (an absent token: probability 0).
+    Each row holds probabilities of distinct tokens, so it may sum to at most 1 (up to
+    1e-4 of rounding); a larger sum is refused. Returns a float or an (R,) array.
     """
     from .tree import best_first, max_code_bits
     x = np.asarray(marginals, dtype=np.float64)
@@ -191,6 +193,11 @@ def best_tree_value(marginals, budget: int, log: bool = False):
             raise GlanceError("probabilities must lie in [0, 1]")
         with np.errstate(divide="ignore"):
             lq = np.log(x)
+    total = np.exp(lq).sum(axis=-1)
+    if np.any(total > 1.0 + 1e-4):
+        where = tuple(int(i) for i in np.unravel_index(int(np.argmax(total)), total.shape))
+        raise GlanceError(f"the marginals of one offset sum to {float(total[where]):.6g} > 1 (row {where}): they "
+                          "must be probabilities of distinct tokens (top-k of one distribution)")
     single = lq.ndim == 2
     lq = -np.sort(-(lq[None] if single else lq), axis=2)
     lq = lq[:, :N, :N]                      # an N-node tree is at most N deep and uses ranks < N

@@ -14,7 +14,7 @@ excluded), budget in nodes per round.
 * :func:`decile_curves` - Figure 3(a): measured decile curves of every task on one axis.
 * :func:`law_fits` - Figure 8: one panel per task, decile means with intervals, the
   fitted law and the isotonic curve.
-* :func:`law_brackets` - Figure 4: every task's law between the AdaEDL lower bracket
+* :func:`law_brackets` - Figure 4: every task's law drawn against the AdaEDL lower bracket
   and the paper's 2 ln N / H ceiling, log scale.
 * :func:`survival_curves` - the floor regime's run-length survival: observed vs the
   geometric (single-hazard) law vs the two-state model, log scale.
@@ -210,7 +210,7 @@ def law_fits(law, drafter: str | None = None, tasks: Sequence[str] | None = None
 
 def law_brackets(law, drafter: str | None = None, tasks: Sequence[str] | None = None, budget: int = 31,
                  gamma: float = 0.2, horizon: int | None = None):
-    """Figure 4: every task's fitted law (lines) and decile means (markers) between the AdaEDL
+    """Figure 4: every task's fitted law (lines) and decile means (markers) against the AdaEDL
     lower bracket M(1 - sqrt(gamma H), L) and the paper's verification ceiling 2 ln N / H at
     budget N (drawn as the paper does; with Shannon entropy it is not a bound, see
     docs/theory.md), with the horizon L; accepted length on a log scale."""
@@ -243,7 +243,7 @@ def law_brackets(law, drafter: str | None = None, tasks: Sequence[str] | None = 
     ax.set_xlim(0, hmax)
     ax.set_xlabel("root entropy H (nats)")
     ax.set_ylabel("E[a | H] (tokens, log scale)")
-    ax.set_title(_title(d, "law fits inside the two brackets", law), fontsize=10)
+    ax.set_title(_title(d, "law fits against the two brackets", law), fontsize=10)
     ax.grid(alpha=0.3, lw=0.5, which="major")
     ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.tight_layout()

@@ -118,6 +118,14 @@ def test_rejects_impossible_input():
         brackets.ceiling_min_entropy(10, -1)
     with pytest.raises(GlanceError, match=r"\[0, 1\]"):
         brackets.best_tree_value(np.array([[1.2, 0.1]]), 3)
+    # top-k of one distribution: an offset's probabilities sum to at most 1 (both spaces)
+    with pytest.raises(GlanceError, match="sum to 1.8"):
+        brackets.best_tree_value(np.array([[0.9, 0.9]]), 2)
+    with pytest.raises(GlanceError, match=r"row \(1, 0\)"):
+        brackets.best_tree_value(np.log(np.array([[[0.5, 0.5]], [[0.7, 0.6]]])), 2, log=True)
+    # float32 rounding of a full softmax stays accepted; NaN is padding (probability 0)
+    assert brackets.best_tree_value(np.array([[0.5, 0.50001]]), 1) == pytest.approx(0.50001)
+    assert brackets.best_tree_value(np.array([[0.6, np.nan]]), 2) == pytest.approx(0.6)
     with pytest.raises(GlanceError, match="budget"):
         brackets.best_tree_value(np.array([[0.5, 0.1]]), 0)
     with pytest.raises(GlanceError, match="sum to 1"):

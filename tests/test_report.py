@@ -99,6 +99,11 @@ def test_index_links_every_output_and_names_the_inputs(rich_report, rich):
     assert m["seed"] == 0 and m["options"]["tail_boot"] == 19
     assert {"numpy", "scipy", "pandas", "matplotlib", "glance-law", "python"} <= set(m["libraries"])
     assert m["command"].startswith("python -m glance_law.report ")
+    # Figure 4's caption counts the decile means outside each bracket (none is claimed inside)
+    cap = re.search(r"\*Task-level law fits \(tree\) drawn against[^*]*\*", index).group(0)
+    total, below, above = (int(x) for x in re.search(
+        r"of (\d+) decile means, (\d+) lie below the lower bracket and (\d+) above", cap).groups())
+    assert total == 10 * len(EXAMPLE_TASKS) and below + above <= total and "inside" not in cap
 
 
 def test_same_logs_and_seed_give_identical_bytes(rich, rich_report, tmp_path):
