@@ -4,7 +4,8 @@ A round's value as a function of its tree budget n - the replayed accepted
 length ``A_r(n)`` (:mod:`glance_law.replay`), or a policy's prediction of it -
 is made concave by its *upper concave envelope* ``E_r``: piecewise linear with
 strictly decreasing slopes, each linear piece a *segment* (start ``x0``,
-length, slope = value per node). Global best-first hands a shared total budget
+length, slope = value per node), built by Andrew's monotone chain in O(P) per
+round for P points (:func:`hull_segments`), so every point of a curve counts. Global best-first hands a shared total budget
 ``B`` (nodes) to the segments of all rounds in decreasing slope order (ties:
 round, then position) until the next one does not fit; that one gets the
 remaining whole nodes. Segments worth less than the exchange rate ``lam``
@@ -40,37 +41,88 @@ class Segments:
         return int(self.x0.shape[0])
 
 
-def hull_segments(X: np.ndarray, Y: np.ndarray) -> Segments:
+def hull_segments(X: np.ndarray, Y: np.ndarray, chunk: int | None = None) -> Segments:
     """Segments of the upper concave envelope of the points (0, 0) and (X[r, j], Y[r, j]) of
-    each round (X increasing along a row, +inf = no point), keeping positive slopes.
+    each round (X increasing along a row; a point with X <= 0 or non-finite X or Y is no point,
+    e.g. X = +inf), keeping positive slopes.
 
-    From each vertex the next is the point of largest slope (the farthest one on ties)."""
+    Andrew's monotone chain, one pass over the columns with a stack per row (vectorised across
+    rows, ``chunk`` rows at a time so memory stays bounded): a new point pops the top vertex
+    while the top lies on or under the chord from the vertex beneath it, so collinear points
+    merge and the farthest one is kept. O(P) per row (amortised) for P points."""
     X = np.asarray(X, dtype=np.float64)
     Y = np.asarray(Y, dtype=np.float64)
     R, P = X.shape
-    cx = np.zeros(R)
-    cy = np.zeros(R)
-    rows = np.arange(R)
-    x0s, lens, slopes = [], [], []
-    for _ in range(P):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sl = (Y - cy[:, None]) / (X - cx[:, None])
-        sl = np.where((X > cx[:, None]) & np.isfinite(X), sl, -np.inf)
-        j = P - 1 - np.argmax(sl[:, ::-1], axis=1)
-        s = sl[rows, j]
-        ok = s > 0
-        if not ok.any():
-            break
-        nx = np.where(ok, X[rows, j], cx)
-        x0s.append(np.where(ok, cx, 0))
-        lens.append(np.where(ok, nx - cx, 0))
-        slopes.append(np.where(ok, s, -np.inf))
-        cy = np.where(ok, Y[rows, j], cy)
-        cx = nx
-    if not x0s:
-        z = np.zeros((R, 0), np.int64)
-        return Segments(z, z.copy(), np.zeros((R, 0)))
-    return Segments(np.stack(x0s, 1).astype(np.int64), np.stack(lens, 1).astype(np.int64), np.stack(slopes, 1))
+    step = max(1, (1 << 21) // (P + 1)) if chunk is None else max(1, int(chunk))
+    parts = [_upper_hull(X[a:a + step], Y[a:a + step]) for a in range(0, R, step)] or \
+        [_upper_hull(X[:0], Y[:0])]
+    J = max(p[0].shape[1] for p in parts)
+    pad = [(np.pad(x0, ((0, 0), (0, J - x0.shape[1]))), np.pad(ln, ((0, 0), (0, J - ln.shape[1]))),
+            np.pad(sl, ((0, 0), (0, J - sl.shape[1])), constant_values=-np.inf)) for x0, ln, sl in parts]
+    return Segments(*(np.concatenate(c, axis=0) for c in zip(*pad)))
+
+
+def _upper_hull(X: np.ndarray, Y: np.ndarray):
+    """(x0, length, slope) of the positive-slope hull segments of a chunk of rows (see hull_segments).
+
+    Column c of ``Xp``/``Yp`` is point c - 1 (column 0: the origin). The stack is kept as links:
+    ``link[r, c]`` is the vertex beneath point c when it was pushed (it stays beneath while c is
+    on the stack), so a push writes one column for all rows and only the rows that pop are indexed."""
+    n, P = X.shape
+    W = P + 1
+    Xp = np.zeros((n, W))
+    Yp = np.zeros((n, W))
+    Xp[:, 1:], Yp[:, 1:] = X, Y
+    xf, yf = Xp.reshape(-1), Yp.reshape(-1)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(X) & np.isfinite(Y) & (X > 0)
+    link = np.zeros((n, W), np.int64)
+    lf = link.reshape(-1)
+    base = np.arange(n) * W
+    tc, bc = np.zeros(n, np.int64), np.full(n, -1, np.int64)    # columns of the top B and the vertex A under it
+    bx, by = np.zeros(n), np.zeros(n)
+    ax, ay = np.full(n, np.nan), np.full(n, np.nan)             # no A: every comparison is False
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j in range(P):
+            x, y, okj = X[:, j], Y[:, j], ok[:, j]
+            # C = (x, y) pops the top B while B lies on or under the chord A-C: slope(A, C) >= slope(A, B)
+            idx = np.flatnonzero(okj & ((y - ay) / (x - ax) >= (by - ay) / (bx - ax)))
+            cx, cy, t, tx, ty = x[idx], y[idx], bc[idx], ax[idx], ay[idx]     # B popped: A is the top
+            while idx.size:
+                f = base[idx]
+                u = np.where(t > 0, lf[f + t], -1)                           # the vertex under the top
+                ux = np.where(u >= 0, xf[f + np.maximum(u, 0)], np.nan)
+                uy = yf[f + np.maximum(u, 0)]
+                more = (cy - uy) / (cx - ux) >= (ty - uy) / (tx - ux)
+                i, done = idx[~more], ~more
+                tc[i], bx[i], by[i], bc[i], ax[i], ay[i] = t[done], tx[done], ty[done], u[done], ux[done], uy[done]
+                idx, cx, cy, t, tx, ty = (v[more] for v in (idx, cx, cy, u, ux, uy))
+            push = okj & (x > bx)                # a point under the top at the same X is never a vertex
+            link[:, j + 1] = tc
+            bc, ax, ay = np.where(push, tc, bc), np.where(push, bx, ax), np.where(push, by, ay)
+            tc, bx, by = np.where(push, j + 1, tc), np.where(push, x, bx), np.where(push, y, by)
+    down, cur = [], tc                           # the vertices from the top down to the origin
+    while (cur > 0).any():
+        down.append(cur)
+        cur = np.where(cur > 0, lf[base + cur], 0)
+    depth = sum((c > 0).astype(np.int64) for c in down) if down else np.zeros(n, np.int64)
+    D = len(down)
+    V = np.zeros((n, D + 1), np.int64)           # vertex columns from the origin up
+    if D:
+        C = np.stack(down, axis=1)
+        k = np.arange(1, D + 1)[None, :]
+        V[:, 1:] = np.where(k <= depth[:, None], np.take_along_axis(C, np.clip(depth[:, None] - k, 0, D - 1), 1), 0)
+    vx, vy = np.take_along_axis(Xp, V, 1), np.take_along_axis(Yp, V, 1)
+    live = np.arange(D)[None, :] < depth[:, None]
+    dx = np.diff(vx, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sl = np.diff(vy, axis=1) / np.where(live, dx, 1.0)
+    keep = np.cumprod(live & (sl > 0), axis=1).astype(bool)      # slopes decrease: a prefix
+    J = int(keep.sum(axis=1).max()) if n else 0
+    keep = keep[:, :J]
+    x0 = np.where(keep, vx[:, :J], 0).astype(np.int64)
+    ln = np.where(keep, dx[:, :J], 0).astype(np.int64)
+    return x0, ln, np.where(keep, sl[:, :J], -np.inf)
 
 
 def envelope_segments(pos: np.ndarray, n_max: int) -> Segments:

@@ -19,15 +19,19 @@ and needs no model run:
   r = p(H); ``rescue`` uses the estimated ``r(H)`` (a logistic fit of how often
   the target's token at the chain's first miss is inside the top-k), whose key
   is ``r(H) (1 - p^L)``. Each round's predicted curve (the cumulated masses of
-  its first n best-first nodes) is made concave and allocated like the oracle's.
+  its first n best-first nodes, every n <= n_max) is made concave and allocated
+  like the oracle's.
 
 The law is fitted on the chain's leading matches (``target_rank == 0``) with
-:func:`glance_law.law.fit_law`. Values are mean accepted tokens per round
+:func:`glance_law.law.fit_law`; a group whose chain law rests on fewer than
+``MIN_LAW_MISSES`` misses or has b1 <= 0 keeps its rows and is named in the notes
+(its keyed rows are unreliable). Values are mean accepted tokens per round
 (committed = accepted + 1); gains are relative to the fixed width at equal
 budget, with prompt-level bootstrap intervals (allocations recomputed per
 replicate, keys held at their estimates). Proposition 6 is checked per budget:
 the oracle-vs-policy regret against the sum of |V* - Vhat| over the nodes the
-two allocations disagree on.
+two allocations disagree on. Rescue rates get the project's interval for
+proportions (logit-scale CR1, exact at 0 or 1: ``_evidence.proportion_ci``).
 """
 from __future__ import annotations
 
@@ -40,7 +44,8 @@ import pandas as pd
 from scipy import special
 
 from . import allocate as al
-from .cluster import bootstrap_counts, cluster_codes, clustered_mean, percentile_interval, t_crit
+from ._evidence import proportion_ci
+from .cluster import bootstrap_counts, cluster_codes, clustered_mean, percentile_interval
 from .errors import GlanceError, MissingColumnError
 from .law import fit_affine_logit, fit_law, match_prob, truncated_mean
 from .replay import ReplayArrays, chain_run, group_labels, replay_arrays, round_arrays
@@ -221,12 +226,6 @@ def _grid(budgets, n_max):
     return sorted(x for x in g if 1 <= x <= n_max)
 
 
-def _curve_grid(n_max: int) -> np.ndarray:
-    """Budgets at which predicted curves are evaluated (every n <= 16, then geometric)."""
-    g = np.r_[np.arange(1, min(16, n_max) + 1), np.round(np.geomspace(16, n_max, 25)) if n_max > 16 else []]
-    return np.unique(g.astype(np.int64))
-
-
 class _Task:
     """One group's rounds with everything the policies need, fixed once."""
 
@@ -239,14 +238,14 @@ class _Task:
         if np.all(np.isfinite(b)):
             p = match_prob(H, *b)
             _, dep, cod = best_first(logq, self.n_max)
-            grid = _curve_grid(self.n_max)
+            n = np.arange(1, self.n_max + 1, dtype=np.float64)
             rhat = special.expit(c[0] - c[1] * H) if np.isfinite(c[0]) else None
             for name, r in (("paper", p), ("rescue", rhat)):
                 if r is None:
                     continue
+                # the envelope of the whole predicted curve: every n = 1..n_max is a candidate vertex
                 cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
-                Y = cum[:, grid - 1]
-                self.seg[name] = al.hull_segments(np.broadcast_to(grid.astype(float), Y.shape), Y)
+                self.seg[name] = al.hull_segments(np.broadcast_to(n, cum.shape), cum)
             self.keys = {"paper": paper_key(H, horizon, *b)}
             if rhat is not None:
                 self.keys["rescue"] = rescue_key(H, horizon, *b, *c)
@@ -343,14 +342,13 @@ def _rescue_rows(task, H, has, resc, codes, G, L, b, c, level, bins=5):
         if not m.any():
             continue
         mu, se, g = clustered_mean(resc[m].astype(float), codes[m], G)
-        tc = t_crit(g, level) if g >= 2 else np.nan
+        lo, hi = proportion_ci(mu, se, g, level)
         h = float(H[m].mean())
         Lm = float(np.mean(L[m]))
         p = float(match_prob(h, *b)) if np.all(np.isfinite(b)) else np.nan
         out.append({"task": task, "h_lo": float(edges[j]), "h_hi": float(edges[j + 1]) if j + 1 < len(edges)
                     else float(edges[j]), "h_mean": h, "misses": int(m.sum()),
-                    "rescue_rate": mu, "rescue_rate_lo": max(0.0, mu - tc * se),
-                    "rescue_rate_hi": min(1.0, mu + tc * se),
+                    "rescue_rate": mu, "rescue_rate_lo": lo, "rescue_rate_hi": hi,
                     "r_fit": float(special.expit(c[0] - c[1] * h)) if np.isfinite(c[0]) else np.nan,
                     "p_law": p, "key_paper": float(paper_key(h, Lm, *b)) if np.isfinite(p) else np.nan,
                     "key_rescue": float(rescue_key(h, Lm, *b, *c)) if np.isfinite(p) and np.isfinite(c[0])
@@ -359,6 +357,19 @@ def _rescue_rows(task, H, has, resc, codes, G, L, b, c, level, bins=5):
 
 
 # --------------------------------------------------------------------------- the analysis
+
+MIN_LAW_MISSES = 10     # fewer chain misses than this: the law keying a group's policies is barely identified
+
+
+def _weak_law(misses: int, b1: float) -> str:
+    """Why a group's chain law is too weak to key its policies ('' when it is not)."""
+    why = []
+    if misses < MIN_LAW_MISSES:
+        why.append(f"rests on only {misses} chain miss(es) (fewer than {MIN_LAW_MISSES})")
+    if not b1 > 0:
+        why.append("has a non-positive slope (the match probability does not fall with entropy)")
+    return " and ".join(why)
+
 
 def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max: int | None = None,
                      by: str = "task", exchange_rate: float = 0.0, n_boot: int = 200, level: float = 0.95,
@@ -408,6 +419,7 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
                            "root_entropy": H, "accepted": np.minimum(a, horizon),
                            "horizon": np.where(cens, a, horizon)})
     live = law_in["horizon"].to_numpy() > 0
+    fails = law_in["accepted"].to_numpy() < law_in["horizon"].to_numpy()     # the law's uncensored misses
     try:
         lf = fit_law(law_in.loc[live], by="task", condition=None)
     except GlanceError as exc:
@@ -433,6 +445,11 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
                      "misses": int(has[m].sum())})
         if not np.all(np.isfinite(b)):
             notes.append(f"{task}: no law fit, keyed policies not evaluated")
+        else:
+            weak = _weak_law(int(fails[m].sum()), float(b[1]))
+            if weak:
+                notes.append(f"{task}: keyed rows (paper, rescue, their gains and Proposition 6 rows) are unreliable: "
+                             f"the chain law keying them (b0 = {b[0]:.3f}, b1 = {b[1]:.3f}) {weak}")
         t = _Task(arr, logq[m], H[m], horizon[m], b, (c0, c1), float(exchange_rate))
         r1, r2 = _task_rows(task, t, budgets, codes, G, int(n_boot), level, rng)
         rows += r1
@@ -460,8 +477,9 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
                                                            "regret_realized", "holds_realized", "equal_nodes"]))
     resc_res = RescueFit(table=pd.DataFrame(rrows), coef=pd.DataFrame(coef), note_lines=(
         f"rescue_rate: share of first misses (offset a+1 of the chain) whose target token is inside the logged "
-        f"top-k, {100 * level:g}% prompt-clustered (CR1) interval clipped to [0, 1]; r_fit, p_law and keys at the "
-        "bin's mean H",))
+        f"top-k, {100 * level:g}% prompt-clustered (CR1) interval on the logit scale (Student-t, G-1 df; at a rate "
+        "of 0 or 1 the exact bound with each of the bin's G prompts as one trial; none with fewer than 2 prompts); "
+        "r_fit, p_law and keys at the bin's mean H",))
     return WidthAllocation(table=table, pareto=pd.DataFrame(par), regret=regret, rescue=resc_res,
                            exchange_rate=float(exchange_rate), note_lines=tuple(notes))
 
