@@ -8,20 +8,39 @@ speculative arm (drafter other than ``ar``, condition ``matched``) the audit tak
 * the logger's own audit when present (prompt files: ``greedy_match``,
   ``first_divergence``, ``divergence_margin``, filled by ``glance-log --audit``), else
 * a comparison of the committed tokens with the autoregressive arm's tokens for the
-  same (task, prompt_id) (prompt ``tokens``, or the rounds' ``committed`` lists in round
-  order) when both arms are logged (``glance-log --baseline``).
+  same (task, prompt_id) (prompt ``tokens``, or, for a speculative prompt row without
+  them, the rounds' ``committed`` lists in round order) when both arms are logged
+  (``glance-log --baseline``).
 
 When both are available they are cross-checked and disagreements are counted in the
 notes. The margin of a divergence is the logged ``divergence_margin`` (the margin at the
 divergent token itself) when present, else the ``min_path_margin`` of the speculative
-round that committed that token. The latter is the smallest margin along the round's
-committed path, so it bounds the divergent token's margin from below: a value above the
-threshold proves a wide-margin divergence, a value below it flags the round (the paper's
-round-level tie-aware gate). A divergence is a **near-tie** when its margin is below
+round that committed that token. The latter is the smallest margin over the target rows
+that produced the round's committed tokens, so it bounds the divergent token's margin
+from below: a value above the threshold proves a wide-margin divergence, a value below it
+flags the round (the paper's round-level tie-aware gate). A divergence is a **near-tie** when its margin is below
 ``threshold`` logits, **wide** otherwise, **unknown** without a margin. Verdict per task:
 ``lossless`` (no divergence), ``lossless up to ties`` (every divergence a near-tie),
 ``NOT lossless`` (a wide-margin divergence: a real bug), ``unverified`` (divergences
 without margins).
+
+Which round committed a token. Output token i is index i of the prompt's ``tokens``.
+In glance-log's logs (and ``dflash_hook``'s) the prefill produces token 0, which belongs
+to no round, and round r commits tokens ``position + 1 .. position + len(committed)``: a
+divergence at token 0 has no round margin, and the rounds' ``committed`` lists laid end to
+end are the output from token 1 on, so they are compared with the ar arm's tokens from
+token 1 on (token 0 unchecked; counted in the notes). The Hugging Face hook's round 0 is
+verified together with the prefill and commits tokens ``0 .. len(committed) - 1`` (its
+``position`` is 0); its later rounds follow the rule above. A log tells which by its
+numbers: with two rounds or more, round 1's ``position`` minus round 0's is round 0's
+commit count (glance-log) or one less (HF); otherwise the committed lists total the
+prompt's token count minus one (glance-log) or the count itself (HF) (without
+``committed``, an ``accepted + 1`` total of the count minus one still says glance-log).
+When neither tells, a divergence gets a round margin only where both conventions name
+the same round, and a stream rebuilt from rounds is not compared (counted in the notes).
+Without ``position`` the rounds are laid end to end from round 0's first token. A round's
+commit count is ``len(committed)`` (a round that ends the output commits no bonus token),
+else ``accepted + 1``.
 """
 from __future__ import annotations
 
@@ -90,49 +109,91 @@ class AuditResult(Result):
         return self.extra_notes
 
 
-def _streams_from_rounds(rounds: pd.DataFrame | None) -> dict:
-    """(drafter, task, prompt_id) -> committed token stream from the rounds' ``committed`` lists."""
-    if rounds is None or "committed" not in rounds.columns:
-        return {}
-    r = E.with_arm_labels(rounds)
-    r = r.loc[r["condition"] == "matched"]
-    out = {}
-    for key, sub in r.sort_values("round").groupby(["drafter", "task", "prompt_id"], sort=False):
-        vals = sub["committed"].tolist()
-        if any(v is None for v in vals):
-            continue
-        out[key] = np.concatenate([np.asarray(v, dtype=np.int64) for v in vals]) if vals else np.zeros(0, np.int64)
-    return out
+def _commit_counts(sub: pd.DataFrame) -> np.ndarray:
+    """Tokens each round committed: ``len(committed)`` where logged (a round that ends the
+    output commits no bonus token), else ``accepted + 1``."""
+    n = sub["accepted"].to_numpy(np.int64) + 1
+    if "committed" in sub.columns:
+        logged = np.array([v is not None and not (np.isscalar(v) and pd.isna(v)) for v in sub["committed"]])
+        n = np.where(logged, [len(v) if ok else 0 for v, ok in zip(sub["committed"], logged)], n)
+    return n
 
 
 class _RoundIndex:
-    """Speculative rounds grouped once by (drafter, task, prompt_id), in round order."""
+    """Speculative rounds grouped once by (drafter, task, prompt_id), in round order, and where
+    their committed tokens sit in the generated output (see "Which round committed a token"
+    in the module docstring)."""
 
     def __init__(self, rounds: pd.DataFrame | None):
         self.groups = {}
-        if rounds is None or "min_path_margin" not in rounds.columns:
+        if rounds is None or "accepted" not in rounds.columns:
             return
         r = rounds.loc[rounds["condition"] == "matched"]
-        cols = [c for c in ("round", "accepted", "position", "min_path_margin") if c in r.columns]
+        cols = [c for c in ("round", "accepted", "position", "min_path_margin", "committed") if c in r.columns]
         for key, sub in r[["drafter", "task", "prompt_id"] + cols].groupby(["drafter", "task", "prompt_id"],
                                                                           sort=False):
             self.groups[key] = sub.sort_values("round")
 
-    def margin(self, drafter, task, pid, pos) -> float:
-        """min_path_margin of the speculative round that committed generated token ``pos``."""
-        sub = self.groups.get((drafter, task, pid))
+    def stream(self, key) -> np.ndarray | None:
+        """The rounds' ``committed`` lists laid end to end (None when any is missing)."""
+        sub = self.groups.get(key)
+        if sub is None or "committed" not in sub.columns:
+            return None
+        vals = sub["committed"].tolist()
+        if any(v is None or (np.isscalar(v) and pd.isna(v)) for v in vals):
+            return None
+        return np.concatenate([np.asarray(v, dtype=np.int64) for v in vals]) if vals else np.zeros(0, np.int64)
+
+    def first_index(self, key, n_out) -> int | None:
+        """Output index of round 0's first committed token: 1 in glance-log's convention (the
+        prefill produced token 0, which no round holds), 0 in the Hugging Face hook's (round 0
+        is verified with the prefill and commits token 0); None when the log does not tell.
+        ``n_out``: the prompt's generated-token count, or None."""
+        sub = self.groups.get(key)
         if sub is None or not len(sub):
-            return np.nan
-        n_commit = sub["accepted"].to_numpy(np.int64) + 1
+            return None
+        n = _commit_counts(sub)
+        if len(sub) >= 2 and "position" in sub.columns and sub["position"].notna().all():
+            step = int(sub["position"].iloc[1]) - int(sub["position"].iloc[0])
+            found = {int(n[0]): 1, int(n[0]) - 1: 0}.get(step)
+            if found is not None:
+                return found
+        if n_out is not None and self.stream(key) is not None:
+            return {int(n_out) - 1: 1, int(n_out): 0}.get(int(n.sum()))
+        if n_out is not None and int(n.sum()) == int(n_out) - 1:
+            return 1        # accepted + 1 per round: a last round that ended the output may count one more
+        return None
+
+    def _round_of(self, sub, pos, first) -> int | None:
+        n = _commit_counts(sub)
         if "position" in sub.columns and sub["position"].notna().all():
-            start = sub["position"].to_numpy(np.int64)
+            start = sub["position"].to_numpy(np.int64) + 1
+            start[0] += first - 1
         else:
-            start = np.r_[0, np.cumsum(n_commit)[:-1]]
-        hit = np.flatnonzero((start <= pos) & (pos < start + n_commit))
-        if not hit.size:
+            start = first + np.r_[0, np.cumsum(n)[:-1]]
+        hit = np.flatnonzero((start <= pos) & (pos < start + n))
+        return int(hit[0]) if hit.size else None
+
+    def margin(self, key, pos, first) -> float:
+        """min_path_margin of the speculative round that committed output token ``pos``; NaN when
+        no round did (glance-log's token 0 came from the prefill) or, with ``first`` None (the
+        convention unknown), when the two conventions name different rounds."""
+        sub = self.groups.get(key)
+        if sub is None or not len(sub) or "min_path_margin" not in sub.columns:
             return np.nan
-        v = sub["min_path_margin"].to_numpy(float)[hit[0]]
+        hits = {self._round_of(sub, pos, f) for f in ((0, 1) if first is None else (first,))}
+        if len(hits) != 1 or None in hits:
+            return np.nan
+        v = sub["min_path_margin"].to_numpy(float)[hits.pop()]
         return float(v) if np.isfinite(v) else np.nan
+
+
+def _n_out(row: dict, tok) -> int | None:
+    """The prompt's generated-token count: its logged ``tokens``, else ``new_tokens``."""
+    if tok is not None:
+        return len(tok)
+    nt = row.get("new_tokens")
+    return None if nt is None or pd.isna(nt) else int(nt)
 
 
 def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
@@ -161,19 +222,30 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
     if not has_logged and not ar_tokens:
         raise MissingColumnError("either greedy_match (the logger's audit) or the autoregressive arm's tokens",
                                  ANALYSIS, f"{SUPPLIED_BY['greedy_match']} or {SUPPLIED_BY['drafter=ar']}")
-    streams = _streams_from_rounds(R)
     index = _RoundIndex(R)
     per_prompt = []
-    n_disagree = 0
+    n_disagree = n_second = n_unaligned = 0
     for row in spec.to_dict("records"):
         key = (row["task"], row["prompt_id"])
+        rkey = (row["drafter"], row["task"], row["prompt_id"])
         logged = row.get("greedy_match")
         logged = None if logged is None or (isinstance(logged, float) and np.isnan(logged)) or pd.isna(logged) \
             else bool(logged)
         tok = row.get("tokens")
-        if tok is None or (not isinstance(tok, (list, np.ndarray)) and pd.isna(tok)):
-            tok = streams.get((row["drafter"], row["task"], row["prompt_id"]))
-        tok_div = first_divergence(tok, ar_tokens[key]) if tok is not None and key in ar_tokens else None
+        if tok is not None and not isinstance(tok, (list, np.ndarray)) and pd.isna(tok):
+            tok = None
+        first = index.first_index(rkey, _n_out(row, tok))
+        tok_div = None
+        if key in ar_tokens and tok is not None:
+            tok_div = first_divergence(tok, ar_tokens[key])
+        elif key in ar_tokens and index.stream(rkey) is not None:
+            # the rounds hold the output from index `first` on: compare like with like
+            if first is None:
+                n_unaligned += logged is None
+            else:
+                fd = first_divergence(index.stream(rkey), ar_tokens[key][first:])
+                tok_div = -1 if fd == -1 else fd + first
+                n_second += first
         if logged is not None:
             equal = logged
             fd = row.get("first_divergence")
@@ -194,17 +266,25 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
             if dm is not None and not pd.isna(dm):
                 margin, msource = float(dm), "divergence_margin"
             elif div is not None:
-                margin = index.margin(row["drafter"], row["task"], row["prompt_id"], div)
+                margin = index.margin(rkey, div, first)
                 msource = "round min_path_margin" if np.isfinite(margin) else ""
         label = "" if equal else ("unknown" if not np.isfinite(margin) else
                                   ("near-tie" if margin < threshold else "wide"))
         per_prompt.append({"drafter": row["drafter"], "task": row["task"], "prompt_id": row["prompt_id"],
                            "audited": True, "equal": equal, "first_divergence": div, "margin": margin,
                            "margin_source": msource, "label": label, "source": source})
-    pp = pd.DataFrame(per_prompt)
+    pp = pd.DataFrame(per_prompt, columns=["drafter", "task", "prompt_id", "audited", "equal",
+                                           "first_divergence", "margin", "margin_source", "label", "source"])
     if n_disagree:
         notes.append(f"{n_disagree} prompt(s) where the logged audit and the token comparison disagree "
                      "(the logged audit is reported)")
+    if n_second:
+        notes.append(f"{n_second} prompt(s) compared from the rounds' committed tokens from the second token on "
+                     "(glance-log's rounds do not hold the first token: the prefill produced it)")
+    if n_unaligned:
+        notes.append(f"{n_unaligned} prompt(s) without tokens whose rounds could not be aligned with the output "
+                     "(neither two rounds with position nor the prompt's new_tokens tell whether round 0 holds "
+                     "the first token): not audited")
     rows = []
     lead = ["drafter"] if pp["drafter"].nunique() > 1 else []
     for key, sub in pp.groupby(lead + ["task"], sort=True):

@@ -108,7 +108,9 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "Drafter name: block, pld, two_model, ar, or a hook's name; 'unknown' when "
        "absent (or null)."),
     _c("position", pa.int32(), INT, False,
-       "Number of tokens generated before this round's root (0 for the first round).",
+       "Number of tokens generated before this round's root (0 for the first round); the "
+       "round commits output tokens position+1 .. position+len(committed) (the Hugging Face "
+       "hook's round 0 also logs 0 and commits tokens 0 .. len(committed)-1).",
        "tokens", lo=0),
     _c("root_margin", pa.float32(), FLOAT, False,
        "Top-1 minus top-2 raw logit of the target at the round root.", "logits",
@@ -117,8 +119,9 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "Largest probability of the target's root distribution.", "probability",
        nullable=True, lo=0, hi=1),
     _c("min_path_margin", pa.float32(), FLOAT, False,
-       "Smallest top-1 minus top-2 logit margin of the target along the tokens "
-       "committed this round (root and accepted nodes): the tie-aware audit's gate.",
+       "Smallest top-1 minus top-2 logit margin of the target over the rows that "
+       "produced the tokens committed this round (root and accepted nodes; without the "
+       "last accepted node in a round that ends the output): the tie-aware audit's gate.",
        "logits", nullable=True, lo=0),
     _c("budget", pa.int16(), INT, False,
        "Candidate tree size N offered to the verifier, root excluded.", "nodes", lo=0),

@@ -2,10 +2,11 @@
 
 Per round (:meth:`RoundLogger.on_round`) it computes ON THE DEVICE, from the raw
 fp32 logits of the verify pass: the root entropy (nats), the top-2 logit margin
-and the largest probability at the root, and the smallest top-2 margin along the
-committed path (root and accepted nodes); when the drafter exposes its full
-log-probability rows it also ranks the target's token at offsets ``1..a+1``
-against the whole vocabulary. These tensors stay on the device; the per-round
+and the largest probability at the root, and the smallest top-2 margin over the rows
+that produced the committed tokens (root and accepted nodes, less the last accepted
+node in a round that ends the output: it commits no bonus token); when the drafter
+exposes its full log-probability rows it also ranks the target's token at offsets
+``1..a+1`` against the whole vocabulary. These tensors stay on the device; the per-round
 path performs no host-device synchronisation (no ``.item()``, ``.tolist()``,
 ``.cpu()``, ``synchronize``). At prompt end (:meth:`RoundLogger.on_prompt_end`)
 everything is copied once, the per-offset ``match`` / ``target_rank`` /
@@ -184,6 +185,7 @@ class _Round(NamedTuple):
     drafter: str
     own_tokens: Optional[list]
     full: bool
+    n_commit: int
 
 
 def _device_index(values, device) -> torch.Tensor:
@@ -250,8 +252,12 @@ class RoundLogger:
     def on_round(self, ev) -> None:
         """Device work only: copy the rows the statistics need; the statistics themselves are
         computed in batches of rounds (:meth:`_reduce`), still on the device."""
-        self._rows.append(ev.verify_logits.index_select(0, ev.path_rows))     # root + accepted rows
-        self._rows_bytes += (ev.accepted + 1) * ev.verify_logits.shape[-1] * 4
+        # the rows that produced the committed tokens: root + accepted nodes, less the last
+        # accepted node when the round ends the output (no bonus); the root row always (entropy)
+        n_commit = len(ev.committed)
+        n_rows = max(min(n_commit, ev.accepted + 1), 1)
+        self._rows.append(ev.verify_logits.index_select(0, ev.path_rows[:n_rows]))
+        self._rows_bytes += n_rows * ev.verify_logits.shape[-1] * 4
         full = False
         if ev.full_logp is not None and ev.horizon > 0:
             m = min(ev.accepted + 1, ev.horizon)
@@ -262,7 +268,7 @@ class RoundLogger:
         # keep only host values and small tensors: never the round's logits
         self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
                                     ev.budget, 0 if ev.tree is None else min(int(ev.tree.max_depth), ev.horizon), ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
-                                    ev.marks, ev.drafter, ev.own_tokens, full))
+                                    ev.marks, ev.drafter, ev.own_tokens, full, n_commit))
         if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= self.reduce_bytes:
             self._reduce()
 
@@ -321,6 +327,7 @@ class RoundLogger:
             match, rank, tlq = resolve_offsets(ids, logq, toks, full_rank=fr, full_logq=fl,
                                                point_mass=ev.point_mass)
             h, margin, pmax, minm = stats[i]
+            minm = minm if ev.n_commit else np.nan          # a round that committed nothing
             m0, m1, m2, m3 = ev.marks
             rows.append({
                 "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,

@@ -1,6 +1,7 @@
 """The lossless audit: planted divergences at a near-tie and at a wide margin."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -43,45 +44,147 @@ def test_logged_audit_labels_a_near_tie_and_a_wide_margin():
     assert A.audit(P, threshold=0.01).to_frame().set_index("task").loc["caption", "verdict"] == "NOT lossless"
 
 
-def test_token_comparison_with_round_margins_when_the_logger_did_not_audit():
-    greedy = [5, 6, 7, 8, 9, 10, 11, 12]
-    P = pd.DataFrame([
-        _prompt("docvqa", "p0", "ar", tokens=greedy),
-        _prompt("docvqa", "p1", "ar", tokens=greedy),
-        _prompt("docvqa", "p2", "ar", tokens=greedy),
-        _prompt("docvqa", "p0", "block", tokens=greedy),
-        _prompt("docvqa", "p1", "block", tokens=[5, 6, 7, 99, 9, 10, 11, 12]),   # diverges at 3
-        _prompt("docvqa", "p2", "block", tokens=[5, 6, 7, 8, 9, 10, 77, 12]),    # diverges at 6
-    ])
-    # rounds of the block arm: 3 rounds committing 3 + 3 + 2 tokens
-    rows = []
-    for pid, margins in (("p0", [2.0, 2.0, 2.0]), ("p1", [5.0, 0.01, 4.0]), ("p2", [0.01, 3.0, 6.0])):
-        pos = 0
-        for r, (acc, m) in enumerate(zip([2, 2, 1], margins)):
-            rows.append(dict(run_id="block", task="docvqa", prompt_id=pid, round=r, root_entropy=0.1,
-                             accepted=acc, horizon=4, drafter="block", condition="matched", position=pos,
-                             min_path_margin=m))
-            pos += acc + 1
-    R = pd.DataFrame(rows)
-    res = A.audit(P, R, threshold=0.1)
-    d = res.divergences().to_frame().set_index("prompt_id")
-    assert d.loc["p1", "first_divergence"] == 3 and d.loc["p1", "label"] == "near-tie"   # round 1 covers 3..5
-    assert d.loc["p2", "first_divergence"] == 6 and d.loc["p2", "label"] == "wide"       # round 2 covers 6..7
-    assert (d.margin_source == "round min_path_margin").all()
-    row = res.to_frame().iloc[0]
-    assert row.audited == 3 and row.equal == 1 and row.verdict == "NOT lossless"
-    # without positions the rounds are laid end to end in round order: same answer
-    res2 = A.audit(P, R.drop(columns="position"), threshold=0.1)
-    assert res2.divergences().to_frame().set_index("prompt_id").label.to_dict() == d.label.to_dict()
+def _rounds(pid, commits, margins, first, drafter="block", **cols):
+    """Rounds of one prompt committing ``commits`` tokens each; ``first`` = 1: glance-log's
+    convention (the prefill produced token 0, round r's root sits at ``position``), 0: the
+    Hugging Face hook's (round 0 commits token 0; its position is 0, later ones root - 1)."""
+    rows, done = [], first
+    for r, (n, m) in enumerate(zip(commits, margins)):
+        rows.append(dict(run_id=drafter, task="docvqa", prompt_id=pid, round=r, root_entropy=0.1, accepted=n - 1,
+                         horizon=4, drafter=drafter, condition="matched", position=max(done - 1, 0),
+                         min_path_margin=m, **{k: v[r] for k, v in cols.items()}))
+        done += n
+    return rows
 
 
-def test_committed_streams_from_rounds_when_prompts_lack_tokens():
-    P = pd.DataFrame([_prompt("t", "p0", "ar", tokens=[1, 2, 3, 4]), _prompt("t", "p0", "block")])
-    R = pd.DataFrame([dict(run_id="b", task="t", prompt_id="p0", round=r, root_entropy=0.1, accepted=1, horizon=2,
-                           drafter="block", condition="matched", committed=c, min_path_margin=m)
-                      for r, (c, m) in enumerate((([1, 2], 1.0), ([3, 9], 0.05)))])
-    d = A.audit(P, R).divergences().to_frame().iloc[0]
-    assert d.first_divergence == 3 and d.label == "near-tie" and d.source == "tokens vs ar arm"
+def _owner(commits, first, pos):
+    """Brute force: list every output index each round committed, find ``pos``."""
+    owner, i = {}, first
+    for r, n in enumerate(commits):
+        for _ in range(n):
+            owner[i] = r
+            i += 1
+    return owner.get(pos)
+
+
+@pytest.mark.parametrize("first", [1, 0])
+@pytest.mark.parametrize("drop", [(), ("position",), ("position", "committed")])
+def test_round_margin_of_every_divergence_index_by_brute_force(first, drop):
+    """Each output index, planted as the divergence, gets the margin of the round that committed
+    it - in both conventions, with or without position / committed (new_tokens then tells)."""
+    commits = [3, 1, 3, 2]
+    margins = [10.0, 11.0, 12.0, 13.0]
+    n_out = first + sum(commits)
+    greedy = list(range(100, 100 + n_out))
+    P, R = [], []
+    for pos in range(n_out + 1):                        # n_out: the ar arm ran one token longer
+        out = greedy[:pos] + [7] + greedy[pos + 1:] if pos < n_out else greedy
+        pid = f"p{pos}"
+        P += [_prompt("docvqa", pid, "ar", tokens=greedy + [8]), _prompt("docvqa", pid, "block", tokens=out)]
+        cuts = np.cumsum([first] + commits)
+        R += _rounds(pid, commits, margins, first, committed=[out[cuts[r]:cuts[r + 1]] for r in range(4)])
+    R = pd.DataFrame(R).drop(columns=list(drop))
+    d = A.audit(pd.DataFrame(P), R).divergence_frame.set_index("prompt_id")
+    # without position and committed only glance-log's accepted + 1 total tells (n_out - 1);
+    # the HF total is ambiguous: a margin only where both conventions name one round
+    known = not (first == 0 and "committed" in drop)
+    for pos in range(n_out + 1):
+        r = _owner(commits, first, pos)
+        if not known and _owner(commits, 1, pos) != r:
+            r = None
+        got = d.loc[f"p{pos}"]
+        assert got.first_divergence == pos
+        if r is None:                       # token 0 of a glance-log output, or past the end
+            assert np.isnan(got.margin) and got.label == "unknown"
+        else:
+            assert got.margin == margins[r] and got.margin_source == "round min_path_margin"
+
+
+def test_auditor_repro_a_a_divergence_at_a_round_root_gets_the_committing_rounds_margin():
+    # glance-log output t = [10..14]: round 0 (root t[0]) accepted 2 and committed t[1..3], all at
+    # wide margins (5.0); round 1 (root t[3]) committed t[4] at a near-tie (0.01). A divergence at
+    # token 3 was committed by round 0: wide, NOT lossless (it was read as round 1's near-tie)
+    R = pd.DataFrame(dict(run_id="s", task="docvqa", prompt_id="p", condition="matched", drafter="block",
+                          round=[0, 1], position=[0, 3], accepted=[2, 0], horizon=[4, 4], root_entropy=[0.1, 0.1],
+                          min_path_margin=[5.0, 0.01], committed=[[11, 12, 13], [14]]))
+    P = pd.DataFrame(dict(run_id="s", task="docvqa", prompt_id=["p"], condition="matched", drafter="block",
+                          greedy_match=[False], first_divergence=[3], divergence_margin=[np.nan],
+                          tokens=[[10, 11, 12, 99, 14]]))
+    res = A.audit(P, R)
+    d = res.divergence_frame.iloc[0]
+    assert d.margin == 5.0 and d.label == "wide"
+    assert res.frame.iloc[0].verdict == "NOT lossless"
+    # (b) the speculative prompt row has no tokens: the rounds hold t[1:], the ar arm all of t
+    P2 = pd.DataFrame(dict(run_id=["s", "a"], task="docvqa", prompt_id="p", condition="matched",
+                           drafter=["block", "ar"], tokens=[None, [10, 11, 12, 13, 14]]))
+    res2 = A.audit(P2, R)
+    row = res2.frame.iloc[0]
+    assert row.audited == 1 and row.equal == 1 and row.verdict == "lossless"
+    assert any("second token" in n for n in res2.notes)
+    # a real divergence after token 0 is still found, at its output index
+    P3 = P2.assign(tokens=[None, [10, 11, 12, 13, 15]])
+    d3 = A.audit(P3, R).divergence_frame.iloc[0]
+    assert d3.first_divergence == 4 and d3.margin == 0.01 and d3.label == "near-tie"
+
+
+@pytest.mark.parametrize("first", [1, 0])
+def test_committed_streams_from_rounds_when_prompts_lack_tokens(first):
+    greedy = [1, 2, 3, 4, 5]
+    commits = [2, 2] if first else [2, 3]
+    spec = greedy[first:]
+    spec = spec[:3] + [9] + spec[4:]                     # output index first + 3 differs
+    committed = [spec[:2], spec[2:]]
+    P = pd.DataFrame([_prompt("t", "p0", "ar", tokens=greedy), _prompt("t", "p0", "block", new_tokens=5)])
+    R = pd.DataFrame([dict(r, task="t") for r in _rounds("p0", commits, [1.0, 0.05], first, committed=committed)])
+    for rounds in (R, R.drop(columns="position")):       # the step of position, or the total, tells
+        d = A.audit(P, rounds).divergences().to_frame().iloc[0]
+        assert d.first_divergence == first + 3 and d.label == "near-tie" and d.source == "tokens vs ar arm"
+    # one round and no token count: the log does not tell; counted, not audited
+    R1 = R.iloc[:1].assign(committed=[greedy[first:first + 2]])
+    res = A.audit(P.drop(columns="new_tokens"), R1)
+    assert res.frame.iloc[0].audited == 0 and any("could not be aligned" in n for n in res.notes)
+
+
+def test_unknown_convention_gives_a_round_margin_only_where_both_conventions_agree():
+    # one round of 4 committed tokens, no position, no token count: indices 1..3 lie in round 0
+    # under both conventions; 0 and 4 depend on the convention
+    R = pd.DataFrame(_rounds("p0", [4], [2.0], 1)).drop(columns="position")
+    P = pd.DataFrame([_prompt("docvqa", "p0", "block", greedy_match=False, first_divergence=fd)
+                      for fd in (0, 2, 4)]).assign(prompt_id="p0")
+    margins = [A.audit(P.iloc[[i]], R).divergence_frame.iloc[0].margin for i in range(3)]
+    assert np.isnan(margins[0]) and margins[1] == 2.0 and np.isnan(margins[2])
+
+
+def test_glance_log_data_logs_audit_from_tokens_and_from_rounds_alike():
+    """The committed glance-log example logs (greedy_match True throughout): rebuilt from the
+    rounds' committed lists they are still lossless, and a divergence planted at each round's
+    root gets the margin of the round that committed it (the one before)."""
+    logs = EXAMPLE.parent / "logs"
+    if not logs.exists():
+        pytest.skip("no committed data/logs")
+    from glance_law.io import read_logs
+
+    R = read_logs(str(logs), columns=["drafter", "position", "committed", "min_path_margin"]).frame
+    P = read_logs(str(logs), kind="prompts").frame
+    P = P.loc[P["condition"] == "matched"].drop(columns=["greedy_match", "first_divergence", "divergence_margin"])
+    spec = P["drafter"] != "ar"
+    res = A.audit(P.assign(tokens=[None if s else t for s, t in zip(spec, P["tokens"])]), R)
+    t = res.frame.loc[res.frame["audited"] > 0]
+    paired = P.loc[spec, "task"].isin(set(P.loc[~spec, "task"]))      # tasks with an ar arm
+    assert (t["verdict"] == "lossless").all() and t["audited"].sum() == paired.sum() > 0
+    assert (t["equal"] == t["audited"]).all()
+    # plant: the ar arm's token at round 1's root (round 0's bonus) differs
+    Rm = R.loc[(R["condition"] == "matched") & (R["drafter"] == "block")].sort_values("round")
+    two = Rm.groupby(["task", "prompt_id"], observed=True).filter(lambda g: len(g) >= 2)
+    (task, pid), sub = next(iter(two.groupby(["task", "prompt_id"], observed=True)))
+    root1 = int(sub["position"].iloc[1])
+    Pp = P.loc[(P["task"] == task) & (P["prompt_id"] == pid) & P["drafter"].isin(["ar", "block"])].copy()
+    toks = list(Pp.loc[Pp["drafter"] == "ar", "tokens"].iloc[0])
+    toks[root1] = -5 % 500
+    Pp["tokens"] = [toks if d == "ar" else None for d in Pp["drafter"]]
+    d = A.audit(Pp, R).divergence_frame.iloc[0]
+    assert d.first_divergence == root1
+    assert d.margin == pytest.approx(float(sub["min_path_margin"].iloc[0]))
 
 
 def test_clean_audit_is_lossless_and_unaudited_prompts_are_counted():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -66,6 +67,43 @@ def test_hf_generate_hook(models, tmp_path, mode):
         done += a + 1
     prompts = gio.read_logs(tmp_path, kind="prompts").frame
     assert prompts["new_tokens"].iloc[0] == len(gen) and prompts["rounds"].iloc[0] == len(rounds)
+
+
+def test_audit_places_hf_rounds_by_the_hooks_convention(models, tmp_path):
+    """HF's round 0 is verified with the prefill and commits output token 0 (glance-log's rounds
+    never hold it): the audit tells the convention from the log and (a) rebuilds the whole output
+    from the rounds, (b) gives a divergence planted at every output index the min_path_margin of
+    the round that committed it, found here by walking the committed lists."""
+    from glance_law.audit import audit
+
+    model, draft, tok = models
+    ids = tok(PROMPTS[0] + " " + PROMPTS[0], return_tensors="pt").input_ids
+    lg = RoundLogger(tmp_path, run_id="hf", task="docvqa", tokenizer=tok)
+    with hf_generate_hook(model, lg, "p0") as rec:
+        out = model.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=draft)
+        rec.finish(out)
+    lg.close()
+    rounds = gio.read_logs(tmp_path).frame.sort_values("round")
+    prompt = gio.read_logs(tmp_path, kind="prompts").frame.iloc[0]
+    gen = out[0, ids.shape[1]:].tolist()
+    assert len(rounds) >= 2 and rounds["position"].iloc[1] == len(rounds["committed"].iloc[0]) - 1
+    owner = [r for r, c in enumerate(rounds["committed"]) for _ in c]          # output index -> round
+    assert len(owner) == len(gen)
+    spec = dict(run_id="hf", task="docvqa", condition="matched", drafter=str(prompt["drafter"]),
+                new_tokens=len(gen), tokens=None)
+    ar = dict(run_id="ar", task="docvqa", condition="matched", drafter="ar")
+    res = audit(pd.DataFrame([dict(spec, prompt_id="p0"), dict(ar, prompt_id="p0", tokens=gen)]), rounds)
+    assert res.frame.iloc[0].audited == 1 and res.frame.iloc[0].verdict == "lossless"
+    P, R = [], []
+    for i in range(len(gen)):
+        planted = gen[:i] + [(gen[i] + 1) % model.config.vocab_size] + gen[i + 1:]
+        P += [dict(spec, prompt_id=f"p{i}"), dict(ar, prompt_id=f"p{i}", tokens=planted)]
+        R.append(rounds.assign(prompt_id=f"p{i}"))
+    d = audit(pd.DataFrame(P), pd.concat(R)).divergence_frame.set_index("prompt_id")
+    margins = rounds["min_path_margin"].to_numpy()
+    for i in range(len(gen)):
+        assert d.loc[f"p{i}", "first_divergence"] == i
+        assert d.loc[f"p{i}", "margin"] == pytest.approx(margins[owner[i]])
 
 
 def test_glance_on_round_dicts(tmp_path):

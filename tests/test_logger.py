@@ -47,14 +47,14 @@ def env(tmp_path_factory):
             "t": load_target(tgt, device=DEVICE)}
 
 
-def _log_one(env, tmp_path, drafter, dm=None, budget=15, k=4, prompt=PROMPTS[0]):
+def _log_one(env, tmp_path, drafter, dm=None, budget=15, k=4, prompt=PROMPTS[0], max_new=MAX_NEW):
     t = env["t"]
     dr = make_drafter(drafter, t, draft_model=dm, branch_k=k)
     lg = RoundLogger(tmp_path, run_id="r", task="docvqa", tokenizer=t.tokenizer, drafter=drafter,
                      reduce_rounds=3)                     # several device batches per prompt
     lg.begin_prompt("p0", [prompt])
     pr = t.encode(prompt)
-    res = decode(t, dr, pr, budget=budget, branch_k=k, max_new_tokens=MAX_NEW, callbacks=[lg])
+    res = decode(t, dr, pr, budget=budget, branch_k=k, max_new_tokens=max_new, callbacks=[lg])
     lg.close()
     return pr, res, gio.read_logs(tmp_path).frame, gio.read_logs(tmp_path, kind="prompts").frame
 
@@ -135,13 +135,20 @@ def test_accepted_equals_the_counterfactual_replay(env, tmp_path, drafter, dmkey
     assert (rounds["accepted"].to_numpy()[~usable] == 0).all()       # rounds without a draft accept nothing
 
 
-def test_root_statistics_match_an_independent_forward(env, tmp_path):
-    pr, res, rounds, _ = _log_one(env, tmp_path, "two_model", env["draft"])
+@pytest.mark.parametrize("dmkey,max_new", [("draft", MAX_NEW), ("target", 9), ("target", 14)])
+def test_root_statistics_match_an_independent_forward(env, tmp_path, dmkey, max_new):
+    """Root statistics and min_path_margin against a plain forward of prompt + output; the
+    self-drafting runs accept deep, so their last round ends the output (no bonus token) and
+    its min_path_margin covers only the rows that produced its committed tokens."""
+    pr, res, rounds, _ = _log_one(env, tmp_path, "two_model", env[dmkey], max_new=max_new)
     t = env["t"]
     seq = pr.prompt_ids + res.resolve_stream
     with torch.no_grad():
         logits = t.model(torch.tensor([seq], device=t.device)).logits[0].float().cpu()
     n0 = len(pr.prompt_ids)
+    if dmkey == "target":
+        last = rounds.sort_values("round").iloc[-1]
+        assert len(last["committed"]) == last["accepted"] >= 1           # the check is not vacuous
     for _, row in rounds.iterrows():
         lg = logits[n0 + row["position"]]                      # the row that predicts offset 1 after the root
         lp = torch.log_softmax(lg, -1)
@@ -150,10 +157,42 @@ def test_root_statistics_match_an_independent_forward(env, tmp_path):
         assert row["root_entropy"] == pytest.approx(h, abs=1e-4)
         assert row["root_margin"] == pytest.approx(float(top[0] - top[1]), abs=1e-4)
         assert row["root_pmax"] == pytest.approx(float(lp.exp().max()), abs=1e-5)
-        path = logits[n0 + row["position"]: n0 + row["position"] + row["accepted"] + 1]
+        # the rows whose argmax was committed: root + accepted nodes, less the last accepted
+        # node when the round ends the output
+        path = logits[n0 + row["position"]: n0 + row["position"] + len(row["committed"])]
         t2 = torch.topk(path, 2, dim=-1).values
         assert row["min_path_margin"] == pytest.approx(float((t2[:, 0] - t2[:, 1]).min()), abs=1e-4)
         assert row["draft_passes"] == 5 and row["round_ms"] >= row["verify_ms"] >= 0
+
+
+def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
+    """A chain of 3 accepted nodes whose last row has the smallest margin (0.2). With a bonus
+    token (4 committed) every row produced a committed token; when the round ends the output
+    (3 committed) the last accepted node's row produced none and does not count (1.5)."""
+    from glance_law.tree import chain_tree
+    from glance_log.decode import PromptEvent, RoundEvent, Timer
+
+    gaps = [3.0, 2.0, 1.5, 0.2]
+    logits = torch.zeros(4, 8)
+    for i, g in enumerate(gaps):                     # row i: argmax token i + 1, runner-up g below
+        logits[i, i + 1], logits[i, i + 2] = 5.0, 5.0 - g
+    lg = RoundLogger(tmp_path, run_id="g", task="docvqa")
+    for pid, n_commit, stop in (("bonus", 4, "eos"), ("ends", 3, "max_new_tokens")):
+        committed = [1, 2, 3, 4][:n_commit]
+        lg.begin_prompt(pid)
+        lg.on_round(RoundEvent(round=0, position=0, root=0, accepted=3, committed=committed, horizon=3, budget=3,
+                               tree=chain_tree(3), logq=np.zeros((3, 1), np.float32), ids=np.array([[1], [2], [3]]),
+                               draft_passes=0, point_mass=True, verify_logits=logits, path_rows=torch.arange(4),
+                               row_tokens=torch.argmax(logits, -1), full_logp=None, marks=(0.0, 0.0, 0.0, 0.0),
+                               drafter="pld"))
+        lg.on_prompt_end(PromptEvent(prompt_tokens=5, tokens=[0] + committed, resolve_stream=[0] + committed,
+                                     rounds=1, stop_reason=stop, prefill_marks=(None, None),
+                                     decode_marks=(0.0, 0.0), timer=Timer(torch.device("cpu"))))
+    lg.close()
+    f = gio.read_logs(tmp_path).frame.set_index("prompt_id")
+    assert f.loc["bonus", "min_path_margin"] == pytest.approx(min(gaps))
+    assert f.loc["ends", "min_path_margin"] == pytest.approx(min(gaps[:3]))
+    assert f.loc["ends", "root_margin"] == pytest.approx(gaps[0])
 
 
 def test_resolve_offsets_golden():
