@@ -24,6 +24,14 @@ flags the round (the paper's round-level tie-aware gate). A divergence is a **ne
 ``NOT lossless`` (a wide-margin divergence: a real bug), ``unverified`` (divergences
 without margins).
 
+Runs are never mixed. Every per-prompt object - a prompt row, its rounds, the stream
+rebuilt from them, a round margin - is keyed by (run_id, drafter, task, prompt_id), so two
+runs of one drafter in one input (two glance-log runs with different budgets or seeds) are
+audited each on its own rounds. The autoregressive reference is still paired by
+(task, prompt_id), across runs. When some drafter and task have several runs, the table has
+one row per run and task (a ``run_id`` column, also in the divergence table) and the notes
+name the runs; with one run per drafter and task the output is as before.
+
 Which round committed a token. Output token i is index i of the prompt's ``tokens``.
 In glance-log's logs (and ``dflash_hook``'s) the prefill produces token 0, which belongs
 to no round, and round r commits tokens ``position + 1 .. position + len(committed)``: a
@@ -89,7 +97,8 @@ class AuditDivergences(TableResult):
 
 @dataclass(frozen=True, eq=False)
 class AuditResult(Result):
-    """Per (drafter, task): audited prompts, greedy-equal prompts, divergences by margin class."""
+    """Per (drafter, task; also run_id when a drafter has several runs on a task): audited prompts,
+    greedy-equal prompts, divergences by margin class."""
 
     title: ClassVar[str] = "Lossless audit: speculative output vs greedy decoding (tie-aware)"
     frame: pd.DataFrame
@@ -119,8 +128,24 @@ def _commit_counts(sub: pd.DataFrame) -> np.ndarray:
     return n
 
 
+#: What keys a prompt and its rounds: rounds of one prompt in two runs are two streams.
+_KEY = ["drafter", "run_id", "task", "prompt_id"]
+
+
+def _with_runs(P: pd.DataFrame, R: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """The frames with ``run_id`` (a key column of both files in the contract). Frames built by
+    hand without it are one run; only one of the two carrying it cannot be matched up."""
+    if R is not None and ("run_id" in P.columns) != ("run_id" in R.columns):
+        raise MissingColumnError("the 'run_id' column in both the prompt rows and the rounds (it tells which "
+                                 "run's rounds belong to a prompt row)", ANALYSIS, "glance-log")
+    if "run_id" not in P.columns:
+        P = P.assign(run_id="")
+        R = R.assign(run_id="") if R is not None else None
+    return P, R
+
+
 class _RoundIndex:
-    """Speculative rounds grouped once by (drafter, task, prompt_id), in round order, and where
+    """Speculative rounds grouped once by (run_id, drafter, task, prompt_id), in round order, and where
     their committed tokens sit in the generated output (see "Which round committed a token"
     in the module docstring)."""
 
@@ -130,8 +155,7 @@ class _RoundIndex:
             return
         r = rounds.loc[rounds["condition"] == "matched"]
         cols = [c for c in ("round", "accepted", "position", "min_path_margin", "committed") if c in r.columns]
-        for key, sub in r[["drafter", "task", "prompt_id"] + cols].groupby(["drafter", "task", "prompt_id"],
-                                                                          sort=False):
+        for key, sub in r[_KEY + cols].groupby(_KEY, sort=False):
             self.groups[key] = sub.sort_values("round")
 
     def stream(self, key) -> np.ndarray | None:
@@ -203,8 +227,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
         raise GlanceError("the near-tie threshold must be >= 0 logits")
     if prompts is None or not len(prompts):
         raise MissingColumnError("prompt files (kind=prompts)", ANALYSIS, "glance-log --audit")
-    P = E.with_arm_labels(prompts)
-    R = E.with_arm_labels(rounds) if rounds is not None else None
+    P, R = _with_runs(E.with_arm_labels(prompts), E.with_arm_labels(rounds) if rounds is not None else None)
     notes: list[str] = []
     spec = P.loc[(P["drafter"] != "ar") & (P["condition"] == "matched")]
     if not len(spec):
@@ -227,7 +250,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
     n_disagree = n_second = n_unaligned = 0
     for row in spec.to_dict("records"):
         key = (row["task"], row["prompt_id"])
-        rkey = (row["drafter"], row["task"], row["prompt_id"])
+        rkey = tuple(row[k] for k in _KEY)
         logged = row.get("greedy_match")
         logged = None if logged is None or (isinstance(logged, float) and np.isnan(logged)) or pd.isna(logged) \
             else bool(logged)
@@ -258,7 +281,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
             div = None if equal else tok_div
             source = "tokens vs ar arm"
         else:
-            per_prompt.append({**{k: row[k] for k in ("drafter", "task", "prompt_id")}, "audited": False})
+            per_prompt.append({**{k: row[k] for k in _KEY}, "audited": False})
             continue
         margin, msource = np.nan, ""
         if not equal:
@@ -270,11 +293,10 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
                 msource = "round min_path_margin" if np.isfinite(margin) else ""
         label = "" if equal else ("unknown" if not np.isfinite(margin) else
                                   ("near-tie" if margin < threshold else "wide"))
-        per_prompt.append({"drafter": row["drafter"], "task": row["task"], "prompt_id": row["prompt_id"],
-                           "audited": True, "equal": equal, "first_divergence": div, "margin": margin,
-                           "margin_source": msource, "label": label, "source": source})
-    pp = pd.DataFrame(per_prompt, columns=["drafter", "task", "prompt_id", "audited", "equal",
-                                           "first_divergence", "margin", "margin_source", "label", "source"])
+        per_prompt.append({**{k: row[k] for k in _KEY}, "audited": True, "equal": equal, "first_divergence": div,
+                           "margin": margin, "margin_source": msource, "label": label, "source": source})
+    pp = pd.DataFrame(per_prompt, columns=_KEY + ["audited", "equal", "first_divergence", "margin", "margin_source",
+                                                  "label", "source"])
     if n_disagree:
         notes.append(f"{n_disagree} prompt(s) where the logged audit and the token comparison disagree "
                      "(the logged audit is reported)")
@@ -285,8 +307,17 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
         notes.append(f"{n_unaligned} prompt(s) without tokens whose rounds could not be aligned with the output "
                      "(neither two rounds with position nor the prompt's new_tokens tell whether round 0 holds "
                      "the first token): not audited")
+    runs = pp.groupby(["drafter", "task"])["run_id"].unique()
+    several = runs.loc[runs.map(len) > 1]
+    if len(several):
+        shown = "; ".join(f"{d}/{t}: {', '.join(sorted(r))}" for (d, t), r in several.items())
+        notes.append(f"several runs of one drafter on one task ({shown}): each run is audited on its own rounds "
+                     "and prompt rows, one row per run (run_id); every run is compared with the same "
+                     "autoregressive reference (the ar arm's tokens for the task and prompt_id)")
+    else:
+        pp = pp.drop(columns="run_id")
     rows = []
-    lead = ["drafter"] if pp["drafter"].nunique() > 1 else []
+    lead = (["drafter"] if pp["drafter"].nunique() > 1 else []) + (["run_id"] if len(several) else [])
     for key, sub in pp.groupby(lead + ["task"], sort=True):
         key = key if isinstance(key, tuple) else (key,)
         aud = sub.loc[sub["audited"] == True]  # noqa: E712

@@ -187,6 +187,79 @@ def test_glance_log_data_logs_audit_from_tokens_and_from_rounds_alike():
     assert d.margin == pytest.approx(float(sub["min_path_margin"].iloc[0]))
 
 
+def _two_runs(first=1):
+    """Two runs of the block drafter on the same prompts (budgets 63 and 31: different rounds).
+    Run "b63" is lossless with near-tie rounds (0.01); run "b31" has a divergence planted at
+    output index pos of prompt p{pos}, its rounds wide (4.0 + r). Rows of the two runs interleave."""
+    commits = {"b63": [4, 1, 3], "b31": [2, 2, 2, 2]}
+    margins = {"b63": [0.01, 0.01, 0.01], "b31": [4.0, 5.0, 6.0, 7.0]}
+    n_out = first + 8
+    greedy = list(range(100, 100 + n_out))
+    P, R = [], []
+    for pos in range(first, n_out):
+        pid = f"p{pos}"
+        P.append(_prompt("docvqa", pid, "ar", tokens=greedy))
+        for run, c in commits.items():
+            out = greedy[:pos] + [7] + greedy[pos + 1:] if run == "b31" else greedy
+            cuts = np.cumsum([first] + c)
+            P.append(dict(_prompt("docvqa", pid, "block", new_tokens=n_out), run_id=run))
+            R += [dict(r, run_id=run) for r in _rounds(pid, c, margins[run], first,
+                                                        committed=[out[cuts[i]:cuts[i + 1]] for i in range(len(c))])]
+    R = pd.DataFrame(R).sort_values(["prompt_id", "round"], kind="stable").reset_index(drop=True)
+    return pd.DataFrame(P), R, commits, margins, n_out
+
+
+@pytest.mark.parametrize("first", [1, 0])
+@pytest.mark.parametrize("drop", [(), ("position",)])
+def test_two_runs_of_one_drafter_are_audited_apart_by_brute_force(first, drop):
+    """Rounds of one prompt in two runs are two streams: the lossless run stays lossless, and every
+    divergence planted in the other run gets that run's committing round's margin (brute force)."""
+    P, R, commits, margins, n_out = _two_runs(first)
+    res = A.audit(P, R.drop(columns=list(drop)))
+    t = res.frame.set_index("run_id")
+    assert list(res.frame.columns[:2]) == ["run_id", "task"] and len(res.frame) == 2
+    assert t.loc["b63", "verdict"] == "lossless" and t.loc["b63", "equal"] == t.loc["b63", "audited"] == n_out - first
+    assert t.loc["b31", "verdict"] == "NOT lossless" and t.loc["b31", "divergences"] == n_out - first
+    assert t.loc["b31", "wide"] == n_out - first and t.loc["b31", "near_tie"] == 0
+    d = res.divergence_frame
+    assert (d["run_id"] == "b31").all() and list(d.columns[:3]) == ["drafter", "run_id", "task"]
+    for row in d.itertuples():
+        pos = int(row.prompt_id[1:])
+        assert row.first_divergence == pos
+        assert row.margin == margins["b31"][_owner(commits["b31"], first, pos)]
+    assert any("b31, b63" in n and "one row per run" in n for n in res.notes)
+
+
+def test_two_runs_logged_audit_margins_and_single_run_output_unchanged():
+    # the logger's audit without divergence_margin: the margin comes from the divergent run's rounds
+    P, R, commits, margins, n_out = _two_runs()
+    spec = P["drafter"] == "block"
+    P.loc[spec, "tokens"] = None
+    P["greedy_match"] = [None if not s else r == "b63" for s, r in zip(spec, P["run_id"])]
+    P["first_divergence"] = [int(p[1:]) if r == "b31" else -1 for p, r in zip(P["prompt_id"], P["run_id"])]
+    d = A.audit(P, R).divergence_frame
+    assert (d["run_id"] == "b31").all() and len(d) == n_out - 1
+    assert [m for m in d["margin"]] == [margins["b31"][_owner(commits["b31"], 1, int(p[1:]))] for p in d["prompt_id"]]
+    # one run: no run_id column, no run note, the verdict as before
+    one = A.audit(P.loc[P["run_id"] != "b63"], R.loc[R["run_id"] == "b31"])
+    assert list(one.frame.columns[:2]) == ["task", "prompts"] and "run_id" not in one.divergence_frame.columns
+    assert list(one.divergence_frame.columns[:3]) == ["drafter", "task", "prompt_id"]
+    assert one.frame.iloc[0].verdict == "NOT lossless" and not any("several runs" in n for n in one.notes)
+    # runs of different drafters (one per drafter and task) are not "several runs": no run column
+    two = A.audit(P.assign(drafter=[d if r != "b63" else "pld" for d, r in zip(P["drafter"], P["run_id"])]), R.assign(
+        drafter=["pld" if r == "b63" else "block" for r in R["run_id"]]))
+    assert list(two.frame.columns[:2]) == ["drafter", "task"]
+    assert dict(zip(two.frame["drafter"], two.frame["verdict"])) == {"block": "NOT lossless", "pld": "lossless"}
+
+
+def test_run_id_on_one_side_only_is_a_clear_error_and_none_means_one_run():
+    P, R, *_ = _two_runs()
+    with pytest.raises(MissingColumnError, match="run_id"):
+        A.audit(P, R.drop(columns="run_id"))
+    one = A.audit(P.loc[P["run_id"] != "b63"].drop(columns="run_id"), R.loc[R["run_id"] == "b31"].drop(columns="run_id"))
+    assert one.frame.iloc[0].verdict == "NOT lossless" and one.frame.iloc[0].audited == 8
+
+
 def test_clean_audit_is_lossless_and_unaudited_prompts_are_counted():
     P = pd.DataFrame([_prompt("docvqa", f"p{i}", "block", greedy_match=True, first_divergence=-1)
                       for i in range(4)] + [_prompt("docvqa", "p9", "block", greedy_match=None)])
@@ -263,3 +336,59 @@ def test_cli_audit_on_rounds_only_logs_fails_clearly(capsys):
     from _evidence_fixtures import check_cli_error
 
     check_cli_error([EXAMPLE, "--audit"], capsys, "prompt files")
+
+
+@pytest.mark.parametrize("spec_tokens", [True, False])
+def test_cli_auditor_repro_two_glance_log_runs_in_one_input(capsys, tmp_path, spec_tokens):
+    """The auditor's case: data/logs' docvqa block run (lossless; one of its rounds a near-tie,
+    0.01) and a second run of the same drafter (budget 31) with a wide divergence planted in that
+    round (4.0), both passed with the ar baseline to `python -m glance_law.fit --audit`. The run
+    read first used to lend its near-tie margin (`lossless up to ties`) or, without the speculative
+    tokens, interleave both runs' rounds (nothing audited)."""
+    import json
+    from _evidence_fixtures import run_cli
+    from glance_law.io import read_logs, write_table
+
+    logs = EXAMPLE.parent / "logs"
+    if not logs.exists():
+        pytest.skip("no committed data/logs")
+    P = read_logs(sorted(map(str, logs.glob("prompts-docvqa-*-matched-*"))), kind="prompts").frame
+    R = read_logs(sorted(map(str, logs.glob("rounds-docvqa-*-matched-*")))).frame
+    P, R = (f.assign(**{c: f[c].astype(str) for c in ("run_id", "drafter", "prompt_id")}) for f in (P, R))
+    drop = [] if spec_tokens else ["greedy_match", "first_divergence", "divergence_margin"]
+    R1, P1 = R.loc[R["drafter"] == "block"].copy(), P.loc[P["drafter"] == "block"].drop(columns=drop)
+    n = R1.groupby("prompt_id").size()
+    pid = sorted(n[n >= 3].index)[0]
+    R1.loc[(R1["prompt_id"] == pid) & (R1["round"] == 1), "min_path_margin"] = 0.01
+    R2, P2 = R1.assign(run_id="docvqa-block-budget31", budget=31), P1.assign(run_id="docvqa-block-budget31")
+    at = R2.index[(R2["prompt_id"] == pid) & (R2["round"] == 1)][0]
+    R2.at[at, "min_path_margin"] = 4.0
+    k = int(R2.at[at, "position"]) + 1                     # the first output token round 1 commits
+    c = list(R2.at[at, "committed"])
+    c[0] = 498 if c[0] == 499 else 499
+    R2.at[at, "committed"] = c
+    i = P2.index[P2["prompt_id"] == pid][0]
+    t = list(P2.at[i, "tokens"])
+    t[k] = c[0]
+    P2.at[i, "tokens"] = t
+    if spec_tokens:
+        P2.at[i, "greedy_match"], P2.at[i, "first_divergence"], P2.at[i, "divergence_margin"] = False, k, np.nan
+    else:
+        P1, P2 = P1.assign(tokens=None), P2.assign(tokens=None)
+    ar = P["drafter"] == "ar"
+    write_table(P.loc[ar].drop(columns=drop), tmp_path / "prompts-ar.parquet", kind="prompts")
+    for stem, rr, pp in (("s1", R1, P1), ("s2", R2, P2)):      # the lossless run is read first
+        write_table(rr, tmp_path / f"rounds-{stem}.parquet", kind="rounds")
+        write_table(pp, tmp_path / f"prompts-{stem}.parquet", kind="prompts")
+    rc, out, err = run_cli([tmp_path, "--audit", "--format", "json"], capsys)
+    assert rc == 0, err
+    doc = json.loads(out)["audit"]
+    rows = {r["run_id"]: r for r in doc[A.AuditResult.title]}
+    assert rows.keys() == {"docvqa-block-5d840b7a5f", "docvqa-block-budget31"}
+    assert rows["docvqa-block-5d840b7a5f"]["verdict"] == "lossless"
+    assert rows["docvqa-block-5d840b7a5f"]["audited"] == rows["docvqa-block-5d840b7a5f"]["equal"] == len(P1)
+    assert rows["docvqa-block-budget31"]["verdict"] == "NOT lossless"
+    assert rows["docvqa-block-budget31"]["audited"] == len(P2) and rows["docvqa-block-budget31"]["wide"] == 1
+    (d,) = doc[A.AuditDivergences.title]
+    assert (d["run_id"], d["prompt_id"], d["first_divergence"]) == ("docvqa-block-budget31", pid, k)
+    assert d["margin"] == 4.0 and d["label"] == "wide"
