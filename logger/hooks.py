@@ -9,7 +9,11 @@
   accepted length, tree size): records what they carry.
 * :func:`dflash_hook` - the ``dflash`` package's ``dflash_generate``: a forward hook on the
   target (each verify block and its logits) plus a wrapper of the draft model's
-  ``compute_logits`` (per-offset marginals). Greedy decoding only.
+  ``compute_logits`` (per-offset marginals). Greedy decoding only. The rounds commit exactly
+  the returned output (token 0, the prefill's, in no round): the final block, which usually
+  runs past ``max_new_tokens`` or a stop token, is logged as glance-log logs a round that
+  ends the output (accepted run cut there, no bonus, horizon = accepted), and
+  ``stop_reason`` is ``eos`` or ``max_new_tokens``.
 
 All three feed the same :class:`glance_log.record.RoundLogger`, so the rows follow the
 same contract and resolution rules as glance-log's own decoder.
@@ -30,6 +34,12 @@ from .decode import PromptEvent, RoundEvent, Timer
 from .drafters import topk_rows
 
 __all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder"]
+
+
+def _eos_ids(model) -> set:
+    """The model's ``generation_config.eos_token_id`` as a set (empty when it has none)."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    return set(eos if isinstance(eos, (list, tuple)) else [eos]) if eos is not None else set()
 
 
 class _CandidateProxy:
@@ -116,9 +126,7 @@ class HFRoundRecorder:
         gen = seq[self.prompt_len:]
         stream = [seq[self.prompt_len - 1]] + gen               # index 0: the first round's root
         if stop_reason is None:
-            eos = getattr(self.model.generation_config, "eos_token_id", None)
-            eos = set(eos if isinstance(eos, (list, tuple)) else [eos]) if eos is not None else set()
-            stop_reason = "eos" if gen and gen[-1] in eos else "max_new_tokens"
+            stop_reason = "eos" if gen and gen[-1] in _eos_ids(self.model) else "max_new_tokens"
         self.timer.resolve()
         self.logger.on_prompt_end(PromptEvent(prompt_tokens=self.prompt_len, tokens=gen, resolve_stream=stream,
                                               rounds=len(self._rounds), stop_reason=stop_reason,
@@ -263,7 +271,7 @@ class dflash_hook:
 
         with dflash_hook(target, draft, logger, "p0") as h:
             out = dflash_generate(draft, target, ids, max_new_tokens=256, stop_token_ids=[eos])
-            h.finish(out, num_input_tokens=ids.shape[1])
+            h.finish(out, num_input_tokens=ids.shape[1], stop_token_ids=[eos])
     """
 
     def __init__(self, target, draft_model, logger, prompt_id: str, *, branch_k: int = 8, reference=None):
@@ -274,6 +282,7 @@ class dflash_hook:
         self._draft_logits = None
         self._rounds: list = []
         self._t0 = None
+        self.logged = self.skipped = 0          # rounds written / blocks verified after the output was complete
 
     def __enter__(self):
         self.logger.begin_prompt(self.prompt_id, self.reference)
@@ -308,35 +317,58 @@ class dflash_hook:
         self._draft_logits = None
         self._rounds.append((block, logits, None if pos is None else pos[0, 0], dl, L, m))
 
-    def finish(self, output_ids, num_input_tokens: int) -> None:
-        seq = output_ids[0].tolist()
-        gen = seq[num_input_tokens:]
+    def finish(self, output_ids, num_input_tokens: int, stop_token_ids=None) -> None:
+        """Log the verified blocks as rounds of the returned output.
+
+        ``output_ids``: what ``dflash_generate`` returned (the prompt and the output, or the
+        namespace whose ``output_ids`` they are); ``stop_token_ids``: the ones passed to it
+        (default: the target's ``generation_config.eos_token_id``), which name the stop reason.
+        A round commits exactly the tokens it added to the output, by glance-log's rule for the
+        round that ends the output: its run stops at the output's end (a stop token, or
+        ``max_new_tokens`` inside the block), it commits no bonus and its horizon is that run.
+        A block verified after the output was complete (older dflash loops verify one whose
+        root is the output's last token) added nothing and is not a round (``skipped``)."""
+        output_ids = getattr(output_ids, "output_ids", output_ids)
+        gen = output_ids[0].tolist()[num_input_tokens:]
+        n = len(gen)
+        stop = _eos_ids(self.target) if stop_token_ids is None else {int(t) for t in stop_token_ids}
+        stop_reason = "eos" if gen and gen[-1] in stop else "max_new_tokens"
         t1 = self.timer.mark()
         self.timer.resolve()
-        prev = self._t0
+        events, prev, nxt = [], self._t0, 0
         for r, (block, logits, pos, dl, L, m) in enumerate(self._rounds):
+            position = int(pos) - num_input_tokens if pos is not None else nxt     # the root's output index
             post = torch.argmax(logits, dim=-1)
             draft = block[1:]
-            a = int((draft == post[:-1]).long().cumprod(0).sum()) if L else 0
-            start = int(pos) if pos is not None else None
-            position = (start - num_input_tokens) if start is not None else r
+            run = int((draft == post[:-1]).long().cumprod(0).sum()) if L else 0   # dflash's acceptance
+            nxt = position + run + 1
+            if position >= n - 1:
+                continue                                     # the output was complete: adds nothing
+            a = min(run, n - 1 - position)                   # the accepted run inside the output
+            ended = run + 1 > n - 1 - position               # its bonus is not in the output
+            committed = [int(t) for t in draft[:a].tolist()] + ([] if ended else [int(post[a])])
+            if int(block[0]) != gen[position] or committed != gen[position + 1:position + 1 + len(committed)]:
+                raise GlanceError(f"dflash_hook: verify block {r} (root at output token {position}) does not match "
+                                  "the output; pass the output of this dflash_generate call, run greedily "
+                                  "(temperature=0), and its prompt length")
+            H = a if ended else L                            # no offset past the output's end
             if L and dl is not None:
-                logp, val, idx = topk_rows(dl[0][:L], self.k)
+                logp, val, idx = topk_rows(dl[0][:H], self.k)
             else:
-                logp, val, idx = None, torch.zeros(L, 1), draft.view(L, 1)
-            row_tokens = post.clone()
-            ev = RoundEvent(round=r, position=position, root=int(block[0]), accepted=a,
-                            committed=[int(t) for t in draft[:a].tolist()] + [int(post[a])], horizon=L, budget=L,
-                            tree=chain_tree(L) if L else None, logq=val, ids=idx, draft_passes=1 if L else 0,
-                            point_mass=dl is None and L > 0, verify_logits=logits,
-                            path_rows=torch.arange(a + 1, device=logits.device), row_tokens=row_tokens,
-                            full_logp=logp, marks=(prev, None, None, m), drafter="block")
+                logp, val, idx = None, torch.zeros(H, 1), draft[:H].view(H, 1)
+            events.append(RoundEvent(round=len(events), position=position, root=int(block[0]), accepted=a,
+                                     committed=committed, horizon=H, budget=L,
+                                     tree=chain_tree(L) if L else None, logq=val, ids=idx,
+                                     draft_passes=1 if L else 0, point_mass=dl is None and L > 0,
+                                     verify_logits=logits, path_rows=torch.arange(a + 1, device=logits.device),
+                                     row_tokens=post.clone(), full_logp=logp, marks=(prev, None, None, m),
+                                     drafter="block"))
             prev = m
+        for ev in events:
             self.logger.on_round(ev)
-        stream = gen
-        eos_stop = "max_new_tokens"
-        self.logger.on_prompt_end(PromptEvent(prompt_tokens=num_input_tokens, tokens=gen, resolve_stream=stream,
-                                              rounds=len(self._rounds), stop_reason=eos_stop,
+        self.logged, self.skipped = len(events), len(self._rounds) - len(events)
+        self.logger.on_prompt_end(PromptEvent(prompt_tokens=num_input_tokens, tokens=gen, resolve_stream=gen,
+                                              rounds=len(events), stop_reason=stop_reason,
                                               prefill_marks=(None, None), decode_marks=(self._t0, t1),
                                               timer=self.timer))
         self._rounds = []
