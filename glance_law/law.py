@@ -456,7 +456,8 @@ def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float =
     notes.append(f"ceiling: bias-corrected {ceiling_bins}-bin between/total (epsilon^2, unclipped, ~0 without "
                  "signal); ceiling_binned is the paper's SSB/SST (biased up by ~(B-1)/(n-1)); "
                  "ceiling_fraction = r2_round / ceiling")
-    notes.append("floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L)")
+    notes.append("floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L) "
+                 "at the group's largest L")
     notes.append(f"holds: slope (b1_lo > 0), rank (rho < 0, prompt-aware p < {alpha:g}), curve (decile "
                  f"R^2 >= {min_r2_curve:g}), monotone (isotonic decile R^2 >= {min_r2_isotonic:g})")
     return LawFit(table=table, curves=curves, checks=checks, method=method, level=float(level), by=by,

@@ -126,7 +126,7 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     row["p_ge8"] = (np.count_nonzero(a >= 8) if w is None else _law._dot(w, (a >= 8).astype(np.float64))) / W
     if L.min() != L.max():
         notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
-                     "mean use each round's own L, the horizon column shows the largest")
+                     "mean use each round's own L; sup and the horizon column use the largest")
     key = _curve.sort_key(H, order)
     ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order, key.position)
     row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
