@@ -130,6 +130,9 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     key = _curve.sort_key(H, order)
     ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order, key.position)
     row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
+    if ceil.bins >= 2 and ceil.n < 5 * ceil.bins:
+        notes.append(f"{where}: {ceil.n:.0f} rounds in {ceil.bins} ceiling bins (fewer than 5 per bin): the "
+                     "ceiling estimate is noisy here and ceiling_fraction can exceed 1; read them from ~250 rounds up")
     B = opt["bins"]
     curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
     bins = bm = floor = None

@@ -352,6 +352,14 @@ def test_floor_cap_and_supremum():
     assert r.tau == pytest.approx(df.accepted.mean() + 1)
 
 
+def test_a_note_flags_a_ceiling_from_fewer_than_5_rounds_per_bin():
+    small = simulate_rounds([TaskSpec("t", 1.226, 0.95)], n_prompts=10, rounds_per_prompt=12, seed=3, vectors=False)
+    big = simulate_rounds([TaskSpec("t", 1.226, 0.95)], n_prompts=20, rounds_per_prompt=15, seed=3, vectors=False)
+    assert len(small) < 250 <= len(big)
+    assert any("ceiling bins (fewer than 5 per bin)" in n for n in fit_law(small, by=None).notes)
+    assert not any("fewer than 5 per bin" in n for n in fit_law(big, by=None).notes)
+
+
 def test_supremum_is_taken_at_the_largest_horizon_not_at_cut_rounds():
     # rounds that end the output are cut to L = a; the supremum must not follow them down,
     # or a plain law (no tail) would show a floor above sup by construction
