@@ -19,7 +19,7 @@ from .errors import GlanceError
 from .law import law_supremum
 from .results import Result
 from .tail import (N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometric_cells,
-                   _rounds, expected_cells, lrt_test, pi_needed, pi_star, pooled_chi_square)
+                   _rounds, bootstrap_p, expected_cells, lrt_test, pi_needed, pi_star, pooled_chi_square)
 from .tail_heldout import _heldout, _law_cells
 
 TAIL_COLUMNS = ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup", "ll_geometric",
@@ -129,9 +129,7 @@ class TaskTail:
     def lrt_p_bootstrap_rounds(self) -> float:
         """The plain parametric-bootstrap p-value (the observed lrt against the null draws, rounds
         treated as independent: no design-effect correction)."""
-        if self.n_boot <= 0 or self.lrt_null.size == 0:
-            return float("nan")
-        return float((1 + np.sum(self.lrt_null >= self.lrt - 1e-9 * (1 + self.lrt))) / (self.lrt_null.size + 1))
+        return bootstrap_p(self.lrt, self.lrt_null) if self.n_boot > 0 else float("nan")
 
     @property
     def mixture(self) -> bool:
@@ -497,8 +495,8 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         "does not apply (3 identified parameters, one unidentified under the null)",
         "chi2: Pearson on the run-length histogram, adjacent cells pooled left to right until the expected "
         "count is >= 5 under both models; p_chi2_geometric on cells-2 df, p_chi2_two_state on cells-4 df",
-        "pi: the fitted weight of the slow mode when the fitted law is a no-switching mixture (lambda2 >= 0 "
-        "and s1 <= lambda1: pi = C, rho_U = lambda2); otherwise pi and pi_star are empty, because a rising or "
+        "pi: the fitted weight of the slow mode when the fitted law is a no-switching mixture (0 <= lambda2 < "
+        "lambda1 and s1 <= lambda1: pi = C, rho_U = lambda2); otherwise pi and pi_star are empty, because a rising or "
         "oscillating hazard is produced by a whole interval of entry weights (compare such fits by "
         "log-likelihood and pmf; the models table shows one canonical theta); pi_star = "
         "(e^b0 - M(rho_U)) / (L - M(rho_U)) is sufficient, not necessary, for a floor above the cap when "

@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import pandas as pd
 
 from . import format as _fmt
@@ -245,21 +244,17 @@ def _budget(inp: Inputs, drafter: str) -> int:
 
 @section("brackets", "Figure 4", "every task's law against the two brackets (AdaEDL below, 2 ln N / H above)")
 def brackets(inp: Inputs) -> list:
-    from .brackets import bracket_curves
+    from .brackets import outside_counts
     out = []
     law = inp.law()
     for d, s in _per_drafter(inp, "brackets"):
         N = _budget(inp, d)
-        L = int(law.row("pooled", d)["horizon"])
-        below = above = total = 0
-        t = law.to_frame()
-        for g in t.loc[(t["drafter"] == d) & (t["task"] != "pooled") & np.isfinite(t["b1"].astype(float)), "task"]:
-            c = law.curve(g, d).dropna(subset=["mean_entropy", "mean_accepted"])
-            br = bracket_curves(c["mean_entropy"].to_numpy(float), N=N, L=L, gamma=inp.options.gamma)
-            m = c["mean_accepted"].to_numpy(float)
-            below += int((m < br["adaedl"].to_numpy()).sum())
-            above += int((m > br["ceiling"].to_numpy()).sum())
-            total += len(m)
+        L = int(law.row("pooled", d)["horizon"])        # the horizon plots.law_brackets draws
+        curves = [law.curve(g, d).dropna(subset=["mean_entropy", "mean_accepted"])
+                  for g in plots._fitted_groups(law, d, None, pooled=False)]
+        c = pd.concat(curves, ignore_index=True)
+        below, above = outside_counts(c["mean_entropy"], c["mean_accepted"], N, L, inp.options.gamma)
+        total = len(c)
         out.append(Figure(f"figure4_{s}", plots.law_brackets(law, d, budget=N, gamma=inp.options.gamma),
                           f"Task-level law fits ({d}) drawn against the AdaEDL lower bracket (a heuristic on the "
                           f"draft's entropy, evaluated here at the target's root entropy, L = {L}) and the paper's "

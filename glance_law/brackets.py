@@ -210,6 +210,14 @@ def best_tree_value(marginals, budget: int, log: bool = False):
     return float(vals[0]) if single else vals
 
 
+def outside_counts(H, accepted, N: int = 31, L: int = 15, gamma: float = 0.2) -> tuple[int, int]:
+    """How many (entropy, mean accepted) points lie below the AdaEDL bracket and above the
+    paper's 2 ln N / H ceiling (Figure 4's caption)."""
+    br = bracket_curves(H, N=N, L=L, gamma=gamma)
+    a = np.atleast_1d(np.asarray(accepted, dtype=np.float64))
+    return int((a < br["adaedl"].to_numpy()).sum()), int((a > br["ceiling"].to_numpy()).sum())
+
+
 def bracket_curves(H, N: int = 31, L: int = 15, gamma: float = 0.2) -> pd.DataFrame:
     """Figure 4's brackets on an entropy grid, in accepted-length units: the AdaEDL lower
     bracket M(1 - sqrt(gamma H), L) and the paper's ceiling 2 ln N / H (not a bound; see

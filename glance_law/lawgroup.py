@@ -16,7 +16,6 @@ import zlib
 
 import numpy as np
 import pandas as pd
-from scipy import special
 
 from . import ceiling as _ceiling
 from . import curve as _curve

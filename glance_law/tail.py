@@ -41,7 +41,7 @@ from .law import cap, law_supremum, truncated_mean
 __all__ = ["TwoStateFit", "GeometricFit", "Invariants", "TaskTail", "TailFit", "TailModels", "TailHeldout",
            "survival", "pmf", "mean", "variance", "hazard", "invariants", "law_supremum",
            "cap", "pi_star", "pi_needed", "geometric_variance", "fit_geometric", "fit_two_state", "loglik",
-           "pooled_chi_square", "lrt_test", "tail_test", "fit_tail", "cli_section", "add_cli_arguments"]
+           "pooled_chi_square", "bootstrap_p", "lrt_test", "tail_test", "fit_tail", "cli_section", "add_cli_arguments"]
 
 PARAMS = ("pi", "rho_d", "rho_u", "t_dd", "t_uu")
 #: identifiable parameters of the two-state run-length law (S1, tr K, det K)
@@ -427,6 +427,13 @@ def histogram_design_effect(accepted, clusters) -> float:
     return float(v_cl / v_iid) if v_iid > 0 else 1.0
 
 
+def bootstrap_p(stat: float, draws: np.ndarray) -> float:
+    """``(1 + #{draws >= stat}) / (B + 1)`` (ties within rounding count); NaN without draws."""
+    if draws.size == 0:
+        return float("nan")
+    return float((1 + np.sum(draws >= stat - 1e-9 * (1 + stat))) / (draws.size + 1))
+
+
 def lrt_test(accepted, horizon, n_boot: int = 199, seed=0, n_local: int = 4, clusters=None) -> LRT:
     """Likelihood-ratio test of the geometric against the two-state model.
 
@@ -457,8 +464,7 @@ def lrt_test(accepted, horizon, n_boot: int = 199, seed=0, n_local: int = 4, clu
         _, _, _, llb2, _, llb1 = _fit_W(Wb, n_local)
         draws = np.maximum(0.0, 2.0 * (llb2 - llb1))
     deff = 1.0 if clusters is None else histogram_design_effect(a, clusters)
-    stat = lrt / deff
-    p_boot = float((1 + np.sum(draws >= stat - 1e-9 * (1 + stat))) / (draws.size + 1)) if n_boot > 0 else float("nan")
+    p_boot = bootstrap_p(lrt / deff, draws)
     return LRT(lrt, p_boot, float(stats.chi2.sf(lrt, NOMINAL_LRT_DF)), int(n_boot), draws, deff)
 
 

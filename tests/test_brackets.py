@@ -132,3 +132,11 @@ def test_rejects_impossible_input():
         brackets.shannon_entropy([0.5, 0.2])
     with pytest.raises(GlanceError):
         brackets.adaedl_mean(0.1, 0)
+
+
+def test_outside_counts_against_the_two_curves():
+    H = np.array([0.05, 0.5, 1.0, 2.0])
+    low = brackets.adaedl_mean(H, 15, 0.2)
+    high = brackets.verification_ceiling(31, H)
+    a = np.array([low[0] - 0.1, low[1] + 0.1, high[2] + 0.1, low[3]])   # below, inside, above, on the line
+    assert brackets.outside_counts(H, a, N=31, L=15, gamma=0.2) == (1, 1)
