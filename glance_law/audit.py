@@ -118,12 +118,17 @@ class AuditResult(Result):
         return self.extra_notes
 
 
+def _missing(v) -> bool:
+    """A missing cell (None, NaN, pd.NA); a list or an array is a value."""
+    return v is None or v is pd.NA or (np.isscalar(v) and bool(pd.isna(v)))
+
+
 def _commit_counts(sub: pd.DataFrame) -> np.ndarray:
     """Tokens each round committed: ``len(committed)`` where logged (a round that ends the
     output commits no bonus token), else ``accepted + 1``."""
     n = sub["accepted"].to_numpy(np.int64) + 1
     if "committed" in sub.columns:
-        logged = np.array([v is not None and not (np.isscalar(v) and pd.isna(v)) for v in sub["committed"]])
+        logged = np.array([not _missing(v) for v in sub["committed"]])
         n = np.where(logged, [len(v) if ok else 0 for v, ok in zip(sub["committed"], logged)], n)
     return n
 
@@ -164,15 +169,15 @@ class _RoundIndex:
         if sub is None or "committed" not in sub.columns:
             return None
         vals = sub["committed"].tolist()
-        if any(v is None or (np.isscalar(v) and pd.isna(v)) for v in vals):
+        if any(_missing(v) for v in vals):
             return None
         return np.concatenate([np.asarray(v, dtype=np.int64) for v in vals]) if vals else np.zeros(0, np.int64)
 
-    def first_index(self, key, n_out) -> int | None:
+    def first_index(self, key, n_out, stream) -> int | None:
         """Output index of round 0's first committed token: 1 in glance-log's convention (the
         prefill produced token 0, which no round holds), 0 in the Hugging Face hook's (round 0
         is verified with the prefill and commits token 0); None when the log does not tell.
-        ``n_out``: the prompt's generated-token count, or None."""
+        ``n_out``: the prompt's generated-token count, or None; ``stream``: ``self.stream(key)``."""
         sub = self.groups.get(key)
         if sub is None or not len(sub):
             return None
@@ -182,7 +187,7 @@ class _RoundIndex:
             found = {int(n[0]): 1, int(n[0]) - 1: 0}.get(step)
             if found is not None:
                 return found
-        if n_out is not None and self.stream(key) is not None:
+        if n_out is not None and stream is not None:
             return {int(n_out) - 1: 1, int(n_out): 0}.get(int(n.sum()))
         if n_out is not None and int(n.sum()) == int(n_out) - 1:
             return 1        # accepted + 1 per round: a last round that ended the output may count one more
@@ -252,21 +257,20 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
         key = (row["task"], row["prompt_id"])
         rkey = tuple(row[k] for k in _KEY)
         logged = row.get("greedy_match")
-        logged = None if logged is None or (isinstance(logged, float) and np.isnan(logged)) or pd.isna(logged) \
-            else bool(logged)
+        logged = None if _missing(logged) else bool(logged)
         tok = row.get("tokens")
-        if tok is not None and not isinstance(tok, (list, np.ndarray)) and pd.isna(tok):
-            tok = None
-        first = index.first_index(rkey, _n_out(row, tok))
+        tok = None if _missing(tok) else tok
+        stream = index.stream(rkey)              # the rounds' committed tokens, built once per prompt
+        first = index.first_index(rkey, _n_out(row, tok), stream)
         tok_div = None
         if key in ar_tokens and tok is not None:
             tok_div = first_divergence(tok, ar_tokens[key])
-        elif key in ar_tokens and index.stream(rkey) is not None:
+        elif key in ar_tokens and stream is not None:
             # the rounds hold the output from index `first` on: compare like with like
             if first is None:
                 n_unaligned += logged is None
             else:
-                fd = first_divergence(index.stream(rkey), ar_tokens[key][first:])
+                fd = first_divergence(stream, ar_tokens[key][first:])
                 tok_div = -1 if fd == -1 else fd + first
                 n_second += first
         if logged is not None:

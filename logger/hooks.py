@@ -32,14 +32,9 @@ from glance_law.tree import chain_tree
 
 from .decode import PromptEvent, RoundEvent, Timer
 from .drafters import topk_rows
+from .models import eos_token_ids
 
 __all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder"]
-
-
-def _eos_ids(model) -> set:
-    """The model's ``generation_config.eos_token_id`` as a set (empty when it has none)."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    return set(eos if isinstance(eos, (list, tuple)) else [eos]) if eos is not None else set()
 
 
 class _CandidateProxy:
@@ -126,7 +121,8 @@ class HFRoundRecorder:
         gen = seq[self.prompt_len:]
         stream = [seq[self.prompt_len - 1]] + gen               # index 0: the first round's root
         if stop_reason is None:
-            stop_reason = "eos" if gen and gen[-1] in _eos_ids(self.model) else "max_new_tokens"
+            stop = eos_token_ids(self.model, getattr(self.logger, "tokenizer", None))
+            stop_reason = "eos" if gen and gen[-1] in stop else "max_new_tokens"
         self.timer.resolve()
         self.logger.on_prompt_end(PromptEvent(prompt_tokens=self.prompt_len, tokens=gen, resolve_stream=stream,
                                               rounds=len(self._rounds), stop_reason=stop_reason,
@@ -322,7 +318,8 @@ class dflash_hook:
 
         ``output_ids``: what ``dflash_generate`` returned (the prompt and the output, or the
         namespace whose ``output_ids`` they are); ``stop_token_ids``: the ones passed to it
-        (default: the target's ``generation_config.eos_token_id``), which name the stop reason.
+        (default: the target's stop tokens as glance-log reads them,
+        :func:`glance_log.models.eos_token_ids`), which name the stop reason.
         A round commits exactly the tokens it added to the output, by glance-log's rule for the
         round that ends the output: its run stops at the output's end (a stop token, or
         ``max_new_tokens`` inside the block), it commits no bonus and its horizon is that run.
@@ -331,7 +328,8 @@ class dflash_hook:
         output_ids = getattr(output_ids, "output_ids", output_ids)
         gen = output_ids[0].tolist()[num_input_tokens:]
         n = len(gen)
-        stop = _eos_ids(self.target) if stop_token_ids is None else {int(t) for t in stop_token_ids}
+        stop = (set(eos_token_ids(self.target, getattr(self.logger, "tokenizer", None))) if stop_token_ids is None
+                else {int(t) for t in stop_token_ids})
         stop_reason = "eos" if gen and gen[-1] in stop else "max_new_tokens"
         t1 = self.timer.mark()
         self.timer.resolve()

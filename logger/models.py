@@ -27,7 +27,8 @@ import torch
 
 from glance_law.errors import GlanceError
 
-__all__ = ["Target", "PromptInputs", "load_target", "resolve_device", "resolve_dtype", "cache_kwarg"]
+__all__ = ["Target", "PromptInputs", "load_target", "resolve_device", "resolve_dtype", "cache_kwarg",
+           "eos_token_ids"]
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
@@ -54,6 +55,23 @@ def cache_kwarg(model) -> str:
     """``cache`` (transformers >= 5.x) or ``past_key_values`` (older), read from forward's signature."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+def eos_token_ids(model, tokenizer=None) -> tuple[int, ...]:
+    """The model's stop tokens, sorted: the ``eos_token_id`` of its ``generation_config``, its
+    text config and its config (any that have one, merged), else the tokenizer's; empty when
+    none names one. glance-log's decoder and the hooks' default stop reason both use it."""
+    config = getattr(model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    ids = set()
+    for src in (getattr(model, "generation_config", None), text_config, config):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if e is None:
+            continue
+        ids.update([int(x) for x in (e if isinstance(e, (list, tuple)) else [e])])
+    if not ids and getattr(tokenizer, "eos_token_id", None) is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return tuple(sorted(ids))
 
 
 @dataclass
@@ -152,7 +170,7 @@ class Target:
         self._hidden: torch.Tensor | None = None
         self._hook = model.get_output_embeddings().register_forward_pre_hook(self._capture)
         self._rope_delta = None
-        self._eos = self._eos_ids()
+        self._eos = eos_token_ids(model, tokenizer)
 
     # -- plumbing ---------------------------------------------------------------
     def _capture(self, module, args):
@@ -160,17 +178,6 @@ class Target:
 
     def close(self) -> None:
         self._hook.remove()
-
-    def _eos_ids(self) -> tuple[int, ...]:
-        ids = set()
-        for src in (getattr(self.model, "generation_config", None), self.text_config, self.config):
-            e = getattr(src, "eos_token_id", None) if src is not None else None
-            if e is None:
-                continue
-            ids.update([int(x) for x in (e if isinstance(e, (list, tuple)) else [e])])
-        if not ids and self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
-            ids.add(int(self.tokenizer.eos_token_id))
-        return tuple(sorted(ids))
 
     @property
     def eos_ids(self) -> tuple[int, ...]:

@@ -185,7 +185,6 @@ class _Round(NamedTuple):
     drafter: str
     own_tokens: Optional[list]
     full: bool
-    n_commit: int
 
 
 def _device_index(values, device) -> torch.Tensor:
@@ -268,7 +267,7 @@ class RoundLogger:
         # keep only host values and small tensors: never the round's logits
         self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
                                     ev.budget, 0 if ev.tree is None else min(int(ev.tree.max_depth), ev.horizon), ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
-                                    ev.marks, ev.drafter, ev.own_tokens, full, n_commit))
+                                    ev.marks, ev.drafter, ev.own_tokens, full))
         if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= self.reduce_bytes:
             self._reduce()
 
@@ -327,7 +326,7 @@ class RoundLogger:
             match, rank, tlq = resolve_offsets(ids, logq, toks, full_rank=fr, full_logq=fl,
                                                point_mass=ev.point_mass)
             h, margin, pmax, minm = stats[i]
-            minm = minm if ev.n_commit else np.nan          # a round that committed nothing
+            minm = minm if committed else np.nan            # a round that committed nothing
             m0, m1, m2, m3 = ev.marks
             rows.append({
                 "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,
