@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = "37f303f"     # the keyed envelopes on the 41-point grid (glance_law/width.py _curve_grid)
+BEFORE = "69fbfc2"     # cd42024^: the keyed envelopes on the 41-point grid (glance_law/width.py _curve_grid)
 
 CHILD = r"""
 import json, sys, time, tracemalloc

@@ -127,14 +127,7 @@ def _offset_fits(H, M, codes, G):
             b[j] = (np.inf if y[0] == 1 else -np.inf, 0.0)
             why[j] = CONSTANT
             continue
-        h1, h0 = Hk[y == 1], Hk[y == 0]
-        if np.ptp(Hk) == 0:
-            why[j] = "the entropy does not vary while the match does"
-        elif h1.min() >= h0.max() or h1.max() <= h0.min():  # (quasi-)complete separation in 1-D
-            why[j] = "an entropy threshold separates matches from misses, so the MLE diverges"
-        if why[j]:
-            continue
-        try:
+        try:  # raises for no entropy variation and for (quasi-)complete separation
             bj, _, converged = _law.fit_affine_logit(Hk, y, np.ones_like(y))
         except ValueError as exc:
             why[j] = str(exc)

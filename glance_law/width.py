@@ -419,13 +419,12 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
                            "root_entropy": H, "accepted": np.minimum(a, horizon),
                            "horizon": np.where(cens, a, horizon)})
     live = law_in["horizon"].to_numpy() > 0
-    fails = law_in["accepted"].to_numpy() < law_in["horizon"].to_numpy()     # the law's uncensored misses
     try:
         lf = fit_law(law_in.loc[live], by="task", condition=None)
     except GlanceError as exc:
         lf = None
         notes.append(f"the law could not be fitted on the chain ({exc}); keyed policies unavailable")
-    has, resc = rescue_events(logq, rank, horizon)
+    has, resc = rescue_events(logq, rank, horizon)  # has: a < min(known, horizon), the law's uncensored misses
     rng = np.random.default_rng(seed)
     rows, preg, par, rrows, coef = [], [], [], [], []
     for task in sorted(set(groups.tolist())):
@@ -440,13 +439,14 @@ def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max
                 b = lf.params(task)
             except (GlanceError, KeyError):
                 b = (np.nan, np.nan)
+        misses = int(has[m].sum())
         c0, c1, how = fit_rescue(H[m][has[m]], resc[m][has[m]])
         coef.append({"task": task, "b0": b[0], "b1": b[1], "c0": c0, "c1": c1, "how": how,
-                     "misses": int(has[m].sum())})
+                     "misses": misses})
         if not np.all(np.isfinite(b)):
             notes.append(f"{task}: no law fit, keyed policies not evaluated")
         else:
-            weak = _weak_law(int(fails[m].sum()), float(b[1]))
+            weak = _weak_law(misses, float(b[1]))
             if weak:
                 notes.append(f"{task}: keyed rows (paper, rescue, their gains and Proposition 6 rows) are unreliable: "
                              f"the chain law keying them (b0 = {b[0]:.3f}, b1 = {b[1]:.3f}) {weak}")

@@ -91,7 +91,7 @@ def test_offset_fits_constant_offsets_take_the_mle_limit_and_others_say_why():
     assert b[0].tolist() == [np.inf, 0.0] and b[1].tolist() == [-np.inf, 0.0]
     assert not infl[:, :2].any() and np.isnan(cov[:2]).all()
     # offset 3: misses at H <= 0.2, matches at H >= 0.3 -> separated, no MLE
-    assert "separates" in why[2] and np.isnan(b[2]).all() and not infl[:, 2].any()
+    assert "separate" in why[2] and np.isnan(b[2]).all() and not infl[:, 2].any()
     # offsets 4, 5: overlapping classes -> an ordinary fit; offset 6 unknown everywhere
     assert why[3] is None and why[4] is None and np.isfinite(b[3:5]).all()
     assert why[5] == "no round knows the match there"
@@ -204,7 +204,7 @@ def test_assumption2_separated_offset_is_nan_with_a_note_not_a_truncated_sum():
     assert any("offset 2" in n and "not identified" in n for n in res.notes)
     law = O.offset_law(f)
     assert np.isnan(law.to_frame().set_index("offset").loc[2, "b0"])
-    assert any("offset 2" in n and "separates" in n for n in law.notes)
+    assert any("offset 2" in n and "separate" in n for n in law.notes)
     assert any("offset 1" in n and "+inf" in n for n in law.notes)
 
 
