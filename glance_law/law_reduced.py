@@ -374,7 +374,10 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
             row["mean_accepted_lo"] = r["mean_accepted"] - tc * se_a
             row["mean_accepted_hi"] = r["mean_accepted"] + tc * se_a
             cur = curves[(d, g)].copy()
-            if gr["cv"] is not None:
+            if gr["cv"] is None:
+                notes.append(f"{where}: fewer rounds ({m_n[gr['mi']].sum():.0f}) than curve bins ({bins}); "
+                             "no decile curve")
+            else:
                 cur = pd.DataFrame({col: gr["cv"].get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
                 sw, swy = acc.sw[:, present], acc.swy[:, present]
                 kb, kg = np.nonzero(sw > 0)
@@ -423,7 +426,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
             curves[(d, g)], checks[(d, g)] = cur, chk
             groups[i] = None
     for col in ("prompts", "buckets", "floor_rounds", "ceiling_bins"):
-        table[col] = table[col].astype(np.int64)
+        if table[col].notna().all():  # as fit_law: floor_rounds stays NaN (float) for a group without a curve
+            table[col] = table[col].astype(np.int64)
     lvl = f"{100 * level:g}%"
     how = {"cr3": f"{lvl} CR3 cluster jackknife over prompt buckets (cluster = task, bucket; one Newton step per "
                   "deleted bucket) with Student-t(G-1), G = non-empty buckets (column buckets)",
@@ -433,7 +437,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
                         f"replicates (seed {seed})"}[interval]
     out = [f"intervals: {how}; a bucket holds whole prompts, so this is prompt-clustered inference; rho_p: "
            "clustered over buckets"]
-    out += [s for s in base.note_lines if not s.startswith("intervals:")]
+    # fit_law counts atoms, not rounds, in its "no decile curve" note; the curve here is the reduced one (noted above)
+    out += [s for s in base.note_lines if not s.startswith("intervals:") and "than curve bins" not in s]
     out.append("fitted from reduced sufficient statistics: each entropy bin's rounds (summed over buckets) enter the "
                "likelihood as two atoms matching their entropy mean and variance (b0, b1 exact to O(width^4)); "
                "equal-count bins cut inside a fine bin by each cell's modelled entropy density (docs/scale.md)")

@@ -9,7 +9,8 @@ rounds by *cell*
 and keeps per cell ``n``, ``sum_h`` = sum H and ``sum_h2`` = sum H^2 (the file kind
 ``reduced`` of :mod:`glance_law.schema`). A cell is a few dozen bytes however many
 rounds it holds, so 10^8 rounds reduce to a few million cells, and reductions made
-on many machines merge by adding counts (:func:`merge`).
+on many machines merge by adding counts (:func:`merge`; :func:`read_reduced` refuses two
+inputs with identical cells, a copy of one reduction that would count every round twice).
 
 * **Prompt buckets** (:func:`bucket_of`): the first 8 hex digits of
   ``md5(task + "\\x1f" + prompt_id)`` (UTF-8) as an unsigned integer, modulo B
@@ -63,8 +64,8 @@ FORMAT = 1
 BUCKET_HASH = "md5(utf8(task + U+001F + prompt_id)): the first 8 hex digits as an unsigned integer, modulo B"
 KEY = ("task", "drafter", "bucket", "hbin", "horizon", "accepted")
 SUMS = ("n", "sum_h", "sum_h2")
-#: Entropies above this are logging bugs (ln of any vocabulary is < 30 nats); they are refused.
-MAX_ENTROPY = float(2 ** 20)
+MAX_ENTROPY = S.MAX_ENTROPY  # entropies above 2^20 nats are refused (a logging bug), as by the reader
+INT32_MAX = 2 ** 31 - 1
 PROG = "python -m glance_law.reduce"
 
 
@@ -87,6 +88,13 @@ class Grid:
             raise GlanceError(f"per_octave must be a power of two between 1 and 4096 (got {self.per_octave})")
         if not -40 <= int(self.lo_exp) < int(self.hi_exp) <= 20:
             raise GlanceError(f"the grid needs -40 <= lo_exp < hi_exp <= 20 (got {self.lo_exp}, {self.hi_exp})")
+        # hbin is a 32-bit integer in every engine: the bin of the largest allowed entropy must fit
+        per_s = int(self.hi_exp) - int(self.lo_exp) + 2 ** (int(MAX_ENTROPY).bit_length() - 1 - int(self.hi_exp))
+        if s * per_s > INT32_MAX:
+            top = 1 << ((INT32_MAX // per_s).bit_length() - 1)
+            raise GlanceError(f"per_octave {s} with hi_exp {self.hi_exp}: the bin index of a 2^20-nat entropy "
+                              "(the largest allowed) would overflow the 32-bit hbin; per_octave must be a power of "
+                              f"two between 1 and {top} here (or raise hi_exp)")
 
     @property
     def shift(self) -> int:
@@ -419,15 +427,28 @@ def write_reduced(reduced: Reduced, path) -> str:
     return str(write_table(reduced.cells, path, kind=S.KIND_REDUCED, run=run_metadata(reduction=reduced.metadata())))
 
 
+def cells_digest(cells: pd.DataFrame) -> str:
+    """SHA-256 of a cells table's content (the key and sum columns present; row order ignored)."""
+    cols = [c for c in KEY + SUMS if c in cells.columns]
+    rows = pd.util.hash_pandas_object(cells[cols], index=False).to_numpy()
+    return hashlib.sha256(np.sort(rows).tobytes()).hexdigest()
+
+
 def read_reduced(paths, skip_bad: bool = False) -> Reduced:
     """Read and merge reduced files (files, folders, globs)."""
     from .io import read_logs
     logs = read_logs(paths, S.KIND_REDUCED, skip_bad=skip_bad)
     frame = logs.frame
-    parts, start = [], 0
+    parts, start, seen = [], 0, {}
     for fi in logs.files:
         cells = frame.iloc[start:start + fi.rows]
         start += fi.rows
+        if len(cells):  # a copy under another name would double every count when merged
+            digest = cells_digest(cells)
+            if digest in seen:
+                raise GlanceError(f"{fi.path} holds the same cells as {seen[digest]} (a copy of one reduction? "
+                                  "merging would count its rounds twice): pass one of them")
+            seen[digest] = fi.path
         parts.append(Reduced.from_metadata(cells, fi.run.get("reduction"), fi.path))
     out = merge(parts)
     if logs.skipped:

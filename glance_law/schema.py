@@ -40,6 +40,10 @@ KINDS = (KIND_ROUNDS, KIND_PROMPTS, KIND_REDUCED)
 
 CONDITIONS_DEFAULT = "matched"
 
+#: Entropies above this (nats) are logging bugs (ln of any vocabulary is < 30 nats): the
+#: reader and every reduction engine refuse them.
+MAX_ENTROPY = float(2 ** 20)
+
 # Value families the reader accepts for a column (any width of the family is
 # accepted and cast to the contract type when the values fit).
 STRING, INT, FLOAT, BOOL, LIST_INT, LIST_FLOAT = (
@@ -91,7 +95,7 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "0-based index of the round within its prompt.", lo=0),
     _c("root_entropy", pa.float32(), FLOAT, True,
        "Shannon entropy of the target's next-token distribution at the round root, "
-       "from the raw fp32 logits (temperature 1).", "nats", lo=0),
+       "from the raw fp32 logits (temperature 1).", "nats", lo=0, hi=MAX_ENTROPY),
     _c("accepted", pa.int16(), INT, True,
        "Draft tokens accepted this round, bonus token excluded (tau = accepted + 1). "
        "0 <= accepted <= horizon.", "tokens", lo=0),

@@ -198,7 +198,10 @@ def run(sources: list[Source], *, grid: Grid, buckets: int, condition, check_key
     if bad and not skip_bad:
         raise BadFiles(bad[:1])
     if bad:
-        drop([p for p, _ in bad])
+        gone = {p for p, _ in bad}
+        drop(sorted(gone))
+        # the optional columns of the surviving files only (a dropped file may have been the one with them)
+        columns = set().union(*(s.columns for s in sources if s.path not in gone))
         materialize("glance_src", source_sql(dialect, columns), True)
         materialize("glance_st", stats_sql(dialect), False)
     if check_keys:
