@@ -7,9 +7,8 @@ Two levels, so the cost is one pass over the cells plus a fit of a few thousand 
   as a two-point quadrature (:func:`two_point`) that matches its entropy mean and
   variance. Every smooth functional of H (the likelihood and the MLE, the law's decile
   and round predictions, the model ceiling) is then exact to second order in the bin
-  width, its error O(width^4); the Spearman ranks split the rounds at atom granularity. The
-  decile curve, the isotonic curve and the ceiling bins are cut on the bucket-level cells
-  with the exact path's integer counts (:mod:`glance_law.curve_reduced`).
+  width, its error O(width^4); the equal-count statistics (decile means, ceiling bins,
+  isotonic curve, ranks) split the rounds at atom granularity.
 * **Uncertainty** is prompt-clustered with prompt buckets as clusters, computed on the
   full cells: the CR3 cluster jackknife (default, as :func:`glance_law.law.fit_law`) or the
   CR1 sandwich of (b0, b1) from per-bucket score and information sums at the estimate,
@@ -140,10 +139,9 @@ class _Acc:
         self.xy, self.xx = np.zeros(G_all), np.zeros(G_all)
         self.boot = [] if boot else None
 
-    def add(self, g, n, a, H, L, sh, sh2, m, b, method, pieces, zx, zy, B, pc):
+    def add(self, g, n, a, H, L, sh, sh2, m, b, method, pieces, zx, zy, B):
         """Cells of one slice: cluster ``g``, rounds ``n``, marginal row ``m`` (local to the group),
-        the group's estimate ``b``, the group's decile pieces (indexed by ``pc``, the cells' rows
-        in the group) and the marginal cells' standardised ranks."""
+        the group's estimate ``b``, the marginal cells' decile pieces and standardised ranks."""
         G_all = self.W.size
         self.W += np.bincount(g, n, G_all)
         self.Sa += np.bincount(g, n * a, G_all)
@@ -173,9 +171,9 @@ class _Acc:
                 self.info_g[:, 1, 1] += np.bincount(g, v * H * H, G_all)
         if pieces is not None:
             first, cnt, pk, pf = pieces
-            k = cnt[pc]
-            cell = np.repeat(np.arange(pc.size), k)
-            piece = first[pc][cell] + (np.arange(cell.size) - np.repeat(np.cumsum(k) - k, k))
+            k = cnt[m]
+            cell = np.repeat(np.arange(m.size), k)
+            piece = first[m][cell] + (np.arange(cell.size) - np.repeat(np.cumsum(k) - k, k))
             key = pk[piece] * G_all + g[cell]
             w = n[cell] * pf[piece]
             self.sw += np.bincount(key, w, B * G_all).reshape(B, G_all)
@@ -256,7 +254,7 @@ def _bootstrap(acc, present, b, method, lo, hi, a_m, L_m, B, n_boot, level, rng,
 
 
 def _pieces(mparts, n_m, K):
-    """The group's decile pieces as (first piece, count, bin, fraction) indexed by the cell's row in the group."""
+    """The marginal cells' decile pieces as (first piece, count, bin, fraction) indexed by marginal row."""
     pm, pk, pw = mparts
     order = np.argsort(pm, kind="stable")
     pm, pk, pf = pm[order], pk[order], (pw / n_m[pm])[order]
@@ -324,9 +322,8 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
     slices = [(int(tcode[i]), int(dcode[i]), i, j) for i, j in zip(sl[:-1], sl[1:])]
     cols = {k: c[k].to_numpy() for k in ("n", "sum_h", "sum_h2", "accepted", "horizon")}
     m_task, m_dr = _code_of(marg["task"], tnames), _code_of(marg["drafter"], dnames)
-    m_n = marg["n"].to_numpy(dtype=np.float64)
+    m_hbin, m_n, m_sh = marg["hbin"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), marg["sum_h"].to_numpy()
     m_a, m_L = marg["accepted"].to_numpy().astype(np.float64), marg["horizon"].to_numpy().astype(np.float64)
-    c_lo, c_hi = reduced.grid.edges(c["hbin"].to_numpy())
     for d_i, d in enumerate(dnames):
         rows = table.index[table["drafter"].astype(str) == d]
         if not len(rows):
@@ -340,19 +337,13 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
             local = np.full(K, -1, dtype=np.int64)
             local[mi] = np.arange(mi.size)
             b = np.array([r["b0"], r["b1"]], dtype=np.float64)
-            # the curve and the ceiling cut the bucket-level cells (the group's slices in order; off: each
-            # slice's first row in the group): summing over buckets would merge rounds of distinct entropies
-            own = [(t_i, s0, s1) for t_i, dd, s0, s1 in slices if dd == d_i and (g == POOLED or tnames[t_i] == g)]
-            ci = np.concatenate([np.arange(s0, s1) for _, s0, s1 in own])
-            off = dict(zip((t_i for t_i, _, _ in own), np.cumsum([0] + [s1 - s0 for _, s0, s1 in own])))
-            cv, crow, cparts = curve_and_ceiling(c["hbin"].to_numpy()[ci], c_lo[ci], c_hi[ci], cols["n"][ci],
-                                                 cols["sum_h"][ci], cols["accepted"][ci], cols["horizon"][ci], b,
-                                                 bins, ceiling_bins, sum_h2=cols["sum_h2"][ci])
+            cv, crow, mparts = curve_and_ceiling(m_hbin[mi], lo[mi], hi[mi], m_n[mi], m_sh[mi], m_a[mi], m_L[mi], b,
+                                                 bins, ceiling_bins)
             amask = mmask[atom_m]
             z = _ranks(atoms["root_entropy"].to_numpy()[amask], atoms["weight"].to_numpy()[amask],
                        local[atom_m[amask]], m_n[mi], m_a[mi])
-            pieces = _pieces(cparts, cols["n"][ci].astype(np.float64), ci.size) if cparts is not None else None
-            groups[i] = dict(g=g, mi=mi, local=local, b=b, cv=cv, crow=crow, pieces=pieces, off=off,
+            pieces = _pieces(mparts, m_n[mi], mi.size) if mparts is not None else None
+            groups[i] = dict(g=g, mi=mi, local=local, b=b, cv=cv, crow=crow, pieces=pieces,
                              z=z if z is not None else (np.zeros(mi.size), np.zeros(mi.size)),
                              acc=_Acc(G_all, bins, n_boot > 0))
         for t_i, dd, s0, s1 in slices:
@@ -366,8 +357,7 @@ def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", 
             for gr in groups.values():
                 if gr["g"] != POOLED and gr["g"] != tnames[t_i]:
                     continue
-                gr["acc"].add(g, n, a, H, L, sh, sh2, gr["local"][m], gr["b"], method, gr["pieces"], *gr["z"], bins,
-                              pc=gr["off"][t_i] + np.arange(s1 - s0))
+                gr["acc"].add(g, n, a, H, L, sh, sh2, gr["local"][m], gr["b"], method, gr["pieces"], *gr["z"], bins)
         for i, gr in groups.items():
             r, acc, g = table.loc[i], groups[i]["acc"], gr["g"]
             present = acc.W > 0
