@@ -33,7 +33,6 @@ import tempfile
 import time
 from pathlib import Path
 
-
 FIT_COLUMNS = ["task", "prompt_id", "root_entropy", "accepted", "horizon"]
 # what read_logs(columns=FIT_COLUMNS) actually reads: + the required and key columns
 READ_FOR_FIT = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon",

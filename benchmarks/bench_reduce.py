@@ -73,6 +73,7 @@ def floor_reduce(paths, buckets: int = 256):
     does not fit, so its time is a floor under ``reduce + fit``. Returns the number of cells."""
     import pandas as pd
     import pyarrow.parquet as pq
+
     from glance_law.reduce import Grid
     grid = Grid()
     cells = 0
@@ -158,6 +159,7 @@ def load_note() -> str:
 
 def bench_small(n: int, repeat: int, folder: Path) -> None:
     import pyarrow.parquet as pq
+
     from glance_law.engines import reduce_logs
     from glance_law.io import read_logs
     from glance_law.law import fit_law
@@ -230,6 +232,7 @@ def bench_big(n: int, folder: Path, keep: bool, generate_only: bool, engines) ->
 
 def bench_binning(n_prompts: int) -> None:
     import pandas as pd
+
     from glance_law.law import fit_law
     from glance_law.reduce import Grid, fit_reduced, reduce_frame
     from glance_law.simulate import TaskSpec, simulate_rounds

@@ -53,7 +53,7 @@ def main(argv=None) -> int:
         res = run_once(args.logs, shlex.split(args.report_args))
         print(f"run {i + 1}: wall {res['wall']:.1f} s, CPU {res['cpu']:.1f} s, peak RSS {res['rss_mb']:.0f} MB, "
               f"{res['files']} files")
-        for name, paper, status, secs in res["sections"]:
+        for name, _paper, status, secs in res["sections"]:
             print(f"    {name:18s} {status:8s} {float(secs):6.1f} s")
     return 0
 

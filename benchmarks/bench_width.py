@@ -27,12 +27,12 @@ oracle and fixed columns must agree exactly; the keyed ones move by the grid's e
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
 import tarfile
-import io
 import tempfile
 from pathlib import Path
 
@@ -123,6 +123,7 @@ def main(argv=None) -> int:
                     help="also run each step under tracemalloc (its peak; timed runs go without it)")
     a = ap.parse_args(argv)
     import pandas as pd
+
     from glance_law.simulate import simulate_tree_rounds
 
     R, Rh = int(a.rounds), int(a.hull_rounds)

@@ -9,7 +9,6 @@ failing test until this script is rerun.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import inspect
 import sys
@@ -135,7 +134,7 @@ def public_names(module: str, names=None) -> list[str]:
     mod = importlib.import_module(module)
     if names is not None:
         return list(names)
-    return list(getattr(mod, "__all__"))
+    return list(mod.__all__)
 
 
 def api_md() -> str:

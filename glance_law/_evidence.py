@@ -8,7 +8,7 @@ round logs. No statistics beyond those live here.
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

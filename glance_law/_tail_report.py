@@ -7,8 +7,9 @@ the result objects and the ``--tail`` section of ``python -m glance_law.fit``.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Mapping
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -18,8 +19,21 @@ from .cluster import CLUSTER_BY, clustered_mean, t_crit
 from .errors import GlanceError
 from .law import law_supremum
 from .results import Result
-from .tail import (N_IDENTIFIED, PARAMS, _cell_order, _chi2_sf, _fit_W, _geometric_cells,
-                   _rounds, bootstrap_p, expected_cells, lrt_test, pi_needed, pi_star, pooled_chi_square)
+from .tail import (
+    N_IDENTIFIED,
+    PARAMS,
+    _cell_order,
+    _chi2_sf,
+    _fit_W,
+    _geometric_cells,
+    _rounds,
+    bootstrap_p,
+    expected_cells,
+    lrt_test,
+    pi_needed,
+    pi_star,
+    pooled_chi_square,
+)
 from .tail_heldout import _heldout, _law_cells
 
 TAIL_COLUMNS = ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup", "ll_geometric",

@@ -147,7 +147,7 @@ class SortedSegments:
     lam: float = 0.0
 
     @classmethod
-    def build(cls, seg: Segments, lam: float = 0.0) -> "SortedSegments":
+    def build(cls, seg: Segments, lam: float = 0.0) -> SortedSegments:
         # slopes decrease along a round, so the segments worth buying are each round's first ones
         r, j = np.nonzero((seg.length > 0) & (seg.slope >= lam) & (seg.slope > 0))
         sl = seg.slope[r, j]

@@ -15,8 +15,9 @@ runs them all.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -88,8 +89,8 @@ class Inputs:
         process while the other sections run. Same inputs, same seeds, so the same numbers."""
         if "tail" in self._cache or "tail_future" in self._cache:
             return
-        from .io import LogSet
         from . import tail  # noqa: F401 - unpickling the result imports glance_law._tail_report, which
+        from .io import LogSet
         #                     only imports cleanly after glance_law.tail (their import cycle)
         r = self.rounds
         cols = [c for c in ("run_id", "task", "prompt_id", "round", "condition", "drafter", "root_entropy",

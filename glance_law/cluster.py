@@ -16,7 +16,7 @@ All functions are pure numpy over arrays.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd

@@ -39,7 +39,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import format as _fmt
 from . import reduce as _reduce

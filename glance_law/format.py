@@ -12,7 +12,7 @@ from __future__ import annotations
 import html as _html
 import json
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

@@ -21,9 +21,9 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,10 +31,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema as S
-from .errors import GlanceError
-from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
-from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
 from ._version import __version__
+from .errors import GlanceError
+from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
+from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
 
 
 class LogError(GlanceError):
@@ -55,7 +55,7 @@ class LogError(GlanceError):
         tail = f"; {fix}" if fix else ""
         super().__init__(f"{where}{col}{problem}{tail}")
 
-    def at(self, path) -> "LogError":
+    def at(self, path) -> LogError:
         """The same error attributed to ``path``."""
         return LogError(path, self.problem, self.fix, self.column)
 

@@ -8,7 +8,7 @@ answers "is any key repeated?" in O(n) (a bitmap) when the key space allows;
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

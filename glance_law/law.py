@@ -22,7 +22,7 @@ floor against the cap, and the paper's four checks, returned as a frozen
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -33,8 +33,7 @@ from . import lawgroup as _group  # one group's statistics (imports this module 
 from . import selection as _sel
 from .cluster import CLUSTER_BY
 from .errors import GlanceError
-from .lawresult import (CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, POOLED, LawChecks,  # noqa: F401
-                        LawFit)
+from .lawresult import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, POOLED, LawChecks, LawFit  # noqa: F401
 
 __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
            "expected_accepted", "loglik", "score_and_information", "fit_affine_logit",

@@ -28,11 +28,26 @@ import numpy as np
 import pandas as pd
 
 from . import curve as _curve
-from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, cr3_covariance, percentile_interval, t_crit
-from .errors import GlanceError
+from .cluster import (
+    bootstrap_counts,
+    clustered_mean,
+    cr1_covariance,
+    cr3_covariance,
+    percentile_interval,
+    t_crit,
+)
 from .curve_reduced import ceiling_fraction, curve_and_ceiling
-from .law import (CURVE_COLUMNS, LawChecks, fit_affine_logit, fit_conditional_mean, fit_law, match_prob,
-                  truncated_mean, truncated_mean_derivative)
+from .errors import GlanceError
+from .law import (
+    CURVE_COLUMNS,
+    LawChecks,
+    fit_affine_logit,
+    fit_conditional_mean,
+    fit_law,
+    match_prob,
+    truncated_mean,
+    truncated_mean_derivative,
+)
 from .reduce import Reduced, normalize_condition
 from .selection import POOLED
 

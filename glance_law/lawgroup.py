@@ -21,7 +21,15 @@ from . import ceiling as _ceiling
 from . import curve as _curve
 from . import law as _law
 from . import selection as _sel
-from .cluster import bootstrap_counts, clustered_mean, cr1_covariance, cr3_covariance, percentile_interval, spearman_clustered, t_crit
+from .cluster import (
+    bootstrap_counts,
+    clustered_mean,
+    cr1_covariance,
+    cr3_covariance,
+    percentile_interval,
+    spearman_clustered,
+    t_crit,
+)
 from .lawresult import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, LawChecks
 
 __all__ = ["evaluate"]

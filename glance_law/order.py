@@ -23,8 +23,9 @@ which the mean accepted lengths are strictly increasing.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd

@@ -22,8 +22,8 @@ excluded), budget in nodes per round.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -272,7 +272,7 @@ def survival_curves(tail, tasks: Sequence[str] | None = None, ncols: int = 3):
         ok = s["observed"].to_numpy(dtype=float) > 0
         ax.plot(s["l"][ok], s["observed"][ok], ls="none", marker="o", color="0.0", mfc="white", ms=4.5,
                 label=f"observed ({t.n_rounds} rounds)")
-        def pos(col):  # a survival of 0 has no place on a log axis
+        def pos(col, s=s):  # a survival of 0 has no place on a log axis
             v = s[col].to_numpy(dtype=float)
             return np.where(v > 0, v, np.nan)
         ax.plot(s["l"], pos("geometric"), color="#D55E00", ls="--", lw=1.3, label="geometric (one hazard)")

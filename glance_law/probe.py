@@ -28,8 +28,9 @@ median), per decile and pooled over deciles (the coefficient on v with decile in
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd

@@ -45,8 +45,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -145,7 +146,7 @@ class Grid:
 
 def bucket_of(task: str, prompt_id: str, buckets: int = DEFAULT_BUCKETS) -> int:
     """The prompt bucket of one prompt (see :data:`BUCKET_HASH`)."""
-    d = hashlib.md5(f"{task}\x1f{prompt_id}".encode("utf-8")).digest()
+    d = hashlib.md5(f"{task}\x1f{prompt_id}".encode()).digest()
     return int.from_bytes(d[:4], "big") % int(buckets)
 
 
@@ -153,7 +154,7 @@ def buckets_of(tasks: Sequence[str], prompts: Sequence[str], buckets: int = DEFA
     """:func:`bucket_of` over paired sequences (int64 array)."""
     md5 = hashlib.md5
     b = int(buckets)
-    return np.fromiter((int.from_bytes(md5(f"{t}\x1f{p}".encode("utf-8")).digest()[:4], "big") % b
+    return np.fromiter((int.from_bytes(md5(f"{t}\x1f{p}".encode()).digest()[:4], "big") % b
                         for t, p in zip(tasks, prompts)), dtype=np.int64, count=len(prompts))
 
 
@@ -334,7 +335,7 @@ class Reduced(Result):
                 "grid": self.grid.as_dict(), **{k: v for k, v in self.info.items()}}
 
     @classmethod
-    def from_metadata(cls, cells: pd.DataFrame, meta: Mapping, where: str = "") -> "Reduced":
+    def from_metadata(cls, cells: pd.DataFrame, meta: Mapping, where: str = "") -> Reduced:
         if not isinstance(meta, Mapping) or meta.get("format") != FORMAT or "grid" not in meta:
             raise GlanceError(f"{where}: the reduced file has no glance_law.reduce metadata (format {FORMAT}); "
                               "write reductions with python -m glance_law.reduce")

@@ -41,9 +41,9 @@ import shlex
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
 
 from . import appendix as A
 from ._version import __version__
@@ -357,8 +357,9 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
     _write_text(out / INDEX, render_index(entries, files, notes, out))
-    from .provenance import library_versions
     import matplotlib
+
+    from .provenance import library_versions
     libs = {**library_versions(), "matplotlib": matplotlib.__version__}
     outputs = {rel: sha256(out / rel) for e in entries for rel in e["outputs"]}
     manifest = {"tool": "glance-law", "tool_version": __version__, "command": " ".join([prog] + list(argv)),

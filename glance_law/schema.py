@@ -19,8 +19,8 @@ table for people; a test keeps the two in sync.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -294,12 +294,9 @@ def family_of(t: pa.DataType) -> str | None:
 
 def compatible(col: Column, t: pa.DataType) -> bool:
     """Whether a file's Arrow type can be read as the contract column."""
-    fam = family_of(t)
-    if fam == col.family:
-        return True
     # an integer list where floats are expected (or vice versa) is not accepted;
     # an int column stored as float is not accepted either (silent truncation).
-    return False
+    return family_of(t) == col.family
 
 
 # --------------------------------------------------------------------------

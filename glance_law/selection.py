@@ -9,7 +9,7 @@ apart (the caller fits each separately).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd

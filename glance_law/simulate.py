@@ -33,8 +33,8 @@ true (b0, b1) are also the marginal ones.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -170,7 +170,7 @@ def simulate_arrays(tasks: Sequence[TaskSpec] | None = None, n_prompts: int = 40
     rng = np.random.default_rng(seed)
     L = int(horizon)
     parts = []
-    for t_i, spec in enumerate(tasks):
+    for _t_i, spec in enumerate(tasks):
         g, H = _draw_entropies(rng, spec, n_prompts, rounds_per_prompt)
         n = g.size
         eta = spec.b0 - spec.b1 * H

@@ -468,5 +468,14 @@ def lrt_test(accepted, horizon, n_boot: int = 199, seed=0, n_local: int = 4, clu
     return LRT(lrt, p_boot, float(stats.chi2.sf(lrt, NOMINAL_LRT_DF)), int(n_boot), draws, deff)
 
 
-from ._tail_report import (CLI_COLUMNS, TailFit, TailHeldout, TailModels, TaskTail, add_cli_arguments,  # noqa: E402,F401
-                           cli_section, fit_tail, tail_test)
+from ._tail_report import (  # noqa: E402,F401
+    CLI_COLUMNS,
+    TailFit,
+    TailHeldout,
+    TailModels,
+    TaskTail,
+    add_cli_arguments,
+    cli_section,
+    fit_tail,
+    tail_test,
+)

@@ -445,7 +445,9 @@ def fit_counts(W: np.ndarray, n_local: int = 6, chunk: int = 64):
         prof = np.take_along_axis(ll, j[:, :, None], axis=2)[:, :, 0].astype(np.float64)
         for r in range(Wc.shape[0]):
             loc = _starts(prof[r], (nu, nv), n_local)
-            s_u.append(Ug[loc]); s_v.append(Vg[loc]); s_x.append(Xg[loc, j[r, loc]])
+            s_u.append(Ug[loc])
+            s_v.append(Vg[loc])
+            s_x.append(Xg[loc, j[r, loc]])
             rows.append(np.full(loc.size, i0 + r))
     rows = np.concatenate(rows)
     u, v, s1 = (np.concatenate(a) for a in (s_u, s_v, s_x))

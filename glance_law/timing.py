@@ -341,7 +341,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     from .io import LogError, read_logs
 
-    pattern = getattr(args, "timing")
+    pattern = args.timing
     base_p = read_logs(pattern, kind="prompts").frame
     try:
         base_r = read_logs(pattern, kind="rounds").frame

@@ -26,8 +26,9 @@ with ``D_k = d E_train[a|H] / d b_k``.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -98,7 +99,7 @@ class TransferResult(Result):
     def to_frame(self) -> pd.DataFrame:
         return self.frame.copy()
 
-    def calibration(self) -> "TransferCalibration":
+    def calibration(self) -> TransferCalibration:
         return TransferCalibration(self.calibration_frame, self.level, self.extra_notes[-1:])
 
     @property
@@ -282,7 +283,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
-    train, test = parse_spec(getattr(args, "transfer"))
+    train, test = parse_spec(args.transfer)
     if int(getattr(args, "transfer_bins", 10)) < 2:
         raise GlanceError("--transfer-bins must be >= 2")
     level = float(getattr(args, "level", 0.95) or 0.95)

@@ -36,8 +36,9 @@ proportions (logit-scale CR1, exact at 0 or 1: ``_evidence.proportion_ci``).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Sequence
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -49,9 +50,9 @@ from .cluster import bootstrap_counts, cluster_codes, clustered_mean, percentile
 from .errors import GlanceError, MissingColumnError
 from .law import fit_affine_logit, fit_law, match_prob, truncated_mean
 from .replay import ReplayArrays, chain_run, group_labels, replay_arrays, round_arrays
-from .tree import best_first
 from .results import Result
 from .schema import SUPPLIED_BY
+from .tree import best_first
 
 __all__ = ["paper_key", "rescue_key", "rescue_events", "fit_rescue", "width_allocation", "WidthAllocation",
            "WidthRegret", "RescueFit", "plot_pareto", "POLICIES", "CLI_COLUMNS", "add_cli_arguments",

@@ -30,15 +30,15 @@ path, no extra pass happens, and every round reproduces the live run exactly.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
 from glance_law.tree import Tree, build_tree
 
-from .drafters import DraftState, Drafter, Proposal
+from .drafters import Drafter, DraftState, Proposal
 
 __all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference"]
 
@@ -90,7 +90,7 @@ class RoundEvent:
     committed: list
     horizon: int
     budget: int
-    tree: Optional[Tree]
+    tree: Tree | None
     logq: np.ndarray
     ids: np.ndarray
     draft_passes: int
@@ -98,10 +98,10 @@ class RoundEvent:
     verify_logits: torch.Tensor
     path_rows: torch.Tensor
     row_tokens: torch.Tensor
-    full_logp: Optional[torch.Tensor]
+    full_logp: torch.Tensor | None
     marks: tuple
     drafter: str
-    own_tokens: Optional[list] = None
+    own_tokens: list | None = None
     position_offset: int = 0   # hooks whose first root is a prompt token log position - 1
 
 
@@ -143,7 +143,7 @@ class Forced:
 
     stream: Sequence[int]
     positions: Sequence[int]
-    emitted: Optional[int] = None
+    emitted: int | None = None
 
 
 def _select(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor:
@@ -154,7 +154,7 @@ def _select(logits: torch.Tensor, temperature: float, generator) -> torch.Tensor
     return torch.multinomial(probs, 1, generator=generator).view(-1)
 
 
-def _full_ancestors(tree: Optional[Tree], device) -> torch.Tensor:
+def _full_ancestors(tree: Tree | None, device) -> torch.Tensor:
     n = 0 if tree is None else tree.size
     anc = np.zeros((n + 1, n + 1), dtype=bool)
     anc[:, 0] = True
@@ -184,8 +184,8 @@ def _stop_index(stream: list, eos: Sequence[int], max_new: int):
 @torch.inference_mode()
 def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int = 8,
            max_new_tokens: int = 256, temperature: float = 0.0, generator=None,
-           callbacks: Sequence = (), forced: Optional[Forced] = None,
-           eos_ids: Optional[Sequence[int]] = None) -> DecodeResult:
+           callbacks: Sequence = (), forced: Forced | None = None,
+           eos_ids: Sequence[int] | None = None) -> DecodeResult:
     """Decode one prompt; returns the emitted tokens and per-round summaries."""
     dev = target.device
     eos = tuple(target.eos_ids if eos_ids is None else eos_ids)
@@ -221,7 +221,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         # 1. draft
         state = DraftState(root=root, root_dev=root_dev, stream=stream, prompt_ids=prompt.prompt_ids,
                            hidden=hidden, round=rounds)
-        prop: Optional[Proposal] = drafter.propose(state)
+        prop: Proposal | None = drafter.propose(state)
         # 2. tree (host, numpy)
         tree = None
         logq_h = np.zeros((0, 1), np.float32)
@@ -359,7 +359,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
 
 
 @torch.inference_mode()
-def greedy_reference(target, prompt, max_new_tokens: int, eos_ids: Optional[Sequence[int]] = None):
+def greedy_reference(target, prompt, max_new_tokens: int, eos_ids: Sequence[int] | None = None):
     """Plain greedy decoding through the model's own forward (one token per pass, the
     library's default masks and positions): the audit's reference. Returns
     (tokens, margins) with the top-1 minus top-2 logit margin of every step."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 
@@ -37,7 +36,7 @@ DRAFTERS = ("block", "pld", "two_model", "ar")
 class Proposal:
     logq: torch.Tensor                 # (L, k) float32, rows sorted descending (device)
     ids: torch.Tensor                  # (L, k) long (device)
-    full_logp: Optional[torch.Tensor]  # (L, V) float32 log-probabilities, or None
+    full_logp: torch.Tensor | None  # (L, V) float32 log-probabilities, or None
     passes: int                        # sequential drafter forward passes
     point_mass: bool = False           # model-free: tokens outside ids have probability 0
 
@@ -66,7 +65,7 @@ class Drafter:
     def start(self, target, prompt) -> None:
         """Called once per prompt after the target's prefill."""
 
-    def propose(self, state: DraftState) -> Optional[Proposal]:
+    def propose(self, state: DraftState) -> Proposal | None:
         raise NotImplementedError
 
     def observe(self, rows: torch.Tensor, cache_len: int) -> None:

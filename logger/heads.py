@@ -46,7 +46,7 @@ class BlockHeadConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "BlockHeadConfig":
+    def from_dict(cls, d: dict) -> BlockHeadConfig:
         if d.get("format") != FORMAT:
             raise ValueError(f"not a glance block head (config.json format={d.get('format')!r})")
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
@@ -127,7 +127,7 @@ class BlockHead(nn.Module):
         save_file(state, str(path / "model.safetensors"), metadata={"format": FORMAT})
 
     @classmethod
-    def from_pretrained(cls, path, device=None, dtype=None) -> "BlockHead":
+    def from_pretrained(cls, path, device=None, dtype=None) -> BlockHead:
         from safetensors.torch import load_file
 
         path = Path(path)

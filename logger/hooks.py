@@ -21,7 +21,6 @@ same contract and resolution rules as glance-log's own decoder.
 from __future__ import annotations
 
 import contextlib
-from typing import Optional
 
 import torch
 
@@ -40,7 +39,7 @@ __all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder"
 class _CandidateProxy:
     """Delegates to the wrapped candidate generator and reports each round to the recorder."""
 
-    def __init__(self, inner, recorder: "HFRoundRecorder"):
+    def __init__(self, inner, recorder: HFRoundRecorder):
         self._inner = inner
         self._rec = recorder
 
@@ -115,7 +114,7 @@ class HFRoundRecorder:
         self._rounds.append(ev)
         self.logger.on_round(ev)
 
-    def finish(self, output_ids, stop_reason: Optional[str] = None) -> None:
+    def finish(self, output_ids, stop_reason: str | None = None) -> None:
         t1 = self.timer.mark()
         seq = output_ids[0].tolist()
         gen = seq[self.prompt_len:]
@@ -131,7 +130,7 @@ class HFRoundRecorder:
 
 
 @contextlib.contextmanager
-def hf_generate_hook(model, logger, prompt_id: str, *, drafter: Optional[str] = None, branch_k: int = 8,
+def hf_generate_hook(model, logger, prompt_id: str, *, drafter: str | None = None, branch_k: int = 8,
                      reference=None):
     """Log the rounds of one ``model.generate(..., assistant_model=... | prompt_lookup_num_tokens=...)``
     call (batch size 1). Usage::
@@ -185,8 +184,8 @@ class GlanceOnRound:
         "round_ms": ("round_ms", "time_ms"),
     }
 
-    def __init__(self, out_dir, *, task: str, run_id: str = "glance", horizon: Optional[int] = None,
-                 drafter: str = "block", run: Optional[dict] = None, flush_rows: int = 4096):
+    def __init__(self, out_dir, *, task: str, run_id: str = "glance", horizon: int | None = None,
+                 drafter: str = "block", run: dict | None = None, flush_rows: int = 4096):
         self.task, self.run_id, self.horizon, self.drafter = task, run_id, horizon, drafter
         self.writer = LogWriter(out_dir, S.KIND_ROUNDS, run=run or run_metadata(run_id=run_id, source="glance"),
                                 stem=f"{run_id}-glance", flush_rows=flush_rows)

@@ -92,7 +92,7 @@ def _is_vlm_config(config) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
-def load_target(path, dtype="fp32", device="auto", attn_implementation: str | None = None) -> "Target":
+def load_target(path, dtype="fp32", device="auto", attn_implementation: str | None = None) -> Target:
     """Load a target (model + tokenizer/processor) from a local folder with the real HF loaders."""
     from transformers import AutoConfig, AutoTokenizer
 

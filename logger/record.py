@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple, Optional, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -62,8 +63,8 @@ def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tenso
     return torch.stack([ent.clamp_min(0.0), gap.index_select(0, starts), pmax, minm], dim=1)
 
 
-def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[Optional[int]], *,
-                    full_rank: Optional[np.ndarray] = None, full_logq: Optional[np.ndarray] = None,
+def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[int | None], *,
+                    full_rank: np.ndarray | None = None, full_logq: np.ndarray | None = None,
                     point_mass: bool = False):
     """Per-offset ``match`` (int8), ``target_rank`` (int16), ``target_logq`` (float32).
 
@@ -183,7 +184,7 @@ class _Round(NamedTuple):
     point_mass: bool
     marks: tuple
     drafter: str
-    own_tokens: Optional[list]
+    own_tokens: list | None
     full: bool
 
 
@@ -230,7 +231,7 @@ class RoundLogger:
         self._rows_bytes = 0
         self.reduce_rounds = int(reduce_rounds)
         self.reduce_bytes = int(reduce_bytes)
-        self._prompt_id: Optional[str] = None
+        self._prompt_id: str | None = None
         self._reference = ""
         self._audit = None
         self.n_prompts = 0

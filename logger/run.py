@@ -12,7 +12,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -56,26 +55,26 @@ def default_block() -> Path:
 @dataclass
 class RunConfig:
     task: str = "docvqa"
-    model: Optional[str] = None
+    model: str | None = None
     drafter: str = "block"
-    draft_model: Optional[str] = None
+    draft_model: str | None = None
     budget: int = 63
     branch_k: int = 8
     max_new_tokens: int = 256
-    n: Optional[int] = 20
-    data: Optional[str] = None
+    n: int | None = 20
+    data: str | None = None
     out: str = "logs"
     dtype: str = "fp32"
     device: str = "auto"
     temperature: float = 0.0
     baseline: bool = False
     audit: bool = False
-    probe: Optional[str] = None
+    probe: str | None = None
     seed: int = 0
-    draft_len: Optional[int] = None
-    command: Optional[str] = None
+    draft_len: int | None = None
+    command: str | None = None
     progress: bool = True
-    items: Optional[list] = field(default=None, repr=False)   # pre-loaded items (tests, notebooks)
+    items: list | None = field(default=None, repr=False)   # pre-loaded items (tests, notebooks)
 
 
 def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) -> dict:

@@ -21,7 +21,6 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from glance_law.errors import GlanceError
 
@@ -56,7 +55,7 @@ class TaskItem:
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
-    default_prompt: Optional[str]      # used when a record has no prompt/question (captioning)
+    default_prompt: str | None      # used when a record has no prompt/question (captioning)
     description: str
 
 
@@ -83,7 +82,7 @@ def check_task(task: str) -> TaskSpec:
         raise GlanceError(f"unknown task {task!r}; expected one of {', '.join(TASKS)}") from None
 
 
-def _text(v) -> Optional[str]:
+def _text(v) -> str | None:
     if v is None:
         return None
     if isinstance(v, str):
@@ -100,7 +99,7 @@ def _text(v) -> Optional[str]:
     return str(v)
 
 
-def _first(rec: dict, keys) -> Optional[str]:
+def _first(rec: dict, keys) -> str | None:
     for k in keys:
         if k in rec and rec[k] is not None:
             t = _text(rec[k])
@@ -115,7 +114,7 @@ def _choices_prompt(question: str, choices) -> str:
     return f"{question} {opts}".strip()
 
 
-def item_from_record(rec: dict, task: str, prompt_id: str, base: Optional[Path], where: str) -> TaskItem:
+def item_from_record(rec: dict, task: str, prompt_id: str, base: Path | None, where: str) -> TaskItem:
     """Build a TaskItem from one record (a JSONL line or a dataset row)."""
     if not isinstance(rec, dict):
         raise GlanceError(f"{where}: expected a JSON object with at least 'prompt' (or 'question')")
@@ -195,7 +194,7 @@ def _read_parquet(path: Path):
         raise GlanceError(f"{path}: not a readable Parquet file ({str(exc).splitlines()[0][:100]})") from None
 
 
-def _dataset_files(folder: Path, split: Optional[str]):
+def _dataset_files(folder: Path, split: str | None):
     """Arrow (save_to_disk) or Parquet files of one split of a datasets folder."""
     dd = folder / "dataset_dict.json"
     if dd.exists():
@@ -221,7 +220,7 @@ def _dataset_files(folder: Path, split: Optional[str]):
     return parquets, None
 
 
-def load_dataset_folder(folder: Path, task: str, split: Optional[str] = None) -> list[TaskItem]:
+def load_dataset_folder(folder: Path, task: str, split: str | None = None) -> list[TaskItem]:
     files, _ = _dataset_files(folder, split)
     if not files:
         raise GlanceError(f"{folder}: no *.jsonl, *.arrow (save_to_disk) or *.parquet files found")
@@ -234,7 +233,7 @@ def load_dataset_folder(folder: Path, task: str, split: Optional[str] = None) ->
     return items
 
 
-def load_items(task: str, data=None, n: Optional[int] = 20, seed: int = 0, split: Optional[str] = None) -> list[TaskItem]:
+def load_items(task: str, data=None, n: int | None = 20, seed: int = 0, split: str | None = None) -> list[TaskItem]:
     """``n`` items of ``task``: from ``data`` (a JSONL folder/file, a datasets folder, or a Parquet
     folder) or, when ``data`` is None, from the embedded suite's held-out split.
 

@@ -154,7 +154,7 @@ def example_logs(folder: Path, n_prompts: int = 12, rounds: int = 15, seed: int 
         for (task, pid), stream in tokens.items():
             per_tok = 20.0 * np.exp(rng.normal(0, 0.1))
             ms = per_tok * np.exp(rng.normal(0, 0.05, len(stream)))
-            for r, (tok, t_ms) in enumerate(zip(stream, ms)):
+            for r, (_tok, t_ms) in enumerate(zip(stream, ms)):
                 brows.append(dict(run_id="ar", task=task, prompt_id=pid, round=r, root_entropy=0.5, accepted=0,
                                   horizon=0, drafter="ar", round_ms=t_ms, draft_passes=0, budget=0))
             bprom.append(dict(run_id="ar", prompt_id=pid, task=task, drafter="ar", condition="matched",

@@ -290,8 +290,9 @@ def example(tmp_path_factory):
 
 
 def test_cli_audit_every_format_and_labels_the_planted_divergences(example, capsys):
-    from _evidence_fixtures import check_cli_formats, run_cli
     import json
+
+    from _evidence_fixtures import check_cli_formats, run_cli
 
     folder, _ = example
     check_cli_formats([folder / "*.parquet", "--audit"], capsys, "audit",
@@ -305,8 +306,9 @@ def test_cli_audit_every_format_and_labels_the_planted_divergences(example, caps
 
 
 def test_cli_audit_token_comparison_with_the_baseline_folder(example, capsys, tmp_path):
-    from _evidence_fixtures import run_cli, write_logs
     import json
+
+    from _evidence_fixtures import run_cli, write_logs
 
     folder, ex = example
     P = ex["prompts"].drop(columns=["greedy_match", "first_divergence", "divergence_margin"])
@@ -346,7 +348,9 @@ def test_cli_auditor_repro_two_glance_log_runs_in_one_input(capsys, tmp_path, sp
     read first used to lend its near-tie margin (`lossless up to ties`) or, without the speculative
     tokens, interleave both runs' rounds (nothing audited)."""
     import json
+
     from _evidence_fixtures import run_cli
+
     from glance_law.io import read_logs, write_table
 
     logs = EXAMPLE.parent / "logs"

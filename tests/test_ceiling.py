@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from glance_law import law
-from glance_law.ceiling import (binned_ceiling, ceiling_fraction, corrected_ceiling, model_ceiling, noise_ceiling,
-                                null_expectation)
+from glance_law.ceiling import (
+    binned_ceiling,
+    ceiling_fraction,
+    corrected_ceiling,
+    model_ceiling,
+    noise_ceiling,
+    null_expectation,
+)
 from glance_law.curve import equal_count_bins
 from glance_law.simulate import TaskSpec, simulate_arrays
 

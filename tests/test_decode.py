@@ -12,8 +12,14 @@ import torch
 
 pytest.importorskip("transformers")
 
-from _logger_fixtures import PROMPTS, make_block_head, make_image, make_llama, make_perturbed, make_qwen2_vl  # noqa: E402
-
+from _logger_fixtures import (  # noqa: E402
+    PROMPTS,
+    make_block_head,
+    make_image,
+    make_llama,
+    make_perturbed,
+    make_qwen2_vl,
+)
 from glance_log.decode import Forced, decode, greedy_reference  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402

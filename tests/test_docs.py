@@ -17,8 +17,8 @@
   every name docs/api.md lists exists, and every public name is listed.
 """
 from __future__ import annotations
-
 import __future__
+
 import contextlib
 import io
 import os

@@ -316,7 +316,7 @@ def test_help_lists_sections(capsys):
         cli.main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for spec, module, _ in cli.SECTIONS:
+    for spec, _module, _ in cli.SECTIONS:
         assert spec.split()[0] in out
 
 

@@ -13,16 +13,29 @@ import torch
 
 pytest.importorskip("transformers")
 
-from _logger_fixtures import (PROMPTS, make_block_head, make_llama, make_perturbed, make_qwen2_vl,  # noqa: E402
-                              write_jsonl_task)
-
-from glance_law import io as gio  # noqa: E402
-from glance_law.tree import build_tree  # noqa: E402
+from _logger_fixtures import (  # noqa: E402
+    PROMPTS,
+    make_block_head,
+    make_llama,
+    make_perturbed,
+    make_qwen2_vl,
+    write_jsonl_task,
+)
 from glance_log.cli import main  # noqa: E402
 from glance_log.decode import decode  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
-from glance_log.record import RoundLogger, audit_fields, copy_len, device_root_stats, encode_reference, resolve_offsets  # noqa: E402
+from glance_log.record import (  # noqa: E402
+    RoundLogger,
+    audit_fields,
+    copy_len,
+    device_root_stats,
+    encode_reference,
+    resolve_offsets,
+)
+
+from glance_law import io as gio  # noqa: E402
+from glance_law.tree import build_tree  # noqa: E402
 
 torch.set_num_threads(1)
 DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")     # benchmarks/gpu_check.sh sets cuda
@@ -169,8 +182,9 @@ def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
     """A chain of 3 accepted nodes whose last row has the smallest margin (0.2). With a bonus
     token (4 committed) every row produced a committed token; when the round ends the output
     (3 committed) the last accepted node's row produced none and does not count (1.5)."""
-    from glance_law.tree import chain_tree
     from glance_log.decode import PromptEvent, RoundEvent, Timer
+
+    from glance_law.tree import chain_tree
 
     gaps = [3.0, 2.0, 1.5, 0.2]
     logits = torch.zeros(4, 8)
@@ -288,8 +302,9 @@ def test_cli_baseline_audit_probe_and_resume(env, tmp_path, capsys):
     logs = gio.read_logs(tmp_path / "logs")
     rounds = logs.frame
     prompts = gio.read_logs(tmp_path / "logs", kind="prompts").frame
-    from glance_law.fano import fano_check, run_vocab_size
     from transformers import AutoModelForCausalLM
+
+    from glance_law.fano import fano_check, run_vocab_size
     vocab = AutoModelForCausalLM.from_pretrained(env["target"]).get_output_embeddings().weight.shape[0]
     assert run_vocab_size(logs) == vocab                     # the run metadata names the softmax support
     assert fano_check(logs).ok                               # and the logged H/pmax obey Fano for it

@@ -124,8 +124,9 @@ def example(tmp_path_factory):
 
 
 def test_cli_order_every_format(example, capsys):
-    from _evidence_fixtures import check_cli_formats, run_cli
     import json
+
+    from _evidence_fixtures import check_cli_formats, run_cli
 
     check_cli_formats([example / "*.parquet", "--order", "--order-bootstrap", "200"], capsys, "order",
                       [O.OrderResult.title, O.OrderGaps.title, O.OrderVerdict.title])
@@ -159,8 +160,9 @@ EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
 def test_cli_order_on_the_committed_example_log(capsys):
-    from _evidence_fixtures import run_cli
     import json
+
+    from _evidence_fixtures import run_cli
 
     rc, out, err = run_cli([EXAMPLE, "--order", "--order-bootstrap", "500", "--format", "json"], capsys)
     assert rc == 0, err

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _evidence_fixtures import concat, mismatch_from
 from scipy import stats
 
 from glance_law import probe as P
@@ -10,8 +11,6 @@ from glance_law.cluster import cluster_codes
 from glance_law.errors import MissingColumnError
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, simulate_rounds
-
-from _evidence_fixtures import concat, mismatch_from
 
 DOC = TaskSpec("docvqa", b0=1.2, b1=0.9, shape=1.5, scale=0.5, floor_weight=0.1)
 CAP = TaskSpec("caption", b0=0.8, b1=0.5, shape=3.0, scale=0.55, floor_weight=0.03)
@@ -204,8 +203,9 @@ def example(tmp_path_factory):
 
 
 def test_cli_probe_every_format(example, capsys):
-    from _evidence_fixtures import check_cli_formats, run_cli
     import json
+
+    from _evidence_fixtures import check_cli_formats, run_cli
 
     folder, _ = example
     check_cli_formats([folder / "*.parquet", "--probe", "--probe-bootstrap", "200"], capsys, "probe",

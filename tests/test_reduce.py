@@ -166,10 +166,11 @@ def test_buckets_are_md5_of_task_and_prompt():
 @pytest.mark.skipif(not HAS_DUCKDB, reason="duckdb not installed")
 def test_bucket_sql_equals_python_in_duckdb():
     import duckdb
+
     from glance_law.engines.sql import DUCKDB
     pairs = [("docvqa", f"doc-{i}") for i in range(200)] + [("t", "é-ünï-😀"), ("x'y", "q\"z")]
     con = duckdb.connect()
-    df = pd.DataFrame(pairs, columns=["task", "prompt_id"])
+    df = pd.DataFrame(pairs, columns=["task", "prompt_id"])  # noqa: F841 (read by DuckDB by name)
     for B in (256, 7, 2 ** 31 - 1):
         got = con.execute(f"SELECT {DUCKDB.bucket(B)} AS b FROM df").df()["b"].tolist()
         assert got == [ref_bucket(t, p, B) for t, p in pairs]
@@ -581,7 +582,7 @@ def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
 def test_cell_aggregation_bincount_sort_and_hash_paths(case):
     """The arrow engine's aggregation (dense bincount, sort, or Arrow's hash for absurd key
     ranges) and its merges equal a pandas group-by."""
-    from glance_law.engines.arrow import GROUP, _Cells, _aggregate
+    from glance_law.engines.arrow import GROUP, _aggregate, _Cells
     rng = np.random.default_rng(len(case))
     k = 5000
     step = {"dense": (1, 1, 1, 1), "sort": (2 ** 12, 2 ** 12, 1, 1), "hash": (2 ** 29, 2 ** 24, 10_000, 5_000)}[case]

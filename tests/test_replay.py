@@ -7,18 +7,16 @@ on a tiny model.
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 import pytest
+from test_tree import brute_order, random_logq
 
 from glance_law import replay as RP
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.io import read_logs, write_table
 from glance_law.simulate import simulate_tree_rounds
 from glance_law.tree import build_tree
-
-from test_tree import brute_order, random_logq
 
 
 def brute_accepted(logq, rank, N):

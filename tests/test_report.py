@@ -11,14 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from _evidence_fixtures import EXAMPLE_TASKS, example_logs
 
 from glance_law import appendix as A
 from glance_law import report
 from glance_law.io import write_table
 from glance_law.schema import SUPPLIED_BY
 from glance_law.simulate import simulate_tree_rounds
-
-from _evidence_fixtures import EXAMPLE_TASKS, example_logs
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["--tail-bootstrap", "19", "--bootstrap", "200", "--timing-bootstrap", "400", "--width-bootstrap", "10"]

@@ -74,7 +74,7 @@ def test_docs_name_metadata_keys_and_keys():
         assert f"`{lib}`" in text, f"library {lib} undocumented"
     assert "(" + ", ".join(f"`{k}`" for k in S.ROUND_KEY) + ")" in text
     assert "(" + ", ".join(f"`{k}`" for k in S.PROMPT_KEY) + ")" in text
-    for name, default in S.FILLED_WHEN_NULL.items():
+    for _name, default in S.FILLED_WHEN_NULL.items():
         assert f"`{default}`" in text
 
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 
 import pytest
-
 from glance_log import suite
 from glance_log.tasks import TASKS, TaskItem
 
@@ -135,9 +135,8 @@ def test_tokenizer_covers_the_suite_and_splits_values():
 
 
 def test_hf_tokenizer_roundtrip(tmp_path):
-    from transformers import AutoTokenizer
-
     from glance_log.train.tokenizer import BOS, EOS, save_hf_tokenizer, suite_tokenizer
+    from transformers import AutoTokenizer
 
     save_hf_tokenizer(suite_tokenizer(), tmp_path)
     tok = AutoTokenizer.from_pretrained(str(tmp_path))
@@ -155,7 +154,7 @@ def test_images_render_deterministically(task, tmp_path):
     a = suite.load_items(task, n=2, image_dir=tmp_path / "a")
     b = suite.load_items(task, n=2, image_dir=tmp_path / "b")
     for x, y in zip(a, b):
-        assert open(x.image, "rb").read() == open(y.image, "rb").read()
+        assert Path(x.image).read_bytes() == Path(y.image).read_bytes()
         with Image.open(x.image) as im:
             assert im.size[0] == 480 and im.size[1] > 50
     # cached: a second load does not redraw

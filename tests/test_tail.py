@@ -194,7 +194,7 @@ def test_rejects_impossible_inputs():
 # ---------------------------------------------------------------------------
 
 def _hmm_loglik(theta, a, L):
-    from hmmlearn.hmm import CategoricalHMM   # test-only cross-check
+    from hmmlearn.hmm import CategoricalHMM  # test-only cross-check
     pi, rd, ru, tdd, tuu = theta
     m = CategoricalHMM(n_components=2, n_features=2, init_params="", params="")
     m.startprob_ = np.array([pi, 1 - pi])

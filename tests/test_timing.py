@@ -4,12 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from _evidence_fixtures import timing_prompts
 
 from glance_law import timing as T
 from glance_law.errors import MissingColumnError
 from glance_law.simulate import TaskSpec, simulate_rounds
-
-from _evidence_fixtures import timing_prompts
 
 
 def _arms(P):
@@ -200,6 +199,7 @@ def test_round_cost_on_the_committed_logs_never_pools_drafters(capsys):
     over its own matched speculative rounds (checked against numpy lstsq), never a pooled
     fit whose draft_passes slope is the block-vs-pld difference."""
     import json
+
     from _evidence_fixtures import run_cli
 
     rc, out, _ = run_cli([DATA_LOGS, "--timing", str(DATA_LOGS / "*-ar-*"), "--timing-bootstrap", "200",
@@ -253,8 +253,9 @@ def example(tmp_path_factory):
 
 
 def test_cli_timing_every_format(example, capsys):
-    from _evidence_fixtures import check_cli_formats, run_cli
     import json
+
+    from _evidence_fixtures import check_cli_formats, run_cli
 
     folder, ex = example
     argv = [folder / "*.parquet", "--timing", str(ex["baseline"] / "*.parquet"), "--timing-bootstrap", "500"]

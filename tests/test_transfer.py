@@ -160,8 +160,9 @@ EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
 def test_cli_transfer_on_the_committed_example_log(capsys):
-    from _evidence_fixtures import run_cli
     import json
+
+    from _evidence_fixtures import run_cli
 
     rc, out, err = run_cli([EXAMPLE, "--transfer", "caption,textvqa,infovqa:docvqa,chartqa", "--format", "json"],
                            capsys)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import special
+from test_tree import random_logq
 
 from glance_law import allocate as al
 from glance_law import width as W
@@ -17,9 +18,6 @@ from glance_law.fit import main as fit_main
 from glance_law.io import write_table
 from glance_law.simulate import TaskSpec, simulate_rounds, simulate_tree_rounds
 from glance_law.tree import best_first
-
-from test_tree import random_logq
-
 
 # ----------------------------------------------------------------------------- allocation maths
 
@@ -86,7 +84,8 @@ def jarvis_hull(X, Y):
             sl[r].append(best)
             cx, cy = X[r, bj], Y[r, bj]
     J = max([len(v) for v in x0], default=0)
-    pad = lambda v, fill: np.array([u + [fill] * (J - len(u)) for u in v]).reshape(R, J)
+    def pad(v, fill):
+        return np.array([u + [fill] * (J - len(u)) for u in v]).reshape(R, J)
     return al.Segments(pad(x0, 0).astype(np.int64), pad(ln, 0).astype(np.int64), pad(sl, -np.inf).astype(float))
 
 

@@ -25,16 +25,24 @@ reduction with one line naming it (or, with ``skip_bad``, is left out and listed
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .. import schema as S
 from ..errors import GlanceError
-from ..reduce import (DEFAULT_BUCKETS, Grid, Reduced, check_buckets, merge, normalize_cells, normalize_condition,
-                      read_reduced)
+from ..reduce import (
+    DEFAULT_BUCKETS,
+    Grid,
+    Reduced,
+    check_buckets,
+    merge,
+    normalize_cells,
+    normalize_condition,
+    read_reduced,
+)
 
 __all__ = ["ENGINES", "Source", "BadFiles", "scan", "reduce_logs", "READ_COLUMNS", "suspect_streams", "blame"]
 

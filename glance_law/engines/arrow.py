@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from .. import schema as S
 from ..errors import GlanceError
 from ..reduce import Grid
-from . import BadFiles, READ_COLUMNS, Source, blame, default_workers, suspect_streams
+from . import READ_COLUMNS, BadFiles, Source, blame, default_workers, suspect_streams
 
 GROUP = ["td", "bucket", "hbin", "horizon", "accepted"]
 STRINGS = ("run_id", "task", "prompt_id", "condition", "drafter")
@@ -49,7 +49,7 @@ class _Shared:
     td: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    cells: "_Cells | None" = None
+    cells: _Cells | None = None
     cells_lock: threading.Lock = field(default_factory=threading.Lock)
     #: files whose batches reached the cells (a file that fails after that forces a rerun without it)
     touched: set = field(default_factory=set)

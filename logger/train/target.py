@@ -253,7 +253,7 @@ def main(argv=None) -> int:
         difficulty = min(1.0, step / max(1, args.ramp * args.steps))
         if not pending:  # length bucketing: draw 4 batches, sort by length, split
             encs = [stream.example(difficulty) for _ in range(4 * args.batch)]
-            from .data import encode_example, collate
+            from .data import collate, encode_example
 
             encs = sorted((encode_example(tok, e) for e in encs), key=lambda e: len(e.ids))
             pending = [collate(encs[i * args.batch:(i + 1) * args.batch]) for i in range(4)]
