@@ -17,7 +17,7 @@ skipped with the glance-log flag that records them. Every option of
 """
 import sys
 
-from glance_law.report import main
+from glance_law.cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main(["--only", "brackets", *sys.argv[1:]], prog="python analyses/figure4_brackets.py"))

@@ -6,7 +6,7 @@ See ``python -m glance_law.report --help`` and ``--list`` for the sections.
 """
 import sys
 
-from glance_law.report import main
+from glance_law.cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="python analyses/make_appendix.py"))

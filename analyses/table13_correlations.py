@@ -7,7 +7,7 @@ else position).
 The recipe (section "correlations" of glance_law.appendix, public API only):
 
     logs = read_logs(LOGS)                               # glance_law.io
-    res = probe.signal_effect(logs, column)              # glance_law.probe
+    res = probe.signal_effect(logs, column)              # glance_law.evidence.probe
     res, res.deciles()                                   -> tables/table13_*.{md,tex,csv}
 
 Writes DIR/tables/*.md, .tex (booktabs) and .csv, DIR/figures/*.png and .pdf, and
@@ -18,7 +18,7 @@ skipped with the glance-log flag that records them. Every option of
 """
 import sys
 
-from glance_law.report import main
+from glance_law.cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main(["--only", "correlations", *sys.argv[1:]], prog="python analyses/table13_correlations.py"))

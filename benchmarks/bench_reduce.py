@@ -74,7 +74,7 @@ def floor_reduce(paths, buckets: int = 256):
     import pandas as pd
     import pyarrow.parquet as pq
 
-    from glance_law.reduce import Grid
+    from glance_law.scale.reduce import Grid
     grid = Grid()
     cells = 0
     for path in paths:
@@ -129,8 +129,8 @@ elif what == "exact":
     res = {"rounds": int(len(logs.frame)), "cells": 0, "reduce_s": t_red, "b0": r["b0"], "b1": r["b1"],
            "b1_lo": r["b1_lo"], "b1_hi": r["b1_hi"]}
 else:
-    from glance_law.engines import reduce_logs
-    from glance_law.reduce import fit_reduced
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.reduce import fit_reduced
     red = reduce_logs(files, engine=what)
     t_red = time.perf_counter() - w
     fit = fit_reduced(red)
@@ -160,10 +160,10 @@ def load_note() -> str:
 def bench_small(n: int, repeat: int, folder: Path) -> None:
     import pyarrow.parquet as pq
 
-    from glance_law.engines import reduce_logs
     from glance_law.io import read_logs
     from glance_law.law import fit_law
-    from glance_law.reduce import fit_reduced
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.reduce import fit_reduced
     paths = generate(folder, n, chunk=n)
     size = sum(p.stat().st_size for p in paths) / 1e6
     print(f"\n== {n:,} rounds, {len(paths)} file(s), {size:.0f} MB; {load_note()}")
@@ -234,7 +234,7 @@ def bench_binning(n_prompts: int) -> None:
     import pandas as pd
 
     from glance_law.law import fit_law
-    from glance_law.reduce import Grid, fit_reduced, reduce_frame
+    from glance_law.scale.reduce import Grid, fit_reduced, reduce_frame
     from glance_law.simulate import TaskSpec, simulate_rounds
     cases = {
         "five tasks": simulate_rounds(n_prompts=n_prompts, vectors=False, seed=3),

@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, sys, time, tracemalloc, importlib.util
 import numpy as np
-from glance_law import replay as RP, tree as T
+from glance_law import replay as RP
+from glance_law.replay import tree as T
 step, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 d = np.load(path)
 lq, rk = d["logq"][:n], d["rank"][:n]

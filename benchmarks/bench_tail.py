@@ -27,8 +27,9 @@ import time
 import numpy as np
 from scipy import special, stats
 
-from glance_law import tail, tail_mle
+from glance_law import tail
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_rounds
+from glance_law.tail import mle as tail_mle
 
 
 def wilson(k: int, n: int, z: float = 1.96):
@@ -63,7 +64,7 @@ def null_section(R: int, seed: int):
 
 def _floor(df):
     """The bottom entropy decile, exactly as fit_tail selects it."""
-    from glance_law._tail_report import _floor_mask
+    from glance_law.tail.report import _floor_mask
     fl = _floor_mask(df["root_entropy"].to_numpy(dtype=np.float64), 0.1, None)
     return df["accepted"].to_numpy()[fl], df["horizon"].to_numpy()[fl]
 

@@ -9,7 +9,7 @@ The workload: :func:`glance_law.simulate.simulate_tree_rounds` (five tasks, L = 
 default: the commit before the keyed policies' envelopes moved from a 41-point grid with the
 O(P^2) hull to every n <= n_max with the monotone-chain hull):
 
-* ``width``: :func:`glance_law.width.width_allocation` at budgets 15,31,47,63 with ``--boot``
+* ``width``: :func:`glance_law.replay.width.width_allocation` at budgets 15,31,47,63 with ``--boot``
   prompt-bootstrap replicates, end to end (replay, best-first trees, node masses, envelopes,
   allocations); ``hull_s`` is the part spent in ``allocate.hull_segments`` (oracle and keyed
   envelopes), ``segments`` the keyed policies' segments (what each replicate's allocation
@@ -45,7 +45,8 @@ CHILD = r"""
 import json, sys, time, tracemalloc
 import numpy as np, pandas as pd
 import glance_law
-from glance_law import allocate as al, width as W
+from glance_law.replay import allocate as al
+from glance_law.replay import width as W
 step, data, root, out, traced = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5] == "1"
 assert glance_law.__file__.startswith(root), (glance_law.__file__, root)
 frame = pd.read_pickle(data)
@@ -79,7 +80,7 @@ if step == "width":
     # per task: oracle, paper, rescue (in that order; fixed has no segments)
     extra = {"segments": int(sum(n for i, n in enumerate(nseg) if i % 3)), **spent}
 else:
-    from glance_law.tree import best_first
+    from glance_law.replay.tree import best_first
     from glance_law.law import match_prob
     from scipy import special
     n = int(sys.argv[6])

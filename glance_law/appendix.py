@@ -21,10 +21,10 @@ from typing import Any
 
 import pandas as pd
 
-from . import format as _fmt
-from . import plots
-from .errors import GlanceError, MissingColumnError
-from .schema import SUPPLIED_BY
+from glance_law.data.schema import SUPPLIED_BY
+from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.results import format as _fmt
+from glance_law.results import plots
 
 __all__ = ["Options", "Inputs", "Table", "Figure", "Section", "SECTIONS", "LAW_TABLE_COLUMNS", "section", "names",
            "get", "select"]
@@ -89,9 +89,7 @@ class Inputs:
         process while the other sections run. Same inputs, same seeds, so the same numbers."""
         if "tail" in self._cache or "tail_future" in self._cache:
             return
-        from . import tail  # noqa: F401 - unpickling the result imports glance_law._tail_report, which
-        from .io import LogSet
-        #                     only imports cleanly after glance_law.tail (their import cycle)
+        from glance_law.data.io import LogSet
         r = self.rounds
         cols = [c for c in ("run_id", "task", "prompt_id", "round", "condition", "drafter", "root_entropy",
                             "accepted", "horizon") if c in r.frame.columns]
@@ -100,12 +98,12 @@ class Inputs:
 
 
 def _law_fit(rounds, o: Options):
-    from .law import fit_law
+    from glance_law.law.model import fit_law
     return fit_law(rounds, by="task", level=o.level, seed=o.seed)
 
 
 def _tail_fit(rounds, o: Options, law):
-    from .tail import fit_tail
+    from glance_law.tail.report import fit_tail
     return fit_tail(rounds, law=law, n_boot=o.tail_boot, seed=o.seed, level=o.level)
 
 
@@ -271,7 +269,7 @@ def brackets(inp: Inputs) -> list:
 def _signals(inp: Inputs) -> list[str]:
     if inp.options.signals:
         return list(inp.options.signals)
-    from .schema import ROUND_COLUMNS
+    from glance_law.data.schema import ROUND_COLUMNS
     contract = {c.name for c in ROUND_COLUMNS}
     f = inp.frame
     extra = [c for c in f.columns if c not in contract and not c.startswith("_")
@@ -282,7 +280,7 @@ def _signals(inp: Inputs) -> list[str]:
 @section("correlations", "Table 13", "correlations of a with H and with a signal v, partial r given H, "
                                      "within-entropy-decile gaps")
 def correlations(inp: Inputs) -> list:
-    from .probe import signal_effect
+    from glance_law.evidence.probe import signal_effect
     cols = _signals(inp)
     if not cols:
         raise MissingColumnError("a signal column (e.g. image saliency, or position)", "Table 13",
@@ -299,7 +297,7 @@ def correlations(inp: Inputs) -> list:
 
 @section("ordering", "Corollary (B.2)", "task ordering by grounding: mean a, slopes, adjacent gaps")
 def ordering(inp: Inputs) -> list:
-    from .order import task_order
+    from glance_law.evidence.order import task_order
     o = inp.options
     try:
         res = task_order(inp.rounds, o.task_order, o.level, o.boot, o.seed)
@@ -315,7 +313,7 @@ def ordering(inp: Inputs) -> list:
 
 @section("offsets", "Assumption 2 (B.2)", "per-offset match law, hazards, the Assumption 2 test, survival by decile")
 def offsets(inp: Inputs) -> list:
-    from . import offsets as off
+    from glance_law.evidence import offsets as off
     lv = inp.options.level
     return [Table("assumption2_offset_law", off.offset_law(inp.rounds, "task", lv)),
             Table("assumption2_test", off.assumption2_test(inp.rounds, "task", 10, lv)),
@@ -361,7 +359,7 @@ def survival(inp: Inputs) -> list:
 
 @section("width", "Figure 5 (B.5)", "width policies at equal verifier budget, replayed from the logs")
 def width(inp: Inputs) -> list:
-    from .width import width_allocation
+    from glance_law.replay.width import width_allocation
     o = inp.options
     res = width_allocation(inp.rounds, o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed)
     return [Figure("figure5_width_pareto", plots.width_pareto(res),
@@ -379,7 +377,7 @@ def width(inp: Inputs) -> list:
 
 @section("transfer-drafters", "Table 14", "the law fitted on one drafter, frozen, scored on the others")
 def transfer_drafters(inp: Inputs) -> list:
-    from .transfer import transfer
+    from glance_law.evidence.transfer import transfer
     ds = inp.drafters()
     if len(ds) < 2:
         raise MissingColumnError("a second speculative drafter (rounds of another drafter on the same task)",
@@ -394,7 +392,7 @@ def transfer_drafters(inp: Inputs) -> list:
 
 @section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it")
 def transfer_tasks(inp: Inputs) -> list:
-    from .transfer import transfer
+    from glance_law.evidence.transfer import transfer
     t = inp.law().to_frame()
     tasks = plots.ordered(x for x in t["task"].astype(str) if x != "pooled")
     if len(tasks) < 2:
@@ -429,7 +427,7 @@ def transfer_tasks(inp: Inputs) -> list:
 @section("probe", "Table 16", "the mismatched-image probe: the effect of the correct image, raw and "
                               "entropy-controlled")
 def probe(inp: Inputs) -> list:
-    from .probe import probe as run_probe
+    from glance_law.evidence.probe import probe as run_probe
     f = inp.frame
     if "mismatched" not in set(f["condition"].astype(str)):
         raise MissingColumnError("rounds of the mismatched condition", "Table 16 (the probe)",
@@ -451,7 +449,7 @@ def _prompts(inp: Inputs, analysis: str, flag: str) -> pd.DataFrame:
 
 @section("audit", "Table 7", "the lossless audit: output vs greedy decoding, near-ties explained")
 def audit(inp: Inputs) -> list:
-    from .audit import audit as run_audit
+    from glance_law.evidence.audit import audit as run_audit
     P = _prompts(inp, "Table 7 (the audit)", SUPPLIED_BY["greedy_match"])
     res = run_audit(P, inp.frame, inp.options.tie_threshold)
     return [Table("table7_audit", res), Table("table7_divergences", res.divergences())]
@@ -459,7 +457,7 @@ def audit(inp: Inputs) -> list:
 
 @section("timing", "Appendix E", "the timing ledger: paired ms/token against the autoregressive arm, round cost")
 def timing(inp: Inputs) -> list:
-    from .timing import round_cost, timing_ledger
+    from glance_law.evidence.timing import round_cost, timing_ledger
     P = _prompts(inp, "Appendix E (the timing ledger)", SUPPLIED_BY["drafter=ar"])
     arm = P["drafter"].astype(str)
     if not (arm == "ar").any():

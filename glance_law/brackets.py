@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from .errors import GlanceError
-from .law import truncated_mean
+from glance_law.errors import GlanceError
+from glance_law.law.model import truncated_mean
 
 __all__ = ["adaedl", "adaedl_mean", "pinsker_acceptance", "verification_ceiling", "ceiling_min_entropy",
            "ceiling_collision", "shannon_entropy", "min_entropy", "collision_entropy", "best_tree_value",
@@ -176,7 +176,7 @@ def best_tree_value(marginals, budget: int, log: bool = False):
     Each row holds probabilities of distinct tokens, so it may sum to at most 1 (up to
     1e-4 of rounding); a larger sum is refused. Returns a float or an (R,) array.
     """
-    from .tree import best_first, max_code_bits
+    from glance_law.replay.tree import best_first, max_code_bits
     x = np.asarray(marginals, dtype=np.float64)
     if x.ndim not in (2, 3) or x.size == 0:
         raise GlanceError("marginals must have shape (L, k) or (rounds, L, k)")

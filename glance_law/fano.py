@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
-from .errors import GlanceError, MissingColumnError
-from .results import Result
+from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.results.base import Result
 
 __all__ = ["fano_bound", "inverse_fano", "match_envelope", "fano_check", "FanoCheck", "run_vocab_size"]
 
@@ -141,7 +141,7 @@ def fano_check(rounds, vocab_size=None, tol: float = 1e-4, by: str = "task") -> 
     run metadata (``vocab_size``) when a LogSet carries it. Rounds without a
     ``root_pmax`` (null) are not checked and are counted in the notes.
     """
-    from .io import LogSet
+    from glance_law.data.io import LogSet
     frame = rounds.frame if isinstance(rounds, LogSet) else rounds
     if not isinstance(frame, pd.DataFrame):
         raise GlanceError("fano_check expects a rounds DataFrame or a LogSet from glance_law.read_logs")

@@ -309,7 +309,7 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
     offsets past ``accepted + 1`` are unknown (``target_rank = -1``, ``match = -1``), as in
     logger logs. ``truth=True`` adds ``_p``, ``_r`` and ``_g``.
     """
-    from .tree import best_first
+    from glance_law.replay.tree import best_first
 
     if isinstance(tasks, Mapping):
         tasks = [TaskSpec(name, **dict(v)) for name, v in tasks.items()]

@@ -3,7 +3,7 @@
 One round (Definition 1 of the paper):
 
 1. the drafter proposes per-offset top-k marginals after the pending root;
-2. :func:`glance_law.tree.build_tree` forms the best-first prefix-closed tree of
+2. :func:`glance_law.replay.tree.build_tree` forms the best-first prefix-closed tree of
    at most ``budget`` nodes (``branch_k = 1``: a width-1 chain);
 3. ONE target pass verifies root + nodes under an ancestor-only 4D mask with
    explicit positions ``past + depth``;
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from glance_law.tree import Tree, build_tree
+from glance_law.replay.tree import Tree, build_tree
 
 from .drafters import Drafter, DraftState, Proposal
 

@@ -5,7 +5,7 @@ offsets ``1..L`` after the pending root, the top-k log-probabilities (L x k,
 float32, each row sorted descending) and their token ids, optionally the full
 log-probability rows (L x V, on the device) so the logger can rank the
 target's token exactly, and the number of sequential drafter passes spent.
-The candidate tree is always built from ``logq`` by :func:`glance_law.tree.build_tree`
+The candidate tree is always built from ``logq`` by :func:`glance_law.replay.tree.build_tree`
 (in the decoder), never by a drafter.
 
 * ``ar``        no draft (horizon 0): plain autoregressive decoding, one token a round.

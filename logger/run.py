@@ -19,7 +19,7 @@ import torch
 from glance_law import schema as S
 from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
-from glance_law.tree import max_code_bits
+from glance_law.replay.tree import max_code_bits
 
 from . import tasks as T
 from .decode import Forced, decode, greedy_reference

@@ -170,7 +170,7 @@ FORMATS = ("text", "markdown", "latex", "html", "json", "csv")
 
 def run_cli(argv, capsys):
     """Run python -m glance_law.fit in-process; returns (exit code, stdout, stderr)."""
-    from glance_law.fit import main
+    from glance_law.cli.fit import main
 
     rc = main([str(a) for a in argv])
     cap = capsys.readouterr()

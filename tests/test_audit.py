@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from glance_law import audit as A
 from glance_law.errors import MissingColumnError
+from glance_law.evidence import audit as A
 
 
 def _prompt(task, pid, drafter, **kw):

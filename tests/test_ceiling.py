@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from glance_law import law
-from glance_law.ceiling import (
+from glance_law.simulate import TaskSpec, simulate_arrays
+from glance_law.stats.ceiling import (
     binned_ceiling,
     ceiling_fraction,
     corrected_ceiling,
@@ -14,8 +15,7 @@ from glance_law.ceiling import (
     noise_ceiling,
     null_expectation,
 )
-from glance_law.curve import equal_count_bins
-from glance_law.simulate import TaskSpec, simulate_arrays
+from glance_law.stats.curve import equal_count_bins
 
 
 def geometric(p, L, rng):

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from glance_law import fit as cli
+from glance_law.cli import fit as cli
 from glance_law.io import write_table
 from glance_law.law import LAW_COLUMNS
 from glance_law.simulate import TaskSpec, simulate_rounds

@@ -74,7 +74,7 @@ def test_audit_places_hf_rounds_by_the_hooks_convention(models, tmp_path):
     never hold it): the audit tells the convention from the log and (a) rebuilds the whole output
     from the rounds, (b) gives a divergence planted at every output index the min_path_margin of
     the round that committed it, found here by walking the committed lists."""
-    from glance_law.audit import audit
+    from glance_law.evidence.audit import audit
 
     model, draft, tok = models
     ids = tok(PROMPTS[0] + " " + PROMPTS[0], return_tensors="pt").input_ids

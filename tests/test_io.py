@@ -1,4 +1,4 @@
-"""The round-log contract's writer and reader (glance_law.io, glance_law.schema, glance_law.keys).
+"""The round-log contract's writer and reader (glance_law.io, glance_law.schema, glance_law.data.keys).
 
 Round-trips (LogWriter -> read_logs, list and extra columns, prompts files beside
 rounds files, a hypothesis round-trip of random valid frames), path handling,
@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glance_law import io as gio
-from glance_law import keys as K
 from glance_law import schema as S
+from glance_law.data import keys as K
 from glance_law.simulate import DEFAULT_TASKS, simulate_rounds
 
 L = 5

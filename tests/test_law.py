@@ -12,12 +12,12 @@ from scipy import optimize, special, stats
 from sklearn.isotonic import IsotonicRegression
 
 from glance_law import law
-from glance_law.cluster import clustered_mean, spearman_clustered, t_crit
-from glance_law.curve import equal_count_bins, integer_midranks, isotonic_decreasing, midranks
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.io import LogSet
 from glance_law.law import LAW_COLUMNS, fit_law
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_arrays, simulate_rounds
+from glance_law.stats.cluster import clustered_mean, spearman_clustered, t_crit
+from glance_law.stats.curve import equal_count_bins, integer_midranks, isotonic_decreasing, midranks
 
 
 def pmf(p, L):

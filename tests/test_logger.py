@@ -35,7 +35,7 @@ from glance_log.record import (  # noqa: E402
 )
 
 from glance_law import io as gio  # noqa: E402
-from glance_law.tree import build_tree  # noqa: E402
+from glance_law.replay.tree import build_tree  # noqa: E402
 
 torch.set_num_threads(1)
 DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")     # benchmarks/gpu_check.sh sets cuda
@@ -184,7 +184,7 @@ def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
     (3 committed) the last accepted node's row produced none and does not count (1.5)."""
     from glance_log.decode import PromptEvent, RoundEvent, Timer
 
-    from glance_law.tree import chain_tree
+    from glance_law.replay.tree import chain_tree
 
     gaps = [3.0, 2.0, 1.5, 0.2]
     logits = torch.zeros(4, 8)

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from glance_law import offsets as O
-from glance_law.cluster import cluster_codes
 from glance_law.errors import MissingColumnError
+from glance_law.evidence import offsets as O
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_rounds
+from glance_law.stats.cluster import cluster_codes
 
 PLAIN = TaskSpec("docvqa", b0=1.2, b1=0.9, shape=1.5, scale=0.5, floor_weight=0.1)
 TAIL = TaskSpec("chartqa", b0=1.2, b1=0.9, shape=1.5, scale=0.5, floor_weight=0.3,
@@ -380,7 +380,7 @@ def test_null_coverage_of_the_assumption2_interval_and_offset_slopes():
 
 
 def test_proportion_interval_stays_in_the_unit_interval():
-    from glance_law._evidence import proportion_ci
+    from glance_law.evidence.common import proportion_ci
 
     lo, hi = proportion_ci(1.0, 0.0, 10)
     assert lo == pytest.approx(0.025 ** 0.1) and hi == 1.0

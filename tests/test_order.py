@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from glance_law import order as O
 from glance_law.errors import GlanceError
+from glance_law.evidence import order as O
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, simulate_rounds
 

@@ -6,11 +6,11 @@ import pytest
 from _evidence_fixtures import concat, mismatch_from
 from scipy import stats
 
-from glance_law import probe as P
-from glance_law.cluster import cluster_codes
 from glance_law.errors import MissingColumnError
+from glance_law.evidence import probe as P
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, simulate_rounds
+from glance_law.stats.cluster import cluster_codes
 
 DOC = TaskSpec("docvqa", b0=1.2, b1=0.9, shape=1.5, scale=0.5, floor_weight=0.1)
 CAP = TaskSpec("caption", b0=0.8, b1=0.5, shape=3.0, scale=0.55, floor_weight=0.03)

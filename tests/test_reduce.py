@@ -17,12 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from glance_law import reduce as R
-from glance_law.engines import reduce_logs, suspect_streams
 from glance_law.errors import GlanceError
 from glance_law.io import LogError, read_logs, write_table
 from glance_law.law import fit_law
-from glance_law.law_reduced import two_point
+from glance_law.scale import reduce as R
+from glance_law.scale.engines import reduce_logs, suspect_streams
+from glance_law.scale.law_reduced import two_point
 from glance_law.simulate import TaskSpec, simulate_rounds
 
 COLS = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon", "condition", "drafter"]
@@ -167,7 +167,7 @@ def test_buckets_are_md5_of_task_and_prompt():
 def test_bucket_sql_equals_python_in_duckdb():
     import duckdb
 
-    from glance_law.engines.sql import DUCKDB
+    from glance_law.scale.engines.sql import DUCKDB
     pairs = [("docvqa", f"doc-{i}") for i in range(200)] + [("t", "é-ünï-😀"), ("x'y", "q\"z")]
     con = duckdb.connect()
     df = pd.DataFrame(pairs, columns=["task", "prompt_id"])  # noqa: F841 (read by DuckDB by name)
@@ -489,7 +489,7 @@ def test_no_rounds_is_an_error(tmp_path):
 # --------------------------------------------------------------------------
 
 def test_reduce_cli_writes_a_file_that_fit_accepts(tmp_path, capsys):
-    from glance_law import fit as F
+    from glance_law.cli import fit as F
     frame = logs(20, seed=10)
     write_parts(frame, tmp_path / "logs", 2)
     out = tmp_path / "stats.parquet"
@@ -508,7 +508,7 @@ def test_reduce_cli_writes_a_file_that_fit_accepts(tmp_path, capsys):
 
 
 def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
-    from glance_law import fit as F
+    from glance_law.cli import fit as F
     frame = logs(4, seed=12)
     write_parts(frame, tmp_path / "logs", 1)
     cases = [
@@ -530,8 +530,8 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
 @pytest.mark.skipif(not HAS_SPARK, reason="pyspark (or java) not installed")
 def test_spark_reduction_equals_arrow_and_brute_force(mixed):
     folder, frame = mixed
-    from glance_law.engines.spark import session
-    from glance_law.engines.sql import SPARK
+    from glance_law.scale.engines.spark import session
+    from glance_law.scale.engines.sql import SPARK
     spark = session("local[1]")
     spark.sparkContext.setLogLevel("ERROR")
     try:
@@ -565,7 +565,7 @@ def test_reduced_file_without_sum_h2_fits_at_cell_means(tmp_path):
 
 
 def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
-    from glance_law import fit as F
+    from glance_law.cli import fit as F
     frame = logs(25, seed=14)
     write_parts(frame, tmp_path / "logs", 2)
     assert R.main([str(tmp_path / "logs"), "--out", str(tmp_path / "s.parquet")]) == 0
@@ -582,7 +582,7 @@ def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
 def test_cell_aggregation_bincount_sort_and_hash_paths(case):
     """The arrow engine's aggregation (dense bincount, sort, or Arrow's hash for absurd key
     ranges) and its merges equal a pandas group-by."""
-    from glance_law.engines.arrow import GROUP, _aggregate, _Cells
+    from glance_law.scale.engines.arrow import GROUP, _aggregate, _Cells
     rng = np.random.default_rng(len(case))
     k = 5000
     step = {"dense": (1, 1, 1, 1), "sort": (2 ** 12, 2 ** 12, 1, 1), "hash": (2 ** 29, 2 ** 24, 10_000, 5_000)}[case]
@@ -618,7 +618,7 @@ def test_a_file_bad_after_its_first_batches_is_left_out_whole(tmp_path):
 def test_equal_count_parts_cut_at_exact_counts_by_brute_force():
     """Pieces sum to each cell's rounds, every bin holds W / B, and a cut inside a fine bin sits
     where the cells' linear densities (brute-force integrated) hold the bin's share."""
-    from glance_law.curve_reduced import equal_count_parts
+    from glance_law.scale.curve_reduced import equal_count_parts
     rng = np.random.default_rng(5)
     hbin = np.sort(rng.integers(0, 6, 40))
     n = rng.integers(1, 30, 40).astype(float)

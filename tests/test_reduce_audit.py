@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from glance_law import fit as F
-from glance_law import reduce as R
-from glance_law.engines import reduce_logs
+from glance_law.cli import fit as F
 from glance_law.errors import GlanceError
 from glance_law.io import LogError, read_logs, write_table
 from glance_law.law import fit_law
-from glance_law.reduce import fit_reduced
+from glance_law.scale import reduce as R
+from glance_law.scale.engines import reduce_logs
+from glance_law.scale.reduce import fit_reduced
 from glance_law.simulate import simulate_rounds
 
 ENGINES = ["arrow"] + (["duckdb"] if importlib.util.find_spec("duckdb") is not None else [])

@@ -15,8 +15,8 @@ from test_tree import brute_order, random_logq
 from glance_law import replay as RP
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.io import read_logs, write_table
+from glance_law.replay.tree import build_tree
 from glance_law.simulate import simulate_tree_rounds
-from glance_law.tree import build_tree
 
 
 def brute_accepted(logq, rank, N):

@@ -14,7 +14,7 @@ import pytest
 from _evidence_fixtures import EXAMPLE_TASKS, example_logs
 
 from glance_law import appendix as A
-from glance_law import report
+from glance_law.cli import report
 from glance_law.io import write_table
 from glance_law.schema import SUPPLIED_BY
 from glance_law.simulate import simulate_tree_rounds

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from glance_law import tail, tail_mle
+from glance_law import tail
 from glance_law.errors import GlanceError
 from glance_law.io import write_table
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_rounds, two_state_survival_matrix
+from glance_law.tail import mle as tail_mle
 
 THETAS = [(0.3, 0.98, 0.77, 0.97, 0.9), (0.5, 0.4, 0.9, 0.2, 0.6), (0.0, 1.0, 0.5, 1.0, 0.0),
           (1.0, 0.0, 1.0, 0.0, 1.0), (0.2, 0.7, 0.7, 0.5, 0.5), (0.9, 0.95, 0.3, 0.1, 0.05)]
@@ -452,7 +453,7 @@ def test_several_drafters_are_analysed_separately():
 # ---------------------------------------------------------------------------
 
 def _run(argv):
-    from glance_law import fit
+    from glance_law.cli import fit
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = fit.main(argv)
@@ -494,7 +495,7 @@ def test_bootstrap_lrt_size_on_pure_geometric_logs():
     """Size of the bootstrap LRT at alpha = 0.05 on the floors of simulated pure-geometric logs
     (b1 = 0, independent rounds), by warp-speed Monte Carlo (Giacomini, Politis & White 2013: one
     bootstrap draw per replicate, R = 1500), and the paper's chi-square(4) on the same replicates."""
-    from glance_law._tail_report import _floor_mask
+    from glance_law.tail.report import _floor_mask
     R = 1500
     spec = TaskSpec("null", b0=1.226, b1=0.0)
     rng = np.random.default_rng(99)
@@ -549,7 +550,7 @@ def test_bootstrap_lrt_size_with_correlated_rounds_is_prompt_aware():
     """With rounds of a prompt correlated (Gaussian copula 0.3), the independent-rounds bootstrap
     over-rejects (about 7-8% at 0.05); dividing by the histogram's design effect restores 3-7%
     (warp-speed Monte Carlo as above)."""
-    from glance_law._tail_report import _floor_mask
+    from glance_law.tail.report import _floor_mask
     R = 1000
     spec = TaskSpec("null", b0=1.226, b1=0.0)
     rng = np.random.default_rng(98)

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from _evidence_fixtures import timing_prompts
 
-from glance_law import timing as T
 from glance_law.errors import MissingColumnError
+from glance_law.evidence import timing as T
 from glance_law.simulate import TaskSpec, simulate_rounds
 
 

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from glance_law import transfer as T
 from glance_law.errors import GlanceError
+from glance_law.evidence import transfer as T
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, simulate_rounds
 

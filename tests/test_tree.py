@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 import pytest
 
-from glance_law import tree as T
+from glance_law.replay import tree as T
 
 
 def brute_order(logq: np.ndarray):

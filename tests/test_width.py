@@ -11,13 +11,13 @@ import pytest
 from scipy import special
 from test_tree import random_logq
 
-from glance_law import allocate as al
-from glance_law import width as W
+from glance_law.cli.fit import main as fit_main
 from glance_law.errors import GlanceError
-from glance_law.fit import main as fit_main
 from glance_law.io import write_table
+from glance_law.replay import allocate as al
+from glance_law.replay import width as W
+from glance_law.replay.tree import best_first
 from glance_law.simulate import TaskSpec, simulate_rounds, simulate_tree_rounds
-from glance_law.tree import best_first
 
 # ----------------------------------------------------------------------------- allocation maths
 

@@ -1,0 +1,267 @@
+"""``python -m glance_law.fit PATHS...``: the draftability law per task plus the pooled row.
+
+::
+
+    python -m glance_law.fit logs/*.parquet [--by task] [--method mle|nls]
+        [--format text|markdown|latex|html|json|csv] [--out FILE] [--bootstrap N] [--seed S]
+        [--level 0.95] [--condition matched] [--skip-bad] [SECTION FLAGS...]
+
+PATHS are files, folders or globs (a folder means every ``*.parquet`` below it).
+The command reads the round logs once (:func:`load`), fits the law
+(:func:`law_result`, i.e. :func:`glance_law.law.fit_law`) and renders one row per
+task plus the pooled row (per drafter when the logs hold several).
+
+Output. Human formats (text, markdown, latex, html) print the compact law table
+with its notes underneath. ``--format json`` prints a JSON array with one
+object per row (the keys of :data:`glance_law.law.LAW_COLUMNS`, then the extra
+columns); ``--format csv`` the same columns as CSV. With section flags, JSON is
+an object ``{"law": [rows], "<section>": {"<table title>": [rows], ...}}`` and
+CSV prints one ``# <section>: <title>`` headed block per table.
+
+Bad input. A bad file stops the run with exit code 2 and one line on stderr
+naming the file, the column and the fix, before any output. ``--skip-bad`` fits
+the valid files instead and lists every skipped file with its reason: on stderr
+(in every format, so machine-readable stdout stays a plain JSON array / CSV
+table) and, in human formats, also as a note under the table.
+
+Sections. Each further analysis is a line of :data:`SECTIONS`, ``(flag, module,
+help)``; a flag written ``"--name METAVAR"`` takes a value (stored as
+``args.name``), otherwise it is a switch. A section's module is imported only
+when its flag is given (a module that does not exist yet cannot break the
+command), may define ``add_cli_arguments(parser)`` for its own options, and must
+define ``cli_section(logs, args) -> list[Result]``. It may also set
+``CLI_COLUMNS`` (the round columns it needs); without it every column is read.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+
+from glance_law.data.io import LogSet, read_logs
+from glance_law.errors import GlanceError
+from glance_law.law.model import LAW_INPUT, fit_law
+from glance_law.results import format as _fmt
+from glance_law.scale import reduce as _reduce
+
+PROG = "python -m glance_law.fit"
+
+#: (flag, module, help). "--flag METAVAR" makes a flag that takes a value.
+SECTIONS: list[tuple[str, str, str]] = [
+    ("--tail", "glance_law.tail.report",
+     "the grounded tail: two-state survival model, LRT (bootstrap and nominal p), held-out falsification"),
+    ("--width", "glance_law.replay.width",
+     "entropy-keyed width allocation replayed from the logged marginals (oracle, fixed, entropy-keyed)"),
+    ("--offsets", "glance_law.evidence.offsets",
+     "per-offset match law, conditional hazards and the Assumption 2 test"),
+    ("--probe", "glance_law.evidence.probe", "the mismatched-image probe (matched vs mismatched condition)"),
+    ("--order", "glance_law.evidence.order", "task ordering by mean accepted length and slope, with intervals"),
+    ("--transfer TRAIN:TEST", "glance_law.evidence.transfer",
+     "fit the law on TRAIN groups and score it on TEST groups"),
+    ("--audit", "glance_law.evidence.audit", "the lossless audit from the prompt files (near-ties explained)"),
+    ("--timing BASELINE_GLOB", "glance_law.evidence.timing",
+     "the timing ledger against an autoregressive baseline run"),
+]
+
+#: Round columns the law itself reads (besides the contract's required and key columns).
+LAW_READ_COLUMNS = LAW_INPUT + ("task", "prompt_id", "condition", "drafter")
+
+
+class UsageError(GlanceError):
+    """A command-line mistake (bad option or value)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage block: main() prints it and exits 2
+        raise UsageError(f"{message} (see {PROG} --help)")
+
+
+def _flag(spec: str) -> tuple[str, str | None, str]:
+    parts = spec.split()
+    name = parts[0]
+    return name, (parts[1] if len(parts) > 1 else None), name.lstrip("-").replace("-", "_")
+
+
+def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
+    """The parser; ``extend``: section modules whose ``add_cli_arguments`` to apply."""
+    p = _Parser(prog=PROG, allow_abbrev=False,
+                description="Fit the draftability law logit p = b0 - b1 H, E[a|H] = p(1-p^L)/(1-p) to round "
+                            "logs: one row per task plus the pooled row, with prompt-clustered intervals.")
+    p.add_argument("paths", nargs="+", metavar="PATHS", help="round-log files, folders or globs")
+    p.add_argument("--by", default="task", metavar="COLUMN",
+                   help="group rows by this column (default: task); 'none' for the pooled row only")
+    p.add_argument("--method", choices=("mle", "nls"), default="mle",
+                   help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
+                        "squares of the conditional mean, for comparison")
+    p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument("--bootstrap", type=int, default=0, metavar="N",
+                   help="prompt-level cluster bootstrap with N replicates (percentile intervals) instead of "
+                        "the CR3 cluster jackknife (default 0: jackknife)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="bootstrap seed (default 0)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--condition", default="matched", metavar="C[,C...]",
+                   help="conditions to fit (default: matched); 'all' pools every condition")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="fit the valid files and list every skipped file with its reason")
+    g = p.add_argument_group("sections (each prints its own table after the law)")
+    for spec, module, text in SECTIONS:
+        name, metavar, dest = _flag(spec)
+        if metavar:
+            g.add_argument(name, dest=dest, metavar=metavar, default=None, help=f"{text} [{module}]")
+        else:
+            g.add_argument(name, dest=dest, action="store_true", help=f"{text} [{module}]")
+    _reduce.add_reduce_arguments(p, engine_default=None)  # --engine, --buckets, ... (issue 9: out of core)
+    for mod in extend:
+        add = getattr(mod, "add_cli_arguments", None)
+        if add is not None:
+            add(p)
+    return p
+
+
+def _import_section(flag: str, module: str):
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise UsageError(f"{flag}: this installation has no {module} module yet, so the section is unavailable")
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(f"{flag}: {module} could not be imported ({exc})") from None
+    if not hasattr(mod, "cli_section"):
+        raise UsageError(f"{flag}: {module} does not provide cli_section(logs, args)")
+    return mod
+
+
+def requested_sections(argv: Sequence[str]) -> list[tuple[str, str]]:
+    """(flag, module) of every section flag present in ``argv`` (exact flags, abbreviations are off)."""
+    out = []
+    for spec, module, _ in SECTIONS:
+        name = _flag(spec)[0]
+        if any(tok == name or tok.startswith(name + "=") for tok in argv):
+            out.append((name, module))
+    return out
+
+
+def parse_args(argv: Sequence[str]):
+    """Parse in two steps: find the section flags, import those modules, then parse with their options."""
+    argv = list(argv)
+    if any(tok in ("-h", "--help") for tok in argv):
+        mods = []
+        for spec, module, _ in SECTIONS:  # show every installed section's options in --help
+            try:
+                mods.append(_import_section(_flag(spec)[0], module))
+            except UsageError:
+                pass
+        build_parser(mods).parse_args(argv)  # prints help, exits 0
+    wanted = requested_sections(argv)
+    mods = [(flag, _import_section(flag, module)) for flag, module in wanted]
+    args = build_parser([m for _, m in mods]).parse_args(argv)
+    if args.bootstrap < 0:
+        raise UsageError("--bootstrap must be >= 0")
+    if not 0.0 < args.level < 1.0:
+        raise UsageError("--level must lie strictly between 0 and 1")
+    if str(args.by).lower() in ("none", "pooled", ""):
+        args.by = None  # pooled row only (sections fall back to their own default grouping)
+    return args, mods
+
+
+def _by(args) -> str | None:
+    return args.by
+
+
+def _conditions(args):
+    c = str(args.condition)
+    if c.lower() == "all":
+        return None
+    parts = [x.strip() for x in c.split(",") if x.strip()]
+    return parts[0] if len(parts) == 1 else parts
+
+
+def load(args, modules: Sequence = ()) -> LogSet:
+    """Read the round logs once, only the columns the law and the requested sections need."""
+    columns: list[str] | None = list(LAW_READ_COLUMNS) + ([_by(args)] if _by(args) else [])
+    for mod in modules:
+        extra = getattr(mod, "CLI_COLUMNS", None)
+        if extra is None:
+            columns = None
+            break
+        columns += list(extra)
+    if columns is not None:
+        columns = list(dict.fromkeys(columns))
+    return read_logs(args.paths, "rounds", columns=columns, skip_bad=args.skip_bad)
+
+
+def law_result(logs: LogSet, args):
+    """The law table for the logs (the step a reduced-table reader plugs into)."""
+    return fit_law(logs, by=_by(args), method=args.method, level=args.level, n_boot=args.bootstrap,
+                   seed=args.seed, condition=_conditions(args))
+
+
+def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
+    """The whole document: the law table, then each section's tables."""
+    if not sections:
+        return law.summary(fmt)
+    if fmt == "json":
+        import json
+        doc: dict = {"law": _fmt.records(law.to_frame())}
+        for name, results in sections:
+            block: dict = {}
+            for res in results:
+                key, k = res.title, 2
+                while key in block:
+                    key, k = f"{res.title} ({k})", k + 1
+                block[key] = _fmt.records(res.to_frame())
+            doc[name] = block
+        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if fmt == "csv":
+        parts = [f"# law: {law.title}\n" + law.summary("csv")]
+        parts += [f"# {name}: {res.title}\n" + res.summary("csv") for name, results in sections for res in results]
+        return "\n".join(parts)
+    return "\n".join([law.summary(fmt)] + [res.summary(fmt) for _, results in sections for res in results])
+
+
+def _write(text: str, out: str | None) -> None:
+    if not out:
+        sys.stdout.write(text)
+        return
+    tmp = f"{out}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    except OSError as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise GlanceError(f"{out}: cannot write the output ({exc.strerror or exc})") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args, mods = parse_args(argv)
+        if args.engine or _reduce.inputs_reduced(args.paths):  # out of core: glance_law.reduce (issue 9)
+            law, sections = _reduce.cli_fit(args, mods)
+        else:
+            logs = load(args, [m for _, m in mods])
+            for path, reason in logs.skipped:
+                print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
+            law = law_result(logs, args)
+            sections = [(flag.lstrip("-"), list(mod.cli_section(logs, args))) for flag, mod in mods]
+        _write(render(law, sections, args.format), args.out)
+    except GlanceError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,420 @@
+"""``python -m glance_law.report LOGS... --out DIR``: the whole theory appendix in one command.
+
+::
+
+    python -m glance_law.report logs/ --out appendix/ [--seed 0] [--only law,tail] [--skip width]
+
+Reads the round logs once (and the prompt files among the inputs), runs every
+section of :mod:`glance_law.appendix` - one per table or figure of the paper's
+theory appendix - and writes
+
+* ``DIR/tables/<stem>.md``, ``.tex`` (booktabs) and ``.csv`` (the flat columns) per table;
+* ``DIR/figures/<stem>.png`` and ``.pdf`` per figure (fixed metadata: no timestamps);
+* ``DIR/index.md``: every section with its paper counterpart, links to its tables and
+  figures, and the sections that were skipped, each with the reason and the logger
+  flag that would supply the missing input;
+* ``DIR/manifest.json``: the input files (kind, rows, SHA-256), the options and seed,
+  the command line, the tool and library versions, and every output with its SHA-256.
+
+Same logs, options and seed give byte-identical tables and index (every bootstrap is
+seeded from ``--seed``), and byte-identical figures with the same matplotlib.
+
+A section whose inputs the logs lack (no ``topk_logq``, no mismatched condition, no
+autoregressive arm, no prompt files, ...) is *skipped*, never dropped silently: the
+index and stderr name what is missing and the flag that records it
+(:data:`glance_law.schema.SUPPLIED_BY`). A section that fails for another reason is
+listed as *failed* with its error and the command exits 1 after writing everything
+else. User errors (bad paths, bad options, unreadable logs) print one line and exit 2.
+
+With ``--only``, the sections run are replaced in ``DIR`` and the others are kept
+when the previous report there was made from the same input files; otherwise their
+stale outputs are removed. Files of a previous report that the new one does not
+produce are removed; a non-empty ``DIR`` without a ``manifest.json`` is refused.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from glance_law import appendix as A
+from glance_law._version import __version__
+from glance_law.errors import GlanceError
+
+PROG = "python -m glance_law.report"
+MANIFEST = "manifest.json"
+INDEX = "index.md"
+TABLE_FORMATS = (("md", "markdown"), ("tex", "latex"), ("csv", "csv"))
+
+
+class UsageError(GlanceError):
+    """A command-line mistake."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return out
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in str(text).split(",") if x.strip()]
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    p = _Parser(prog=prog, allow_abbrev=False,
+                description="Regenerate the theory appendix (every table and figure) from round logs: Markdown, "
+                            "LaTeX and CSV tables, PNG and PDF figures, DIR/index.md and DIR/manifest.json.")
+    p.add_argument("paths", nargs="*", metavar="LOGS",
+                   help="round-log files, folders or globs (prompt files among them feed the audit and timing)")
+    p.add_argument("--out", metavar="DIR", help="output folder (created; a previous report there is replaced)")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every bootstrap (default 0)")
+    p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument("--only", type=_names, default=None, metavar="S1,S2",
+                   help="run only these sections (see --list)")
+    p.add_argument("--skip", type=_names, default=[], metavar="S1,S2", help="leave these sections out")
+    p.add_argument("--list", action="store_true", help="list the sections and exit")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="leave out unreadable log files (listed in the index) instead of stopping")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
+                   help="processes: with N >= 2 the tail's bootstrap runs in a second process while the other "
+                        "sections run (same numbers; default: min(2, CPUs))")
+    g = p.add_argument_group("section options")
+    g.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="budget N of Figure 4's 2 ln N / H ceiling (default: the logs' median budget, else 31)")
+    g.add_argument("--gamma", type=float, default=0.2, help="AdaEDL's constant in Figure 4 (default 0.2)")
+    g.add_argument("--signal", action="append", default=[], metavar="COLUMN",
+                   help="Table 13's signal column (repeatable; default: the logs' extra numeric columns, "
+                        "else position)")
+    g.add_argument("--task-order", type=_names, default=None, metavar="T1,T2,...",
+                   help="the expected task order, open to grounded (default caption,textvqa,infovqa,docvqa,chartqa)")
+    g.add_argument("--reference-drafter", default=None, metavar="NAME",
+                   help="Table 14's training drafter (default: block when present)")
+    g.add_argument("--budgets", type=_ints, default=(15, 31, 47, 63), metavar="N,N,...",
+                   help="Figure 5's mean verifier budgets (default 15,31,47,63)")
+    g.add_argument("--vocab-size", type=float, default=None, metavar="V",
+                   help="the target's vocabulary size for the Fano check (default: from the run metadata)")
+    g.add_argument("--tie-threshold", type=float, default=0.1, metavar="LOGITS",
+                   help="the audit's near-tie margin (default 0.1)")
+    g.add_argument("--tail-bootstrap", type=int, default=199, metavar="N",
+                   help="parametric-bootstrap replicates of the tail LRT p-value (default 199)")
+    g.add_argument("--bootstrap", type=int, default=2000, metavar="N",
+                   help="prompt-bootstrap replicates of the probe and the ordering (default 2000)")
+    g.add_argument("--width-bootstrap", type=int, default=200, metavar="N",
+                   help="prompt-bootstrap replicates of the width gains (default 200)")
+    g.add_argument("--timing-bootstrap", type=int, default=8000, metavar="N",
+                   help="paired prompt-bootstrap replicates of the timing margin (default 8000)")
+    return p
+
+
+def options_from(args) -> A.Options:
+    for name in ("tail_bootstrap", "bootstrap", "width_bootstrap", "timing_bootstrap"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
+    if not 0.0 < args.level < 1.0:
+        raise UsageError("--level must lie strictly between 0 and 1")
+    if args.jobs < 1:
+        raise UsageError("--jobs must be >= 1")
+    return A.Options(seed=args.seed, level=args.level, budget=args.budget, gamma=args.gamma,
+                     tail_boot=args.tail_bootstrap, boot=args.bootstrap, timing_boot=args.timing_bootstrap,
+                     width_boot=args.width_bootstrap, budgets=tuple(args.budgets), signals=tuple(args.signal),
+                     task_order=tuple(args.task_order) if args.task_order else None,
+                     reference=args.reference_drafter, vocab_size=args.vocab_size,
+                     tie_threshold=args.tie_threshold)
+
+
+# ---------------------------------------------------------------------------
+# inputs
+# ---------------------------------------------------------------------------
+
+def sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False) -> A.Inputs:
+    """The round logs (every column) and the prompt files among ``paths``."""
+    from glance_law.data.io import read_logs
+    rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad)
+    prompt_files = [f.path for f in rounds.other if f.kind == "prompts"]
+    prompts = read_logs(prompt_files, "prompts", skip_bad=skip_bad).frame if prompt_files else None
+    return A.Inputs(rounds=rounds, prompts=prompts, options=options)
+
+
+def input_files(inp: A.Inputs) -> list[dict]:
+    files = list(inp.rounds.files) + list(inp.rounds.other)
+    return [{"path": str(f.path), "kind": f.kind, "rows": int(f.rows), "sha256": sha256(f.path)} for f in files]
+
+
+# ---------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def write_artifacts(artifacts, out: Path) -> list[str]:
+    """Write a section's tables and figures under ``out``; returns the relative paths."""
+    from glance_law.results.plots import save_figure
+    written = []
+    for art in artifacts:
+        if isinstance(art, A.Table):
+            for ext, fmt in TABLE_FORMATS:
+                rel = f"tables/{art.stem}.{ext}"
+                _write_text(out / rel, art.render(fmt))
+                written.append(rel)
+        else:
+            for p in save_figure(art.figure, out / "figures" / art.stem):
+                written.append(p.relative_to(out).as_posix())
+    return written
+
+
+def _previous(out: Path) -> dict | None:
+    m = out / MANIFEST
+    if not m.exists():
+        return None
+    try:
+        doc = json.loads(m.read_text())
+        return doc if isinstance(doc, dict) and doc.get("tool") == "glance-law" else None
+    except (OSError, ValueError):
+        return None
+
+
+def _prepare_out(out: Path) -> dict | None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder")
+    prev = _previous(out) if out.exists() else None
+    if out.exists() and prev is None and any(out.iterdir()):
+        raise UsageError(f"--out {out}: the folder is not empty and holds no {MANIFEST} of a previous report; "
+                         "choose an empty or new folder")
+    out.mkdir(parents=True, exist_ok=True)
+    return prev
+
+
+def _remove(out: Path, rels) -> None:
+    for rel in rels:
+        p = out / rel
+        if p.is_file():
+            p.unlink()
+
+
+# ---------------------------------------------------------------------------
+# index
+# ---------------------------------------------------------------------------
+
+def _link(rel: str, text: str | None = None) -> str:
+    return f"[{text or rel.rsplit('/', 1)[-1]}]({rel})"
+
+
+INLINE_ROWS = 30   # tables up to this many rows are shown in the index itself
+
+
+def _inline(out: Path | None, rel: str) -> list[str]:
+    """A table's Markdown for the index: its title as a heading-less caption, the table and its notes."""
+    if out is None or not (out / rel).exists():
+        return []
+    text = (out / rel).read_text().strip("\n").splitlines()
+    if text and text[0].startswith("**") and text[0].endswith("**"):
+        text = text[2:] if len(text) > 1 and not text[1] else text[1:]
+    return [""] + text + [""]
+
+
+def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], out: Path | None = None) -> str:
+    rounds = [f for f in inputs if f["kind"] == "rounds"]
+    prompts = [f for f in inputs if f["kind"] == "prompts"]
+    lines = ["# Theory appendix", "",
+             f"Generated by glance-law {__version__} from {len(rounds)} round file(s) "
+             f"({sum(f['rows'] for f in rounds)} rounds) and {len(prompts)} prompt file(s) "
+             f"({sum(f['rows'] for f in prompts)} prompts); the input files with their SHA-256, the options, "
+             f"the library versions and every output's SHA-256 are in [{MANIFEST}]({MANIFEST}).", "",
+             "Regenerate with:", "", "```"] + list(dict.fromkeys(e["command"] for e in entries)) + ["```", ""]
+    lines += [f"- {n}" for n in notes]
+    if notes:
+        lines.append("")
+    lines += ["| section | paper | status | tables | figures |", "|:---|:---|:---|---:|---:|"]
+    for e in entries:
+        nt = len({o.rsplit(".", 1)[0] for o in e["outputs"] if o.startswith("tables/")})
+        nf = len({o.rsplit(".", 1)[0] for o in e["outputs"] if o.startswith("figures/")})
+        lines.append(f"| [{e['name']}](#{e['name']}) | {e['paper']} | {e['status']} | {nt} | {nf} |")
+    lines.append("")
+    for e in entries:
+        lines += [f"## {e['name']}", "", f"**{e['paper']}**: {e['what']}.", ""]
+        if e["status"] != "ok":
+            lines += [f"*{e['status']}*: {e['reason']}", ""]
+            continue
+        for art in e["artifacts"]:
+            stem = art["stem"]
+            if art["kind"] == "table":
+                base = f"tables/{stem}"
+                rows = art.get("rows", 0)
+                lines.append(f"**{art['caption']}** ({rows} row{'s' * (rows != 1)}): "
+                             f"{_link(base + '.md', 'Markdown')} · {_link(base + '.tex', 'LaTeX')} · "
+                             f"{_link(base + '.csv', 'CSV')}")
+                lines += _inline(out, base + ".md") if rows <= INLINE_ROWS else [""]
+            else:
+                base = f"figures/{stem}"
+                lines += ["", f"![{art['caption']}]({base}.png)", "",
+                          f"*{art['caption']}.* {_link(base + '.png', 'PNG')} · {_link(base + '.pdf', 'PDF')}", ""]
+        lines.append("")
+    skipped = [e for e in entries if e["status"] != "ok"]
+    if skipped:
+        lines += ["## Skipped and failed sections", ""]
+        lines += [f"- **{e['name']}** ({e['paper']}), {e['status']}: {e['reason']}" for e in skipped]
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _command(prog: str, argv: Sequence[str]) -> str:
+    """The command line without --out, --jobs and --quiet (the index depends only on what shapes the numbers)."""
+    out, skip = [], False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        if tok in ("--out", "--jobs"):
+            skip = True
+            continue
+        if tok.startswith(("--out=", "--jobs=")) or tok == "--quiet":
+            continue
+        out.append(tok)
+    return " ".join([prog] + [shlex.quote(t) for t in out] + ["--out", "DIR"])
+
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+
+def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
+    options = options_from(args)
+    sections = A.select(args.only, args.skip)
+    if not args.paths:
+        raise UsageError("give the round logs (files, folders or globs)")
+    if not args.out:
+        raise UsageError("--out DIR is required")
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    inp = read_inputs(args.paths, options, args.skip_bad)
+    files = input_files(inp)
+    prev = _prepare_out(out)
+    notes = [f"skipped input {p}: {r}" if str(p) not in r else f"skipped input {r}" for p, r in inp.rounds.skipped]
+    notes += list(inp.rounds.notes)
+    opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()}
+    same_inputs = prev is not None and prev.get("inputs") == files
+    prev_entries = {e["name"]: e for e in (prev or {}).get("sections", [])}
+    ran = {s.name for s in sections}
+    command = _command(prog, argv)
+    entries, status, executor = [], 0, None
+    if args.jobs >= 2 and ran & {"tail", "survival"}:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        inp.start_tail(executor)
+    try:
+        for s in A.SECTIONS:
+            old = prev_entries.get(s.name)
+            if s.name not in ran:
+                if old is not None and same_inputs and args.only:
+                    entries.append(old)                  # kept from the previous report (same inputs)
+                elif old is not None:
+                    _remove(out, old.get("outputs", []))
+                continue
+            if old is not None:
+                _remove(out, old.get("outputs", []))
+            t = time.perf_counter()
+            entry = run_section(s, inp, out, command, opts)
+            status = max(status, int(entry["status"] == "failed"))
+            if not args.quiet:
+                what = entry["status"] if entry["status"] == "ok" else f"{entry['status']}: {entry['reason']}"
+                log(f"{prog}: {s.name} ({s.paper}): {what} [{time.perf_counter() - t:.1f} s]")
+            entries.append(entry)
+    finally:
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+    _write_text(out / INDEX, render_index(entries, files, notes, out))
+    import matplotlib
+
+    from glance_law.data.provenance import library_versions
+    libs = {**library_versions(), "matplotlib": matplotlib.__version__}
+    outputs = {rel: sha256(out / rel) for e in entries for rel in e["outputs"]}
+    manifest = {"tool": "glance-law", "tool_version": __version__, "command": " ".join([prog] + list(argv)),
+                "seed": options.seed, "options": opts, "inputs": files, "libraries": libs,
+                "sections": entries, "outputs": outputs}
+    _write_text(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    if not args.quiet:
+        n_ok = sum(e["status"] == "ok" for e in entries)
+        log(f"{prog}: wrote {out / INDEX} ({n_ok} of {len(entries)} sections, {len(outputs)} files) "
+            f"in {time.perf_counter() - t0:.1f} s")
+    return status
+
+
+def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict) -> dict:
+    """Build one section and write its artifacts; the manifest entry (status ok, skipped or failed)."""
+    entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": command, "options": opts,
+             "status": "ok", "reason": "", "outputs": [], "artifacts": []}
+    try:
+        arts = s.build(inp)
+        entry["outputs"] = write_artifacts(arts, out)
+        entry["artifacts"] = [{"stem": a.stem, "kind": "table", "caption": a.caption, "rows": a.rows}
+                              if isinstance(a, A.Table) else {"stem": a.stem, "kind": "figure", "caption": a.caption}
+                              for a in arts]
+    except GlanceError as exc:      # MissingColumnError included: inputs the logs lack, named with the flag
+        entry.update(status="skipped", reason=" ".join(str(exc).split()))
+    except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the others
+        entry.update(status="failed", reason=f"{type(exc).__name__}: {' '.join(str(exc).split())}")
+        traceback.print_exc(file=sys.stderr)
+    finally:
+        import matplotlib.pyplot as plt
+        plt.close("all")
+    return entry
+
+
+def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+
+    def log(msg):
+        print(msg, file=sys.stderr)
+
+    try:
+        args = build_parser(prog).parse_args(argv)
+        if args.list:
+            for s in A.SECTIONS:
+                print(f"{s.name:18s} {s.paper:22s} {s.what}")
+            return 0
+        return run(args, argv, prog, log)
+    except GlanceError as exc:
+        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

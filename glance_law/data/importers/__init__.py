@@ -1,0 +1,1 @@
+"""Importers: foreign decode logs converted to the round-log contract (one module per source)."""

@@ -1,0 +1,623 @@
+"""Reading and writing round logs (no torch).
+
+The writer buffers rows and flushes them as atomic part files: each part is
+written under a hidden temporary name, fsync'ed, then renamed into place, so a
+``kill -9`` at any moment loses at most the unflushed buffer and never leaves
+a half-written ``*.parquet`` behind (a killed flush leaves at most a hidden
+``.*.tmp`` file, which no reader picks up).
+
+The reader takes files, directories and globs, dispatches on the
+``glance.kind`` metadata (files of other kinds are listed, not read), reads
+only the columns asked for (plus the contract's required columns, which the
+checks need), validates types and values against :mod:`glance_law.schema`,
+rejects duplicate keys within and across files, and raises :class:`LogError`
+with one line naming the file, the column and the fix - or, with
+``skip_bad=True``, lists every bad file with its reason in ``LogSet.skipped``.
+"""
+from __future__ import annotations
+
+import glob as _glob
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from glance_law._version import __version__
+from glance_law.errors import GlanceError
+
+from . import schema as S
+from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
+from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
+
+
+class LogError(GlanceError):
+    """A log file violates the contract. ``str()`` is one line: file, column, problem, fix."""
+
+    def __init__(self, path, problem: str, fix: str = "", column: str | Sequence[str] | None = None):
+        self.path = str(path) if path is not None else None
+        self.column = column
+        self.problem = problem
+        self.fix = fix
+        where = f"{self.path}: " if self.path else ""
+        if column is None:
+            col = ""
+        elif isinstance(column, str):
+            col = f"column '{column}': "
+        else:
+            col = f"columns ({', '.join(column)}): "
+        tail = f"; {fix}" if fix else ""
+        super().__init__(f"{where}{col}{problem}{tail}")
+
+    def at(self, path) -> LogError:
+        """The same error attributed to ``path``."""
+        return LogError(path, self.problem, self.fix, self.column)
+
+
+# --------------------------------------------------------------------------
+# metadata
+# --------------------------------------------------------------------------
+
+def _kv(kind: str, run: Mapping | None) -> dict:
+    return {
+        S.META_KIND: kind.encode(),
+        S.META_SCHEMA: S.SCHEMA_VERSION.encode(),
+        S.META_RUN: json.dumps(dict(run or {}), sort_keys=True, default=str).encode(),
+    }
+
+
+# --------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------
+
+def _column_array(name: str, values, col: S.Column | None) -> pa.Array | pa.ChunkedArray:
+    """One column as Arrow: contract columns get the contract type, others an inferred one.
+
+    NaN stays NaN in float columns (NaN is data: "unknown" in nullable columns, an
+    error in root_entropy); None / pd.NA become null.
+    """
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values if col is None else values.cast(col.type)
+    if col is None:
+        if isinstance(values, np.ndarray) and values.ndim == 2:
+            values = list(values)
+        return pa.array(values, from_pandas=True)
+    floats = col.family in (S.FLOAT, S.LIST_FLOAT)
+    if isinstance(values, np.ndarray) and values.ndim == 2 and col.family in (S.LIST_INT, S.LIST_FLOAT):
+        n, width = values.shape  # fast path: a (rows, width) matrix -> one list per row
+        flat = pa.array(values.reshape(-1), type=col.type.value_type, from_pandas=not floats)
+        offsets = pa.array(np.arange(0, n * width + 1, width, dtype=np.int32))
+        return pa.ListArray.from_arrays(offsets, flat, type=col.type)
+    if col.family == S.STRING and isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        values = values.astype(object)
+    if col.family in (S.LIST_INT, S.LIST_FLOAT) and not isinstance(values, pd.Series):
+        values = [None if v is None else (v.tolist() if isinstance(v, np.ndarray) else v) for v in values]
+    return pa.array(values, type=col.type, from_pandas=not floats)
+
+
+def to_arrow(rows, kind: str) -> pa.Table:
+    """Convert rows (a DataFrame, an Arrow table, a list of dicts, or a dict of columns,
+    where list columns may be 2-D numpy arrays) to an Arrow table typed by the contract.
+
+    Columns outside the contract are kept with inferred types. Raises :class:`LogError`
+    when a required column is missing or null, or values do not fit the contract type.
+    Values are not range-checked here (the reader does that), so a logger never loses
+    rows to a value check in the middle of a run.
+    """
+    if isinstance(rows, pa.Table):
+        data = {n: rows.column(n) for n in rows.column_names}
+    elif isinstance(rows, pd.DataFrame):
+        data = {n: rows[n] for n in rows.columns}
+    elif isinstance(rows, Mapping):
+        data = dict(rows)
+    else:
+        rows = list(rows)
+        names: list[str] = []
+        for r in rows:
+            for k in r:
+                if k not in names:
+                    names.append(k)
+        data = {n: [r.get(n) for r in rows] for n in names}
+    known = {c.name: c for c in S.columns(kind)}
+    missing = [n for n in S.required_names(kind) if n not in data]
+    if missing:
+        raise LogError(None, f"rows lack required column(s) {', '.join(missing)}",
+                       f"every {kind} row needs {', '.join(S.required_names(kind))}")
+    arrays, fields = [], []
+    for name in [c.name for c in S.columns(kind) if c.name in data] + [n for n in data if n not in known]:
+        col = known.get(name)
+        try:
+            arr = _column_array(name, data[name], col)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError,
+                TypeError, ValueError) as exc:
+            want = f"as {col.type}" if col is not None else "in Arrow"
+            raise LogError(None, f"cannot store the values {want} ({str(exc).splitlines()[0][:120]})",
+                           "check the values the logger produces for this column", column=name) from None
+        if col is not None and col.required and arr.null_count:
+            raise LogError(None, f"{arr.null_count} row(s) have no value for a required column",
+                           f"every {kind} row needs {name} (see docs/schema.md)", column=name)
+        arrays.append(arr)
+        fields.append(pa.field(name, arr.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, path,
+                kind: str = S.KIND_ROUNDS, run: Mapping | None = None) -> Path:
+    """Write one complete log file atomically: temporary hidden name, fsync, rename, fsync
+    of the folder. Columns are typed by the contract (:func:`to_arrow`); ``run`` is the
+    ``glance.run`` document (default :func:`run_metadata`). Refuses an empty table."""
+    path = Path(path)
+    table = to_arrow(table, kind)
+    if table.num_rows == 0:
+        raise LogError(path, "refusing to write a log file without rows",
+                       "the reader rejects empty files; write when there are rows")
+    table = table.replace_schema_metadata(_kv(kind, run if run is not None else run_metadata()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            pq.write_table(table, fh, compression="zstd")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+    return path
+
+
+class LogWriter:
+    """Buffered, crash-safe writer of one log kind into a folder of part files.
+
+    Part files are named ``{kind}-{stem}-{token}-{seq:05d}.parquet`` directly in
+    ``out_dir`` so that ``out_dir/*.parquet`` picks up every part. :meth:`append`
+    and :meth:`extend` buffer rows and flush automatically once the buffer holds
+    ``flush_rows`` rows or ``flush_seconds`` have passed since the last flush
+    (checked on each call); :meth:`flush` writes the buffer as one new part now;
+    :meth:`close` (or leaving the ``with`` block, also on an exception) flushes the
+    rest. A ``kill -9`` loses at most the rows appended since the last flush.
+    """
+
+    def __init__(self, out_dir, kind: str = S.KIND_ROUNDS, run: Mapping | None = None,
+                 stem: str = "log", flush_rows: int = 4096, flush_seconds: float = 10.0):
+        S.columns(kind)  # validates kind
+        if int(flush_rows) < 1:
+            raise GlanceError(f"flush_rows must be >= 1, got {flush_rows}")
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.kind = kind
+        self.run = dict(run) if run is not None else run_metadata()
+        self.stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(stem))[:80]
+        self.token = uuid.uuid4().hex[:8]
+        self.flush_rows = int(flush_rows)
+        self.flush_seconds = float(flush_seconds)
+        self._buffer: list[Mapping] = []
+        self._seq = 0
+        self._last_flush = time.monotonic()
+        self.paths: list[Path] = []
+        self.rows_written = 0
+
+    def __len__(self) -> int:
+        """Rows buffered and not yet flushed."""
+        return len(self._buffer)
+
+    def append(self, row: Mapping) -> Path | None:
+        """Buffer one row; returns the part written if this call flushed."""
+        self._buffer.append(row)
+        return self.maybe_flush()
+
+    def extend(self, rows: Iterable[Mapping]) -> Path | None:
+        """Buffer rows; returns the last part written if this call flushed."""
+        self._buffer.extend(rows)
+        return self.maybe_flush()
+
+    def maybe_flush(self) -> Path | None:
+        if len(self._buffer) >= self.flush_rows or (
+                self._buffer and time.monotonic() - self._last_flush >= self.flush_seconds):
+            return self.flush()
+        return None
+
+    def flush(self) -> Path | None:
+        """Write the buffer as one part file (atomically); None when the buffer is empty.
+        On an error the buffer is kept, so nothing is lost."""
+        if not self._buffer:
+            return None
+        table = to_arrow(self._buffer, self.kind)
+        path = self.out_dir / f"{self.kind}-{self.stem}-{self.token}-{self._seq:05d}.parquet"
+        write_table(table, path, self.kind, self.run)
+        self._seq += 1
+        self.rows_written += table.num_rows
+        self._buffer = []
+        self._last_flush = time.monotonic()
+        self.paths.append(path)
+        return path
+
+    def close(self) -> None:
+        self.flush()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# --------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    kind: str
+    rows: int
+    run: Mapping = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LogSet:
+    """What :func:`read_logs` found: the validated frame of the requested kind, the files
+    it came from, the files of other kinds it saw, every file it skipped (path, reason),
+    and notes on what the reader filled in (absent optional columns, defaults)."""
+
+    kind: str
+    frame: pd.DataFrame
+    files: tuple[FileInfo, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    other: tuple[FileInfo, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_files(self) -> int:
+        return len(self.files)
+
+
+_GLOB_CHARS = set("*?[")
+
+
+def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
+    """Files, directories (every ``*.parquet`` below them, hidden files excluded) and globs
+    (``**`` recurses), in the order given, each group sorted, de-duplicated by real path."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[Path] = []
+    for p in paths:
+        s = str(p)
+        if _GLOB_CHARS & set(s) and not Path(s).exists():
+            hits = sorted(_glob.glob(s, recursive=True))
+            if not hits:
+                raise LogError(s, "the pattern matches no files",
+                               "check the path, or run glance-log first to write logs there")
+            cand = [Path(h) for h in hits]
+        else:
+            cand = [Path(s)]
+        for c in cand:
+            if c.is_dir():
+                found = sorted(q for q in c.rglob("*.parquet")
+                               if not q.name.startswith(".") and q.is_file())
+                if not found:
+                    raise LogError(c, "the folder holds no *.parquet files",
+                                   "point at the folder glance-log wrote (its --out)")
+                out.extend(found)
+            elif c.exists():
+                out.append(c)
+            else:
+                raise LogError(c, "no such file or folder",
+                               "check the path, or run glance-log first to write logs there")
+    seen, uniq = set(), []
+    for p in out:
+        key = os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(p)
+    return uniq
+
+
+def _file_meta(path: Path):
+    """(Parquet metadata, kind, glance.run) of a file, or LogError."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the permissions") from None
+    if size == 0:
+        raise LogError(path, "the file is empty (0 bytes), so it is not a Parquet file",
+                       "delete it; an interrupted copy or an old writer left it")
+    try:
+        md = pq.read_metadata(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types here
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise LogError(path, f"not a Parquet file ({msg[:120]})",
+                       "remove it from the inputs; glance logs are the *.parquet parts glance-log writes") from None
+    kv = md.metadata or {}
+    if S.META_KIND not in kv:
+        raise LogError(path, "has no glance.kind metadata, so it is not a glance log",
+                       "write logs with glance-log or glance_law.io.write_table(frame, path, kind='rounds')")
+    kind = kv[S.META_KIND].decode(errors="replace")
+    if kind not in S.KINDS:
+        raise LogError(path, f"unknown log kind {kind!r} (glance.kind)",
+                       f"expected one of {', '.join(S.KINDS)}; was it written by another tool?")
+    if S.META_SCHEMA not in kv:
+        raise LogError(path, "has no glance.schema metadata (the contract version)",
+                       "write logs with glance-log or glance_law.io.write_table")
+    version = kv[S.META_SCHEMA].decode(errors="replace")
+    if version not in S.SUPPORTED_VERSIONS:
+        raise LogError(path, f"schema version {version!r} is not supported by glance-law {__version__} "
+                             f"(supports {', '.join(S.SUPPORTED_VERSIONS)})",
+                       "upgrade glance-law, or re-log with this version")
+    raw = kv.get(S.META_RUN, b"{}").decode(errors="replace") or "{}"
+    try:
+        run = json.loads(raw)
+        if not isinstance(run, dict):
+            raise ValueError
+    except ValueError:
+        run = {"unparsed": raw[:500]}  # provenance is kept, never a reason to refuse data
+    return md, kind, run
+
+
+def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
+    """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow."""
+    schema = md.schema.to_arrow_schema()
+    present = list(schema.names)
+    contract = {c.name: c for c in S.columns(kind)}
+    missing = [n for n in S.required_names(kind) if n not in present]
+    if missing:
+        raise LogError(path, "required column is missing",
+                       f"the {kind} contract requires {', '.join(S.required_names(kind))} "
+                       "(see docs/schema.md); re-log with glance-log or add the column", column=missing[0])
+    if columns is None:
+        to_read = present
+    else:
+        key = S.ROUND_KEY if kind == S.KIND_ROUNDS else (S.PROMPT_KEY if kind == S.KIND_PROMPTS else ())
+        wanted = dict.fromkeys(list(S.required_names(kind)) + list(key) + list(columns))
+        to_read = [n for n in wanted if n in present]
+    if md.num_rows == 0:
+        raise LogError(path, "the file has no rows", "delete the empty file or rerun the logger")
+    for name in to_read:
+        if name in contract:
+            p = S.check_type(kind, name, schema.field(name).type)
+            if p is not None:
+                raise LogError(path, p.problem, p.fix, p.column)
+    strings = [n for n in to_read if n in contract and contract[n].family == S.STRING]
+    try:
+        pf = pq.ParquetFile(path, read_dictionary=strings, metadata=md)
+        try:
+            table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
+        finally:
+            pf.close()
+    except Exception as exc:  # noqa: BLE001
+        raise LogError(path, f"could not be read ({str(exc).splitlines()[0][:120]})",
+                       "the file may be truncated or corrupt; delete it and rerun the logger "
+                       "for its prompts") from None
+    p = S.check_values(kind, table)
+    if p is not None:
+        raise LogError(path, p.problem, p.fix, p.column)
+    return _cast_to_contract(path, kind, table)
+
+
+def _cast_to_contract(path, kind: str, table: pa.Table) -> pa.Table:
+    known = {c.name: c for c in S.columns(kind)}
+    dict_type = pa.dictionary(pa.int32(), pa.string())
+    cols, fields = [], []
+    for name in table.column_names:
+        arr = table.column(name)
+        col = known.get(name)
+        if col is not None:
+            try:
+                if col.family == S.STRING:
+                    if not pa.types.is_dictionary(arr.type):
+                        arr = arr.cast(pa.string()).dictionary_encode()
+                    if arr.type != dict_type:
+                        arr = arr.cast(dict_type)
+                elif arr.type != col.type:
+                    arr = arr.cast(col.type)  # safe cast: raises on overflow
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise LogError(path, f"values do not fit {col.type} ({str(exc).splitlines()[0][:100]})",
+                               "write the column with the contract type (see docs/schema.md)",
+                               column=name) from None
+        cols.append(arr)
+        fields.append(pa.field(name, arr.type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+# --------------------------------------------------------------------------
+# duplicates (the key arithmetic lives in glance_law.keys)
+# --------------------------------------------------------------------------
+
+def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, kind: str,
+                      skip_bad: bool):
+    """Raise on (or, with skip_bad, drop whole files with) duplicate keys."""
+    key = S.ROUND_KEY if kind == S.KIND_ROUNDS else S.PROMPT_KEY
+    k = composite_key(frame, key)
+    if not has_duplicates(k):
+        return frame, infos, []
+    bad = duplicate_files(k, file_idx)
+    what = "rounds" if kind == S.KIND_ROUNDS else "prompts"
+    errors = []
+    for f in sorted(bad):
+        n, row, other = bad[f]
+        r = frame.iloc[row]
+        eg = ", ".join(f"{c}={r[c]}" for c in key)
+        if other < 0:
+            problem = f"{n} duplicate {what}: rows share a key within this file (e.g. {eg})"
+        else:
+            problem = f"{n} duplicate {what}: keys already present in {infos[other].path} (e.g. {eg})"
+        errors.append((f, LogError(infos[f].path, problem,
+                                   f"each ({', '.join(key)}) may occur once; remove the repeated "
+                                   "part file, or give separate runs distinct run_id values",
+                                   column=key)))
+    if not skip_bad:
+        raise errors[0][1]
+    drop = np.isin(file_idx, [f for f, _ in errors])
+    frame = frame.loc[~drop].reset_index(drop=True)
+    for name in frame.columns:
+        if isinstance(frame[name].dtype, pd.CategoricalDtype):
+            frame[name] = frame[name].cat.remove_unused_categories()
+    gone = {f for f, _ in errors}
+    return frame, [fi for i, fi in enumerate(infos) if i not in gone], [(infos[f].path, str(e)) for f, e in errors]
+
+
+# --------------------------------------------------------------------------
+# read_logs
+# --------------------------------------------------------------------------
+
+def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
+              skip_bad: bool = False) -> LogSet:
+    """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
+
+    ``columns``: the columns to read; the contract's required and key columns are
+    always read too (the checks need them); None reads every column of every file.
+    Files of other kinds are listed in ``LogSet.other``, not read. String columns
+    come back as pandas categoricals. ``condition`` absent or null reads as
+    ``"matched"`` and ``drafter`` as ``"unknown"`` (rounds and prompts). An
+    optional column absent from some files reads as null there (see ``notes``).
+
+    A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
+    column, out-of-range value, duplicate key within or across files) raises
+    :class:`LogError` naming the file, the column and the fix - unless ``skip_bad``,
+    in which case the file is left out and listed in ``LogSet.skipped`` with its
+    reason. A duplicate key across files is blamed on the later file.
+    """
+    S.columns(kind)
+    if isinstance(columns, str):
+        columns = [columns]
+    files = expand_paths(paths)
+    tables, infos, skipped, other = [], [], [], []
+    for path, got in zip(files, _load_all(files, kind, columns, skip_bad)):
+        if isinstance(got, LogError):
+            if not skip_bad:
+                raise got from None
+            skipped.append((str(path), str(got)))
+        elif isinstance(got, FileInfo):
+            other.append(got)
+        else:
+            table, run = got
+            tables.append(table)
+            infos.append(FileInfo(str(path), kind, table.num_rows, run))
+    if not tables:
+        if skipped:
+            raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
+                           "fix the files or point at other logs")
+        kinds = sorted({f.kind for f in other})
+        found = f" (found only {', '.join(kinds)} files)" if kinds else ""
+        raise LogError(", ".join(str(p) for p in files[:3]) + (" ..." if len(files) > 3 else ""),
+                       f"no {kind} files among the inputs{found}",
+                       f"pass the {kind}-*.parquet parts that glance-log writes")
+    notes = _absence_notes(tables)
+    if columns is not None:
+        everywhere = set().union(*(t.column_names for t in tables))
+        contract = {c.name for c in S.columns(kind)}
+        unknown = [c for c in columns if c not in everywhere and c not in contract]
+        if unknown:
+            raise LogError(None, f"no file has the column(s) {', '.join(unknown)}, and they are not "
+                                 f"columns of the {kind} contract",
+                           "check the spelling (see docs/schema.md for the column names)")
+    frame, file_idx = _concat(tables)
+    if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS):
+        for name, default in S.FILLED_WHEN_NULL.items():
+            if name not in frame.columns:
+                frame[name] = pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=[default])
+            elif frame[name].isna().any():
+                n_null = int(frame[name].isna().sum())
+                s = frame[name]
+                if default not in s.cat.categories:
+                    s = s.cat.add_categories([default])
+                frame[name] = s.fillna(default)
+                notes.append(f"{n_null} row(s) without a {name} read as {default!r}")
+        frame, infos, dskip = _check_duplicates(frame, file_idx, infos, kind, skip_bad)
+        skipped.extend(dskip)
+        if not infos:
+            raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
+                           "fix the files or point at other logs")
+    return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
+
+
+def _load_one(path: Path, kind: str, columns):
+    """(table, run) for a file of ``kind``, a FileInfo for another kind, or the LogError."""
+    try:
+        md, fkind, run = _file_meta(path)
+        if fkind != kind:
+            return FileInfo(str(path), fkind, md.num_rows, run)
+        return _read_one(path, kind, md, columns), run
+    except LogError as exc:
+        return exc if exc.path is not None else exc.at(path)
+
+
+def _load_all(files: list[Path], kind: str, columns, skip_bad: bool) -> list:
+    """:func:`_load_one` over the files, in input order, several at a time in threads
+    (Arrow releases the GIL). Without skip_bad, reading stops at the first bad file."""
+    from concurrent.futures import ThreadPoolExecutor
+    out: list = []
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(files)))) as pool:
+        futures = [pool.submit(_load_one, p, kind, columns) for p in files]
+        for f in futures:
+            out.append(f.result())
+            if isinstance(out[-1], LogError) and not skip_bad:
+                for g in futures:
+                    g.cancel()
+                break
+    return out
+
+
+def _absence_notes(tables: list[pa.Table]) -> list[str]:
+    """Notes for optional columns that some files have and others lack (read as null)."""
+    notes = []
+    if len(tables) < 2:
+        return notes
+    names = list(dict.fromkeys(n for t in tables for n in t.column_names))
+    for name in names:
+        if name in S.FILLED_WHEN_NULL:
+            continue
+        lacking = [t for t in tables if name not in t.column_names]
+        if lacking:
+            rows = sum(t.num_rows for t in lacking)
+            notes.append(f"column {name!r} is absent from {len(lacking)} of {len(tables)} files: "
+                         f"{rows} row(s) read as null")
+    return notes
+
+
+def _concat(tables: list[pa.Table]) -> tuple[pd.DataFrame, np.ndarray]:
+    """One pandas frame from the per-file tables (dictionaries unified; the tables'
+    memory is released column by column) and each row's file index."""
+    sizes = [t.num_rows for t in tables]
+    try:
+        table = tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise LogError(None, f"files disagree on a column's type ({str(exc).splitlines()[0][:160]})",
+                       "a column outside the contract must have one type in every file") from None
+    tables.clear()  # drop the per-file references so self_destruct can free memory
+    frame = table.to_pandas(split_blocks=True, self_destruct=True)
+    del table
+    file_idx = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
+    return frame, file_idx
+
+
+def read_rounds(paths, columns: Sequence[str] | None = None, skip_bad: bool = False) -> pd.DataFrame:
+    """Convenience: the rounds frame of :func:`read_logs`."""
+    return read_logs(paths, S.KIND_ROUNDS, columns, skip_bad).frame
+
+
+def read_prompts(paths, columns: Sequence[str] | None = None, skip_bad: bool = False) -> pd.DataFrame:
+    """Convenience: the prompts frame of :func:`read_logs`."""
+    return read_logs(paths, S.KIND_PROMPTS, columns, skip_bad).frame

@@ -1,0 +1,149 @@
+"""Selecting and validating the rounds a law fit uses (pure pandas/numpy, no I/O).
+
+:func:`prepare` turns a rounds frame into the arrays :func:`glance_law.law.fit_law`
+fits: it checks the law's columns (finite non-negative entropy, integer
+``0 <= accepted <= horizon``), excludes autoregressive rounds (``horizon == 0``)
+and rounds of other conditions - counting every exclusion in the notes - and
+codes drafters, groups and prompt clusters as integers. Drafters are always kept
+apart (the caller fits each separately).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from glance_law.errors import GlanceError, MissingColumnError
+
+__all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "cluster_ids", "prepare"]
+
+POOLED = "pooled"
+
+
+LAW_INPUT = ("root_entropy", "accepted", "horizon")
+
+
+def as_frame(rounds):
+    from .io import LogSet  # type only; no I/O happens here
+    if isinstance(rounds, LogSet):
+        if rounds.kind != "rounds":
+            raise GlanceError(f"the law needs round logs, got a LogSet of kind {rounds.kind!r}")
+        return rounds.frame, tuple(rounds.skipped)
+    if isinstance(rounds, pd.DataFrame):
+        return rounds, ()
+    raise GlanceError("the law expects a rounds DataFrame or a LogSet from glance_law.read_logs")
+
+
+def codes_of(series: pd.Series, names: bool = True) -> tuple[np.ndarray, list[str] | int]:
+    """Integer codes of a column and its distinct values as strings (or, with ``names=False``,
+    just how many there are: cheaper for the many prompt ids)."""
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        codes = series.cat.codes.to_numpy().astype(np.int64)
+        uniq = series.cat.categories
+    else:
+        codes, uniq = pd.factorize(series, sort=True)
+        codes = codes.astype(np.int64)
+    if codes.size and codes.min() < 0:
+        raise GlanceError(f"column '{series.name}': {int((codes < 0).sum())} missing value(s); every round needs one")
+    return codes, ([str(u) for u in uniq] if names else len(uniq))
+
+
+def compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
+    """Relabel integer ids to 0..G-1 (G = distinct ids present)."""
+    if codes.size == 0:
+        return codes, 0
+    m = int(codes.max()) + 1
+    if m <= 4 * codes.size + 1024:
+        present = np.bincount(codes, minlength=m) > 0
+        return (np.cumsum(present) - 1)[codes], int(present.sum())
+    uniq, inv = np.unique(codes, return_inverse=True)
+    return inv.astype(np.int64), int(uniq.size)
+
+
+def cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
+    cols = [c for c in cluster if c in frame.columns]
+    if "prompt_id" in cluster and "prompt_id" not in cols:
+        raise MissingColumnError("column 'prompt_id'", "the draftability law (prompt-clustered intervals)")
+    if not cols:
+        raise MissingColumnError(f"cluster column(s) {', '.join(cluster)}", "the draftability law")
+    out, size = np.zeros(len(frame), dtype=np.int64), 1
+    for c in cols:
+        k, m = codes_of(frame[c], names=False)
+        size *= max(m, 1)
+        if size >= 2 ** 62:
+            from glance_law.stats.cluster import cluster_codes
+            return cluster_codes(frame, cols)[0]
+        out = out * max(m, 1) + k
+    return out
+
+
+def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) -> dict:
+    need = list(LAW_INPUT) + ([by] if by else []) + ([weight] if weight else [])
+    for c in need:
+        if c not in frame.columns:
+            raise MissingColumnError(f"column '{c}'", "the draftability law",
+                                     "glance-log (a required column of the round-log contract)")
+    if len(frame) == 0:
+        raise GlanceError("no rounds to fit: the input is empty")
+    H = frame["root_entropy"].to_numpy(dtype=np.float64)
+    a = frame["accepted"].to_numpy(dtype=np.float64)
+    L = frame["horizon"].to_numpy(dtype=np.float64)
+    if not np.all(np.isfinite(H)):
+        raise GlanceError(f"column 'root_entropy': {int((~np.isfinite(H)).sum())} NaN or inf value(s); "
+                          "entropy must come from finite fp32 logits (drop or fix those rounds)")
+    if np.any(H < -1e-4):
+        raise GlanceError("column 'root_entropy': negative values; entropy is in nats and cannot be negative")
+    if not (np.all(np.isfinite(L)) and np.all(L >= 0) and np.all(L == np.round(L))):
+        raise GlanceError("column 'horizon': values must be non-negative integers")
+    bad = ~np.isfinite(a) | (a < 0) | (a > L) | (a != np.round(a))
+    if bad.any():
+        raise GlanceError(f"column 'accepted': {int(bad.sum())} value(s) are not integers in 0..horizon "
+                          "(accepted counts draft tokens, bonus excluded)")
+    if (H < 0).any():  # float32 round-off can leave -1e-7 for a zero entropy (copy: never touch the input)
+        H = np.maximum(H, 0.0)
+    w = None
+    if weight:
+        w = frame[weight].to_numpy(dtype=np.float64)
+        if not np.all(np.isfinite(w)) or np.any(w < 0):
+            raise GlanceError(f"column '{weight}': weights must be finite and non-negative")
+    keep = np.ones(len(frame), dtype=bool)
+    ar = L == 0
+    if ar.any():
+        keep &= ~ar
+        notes.append(f"excluded {int(ar.sum())} autoregressive round(s) (horizon == 0): "
+                     "the law describes drafted rounds")
+    if "condition" in frame.columns:
+        cond = frame["condition"]
+        present = sorted({str(c) for c in pd.unique(cond)})
+        if condition is not None:
+            allowed = {condition} if isinstance(condition, str) else {str(c) for c in condition}
+            ok = cond.astype(str).isin(allowed).to_numpy() if not isinstance(cond.dtype, pd.CategoricalDtype) \
+                else np.isin(cond.cat.codes.to_numpy(),
+                             [i for i, c in enumerate(cond.cat.categories) if str(c) in allowed])
+            drop = keep & ~ok
+            if drop.any():
+                counts = pd.Series(np.asarray(cond)[drop]).astype(str).value_counts().sort_index()
+                what = ", ".join(f"{n} '{c}'" for c, n in counts.items())
+                notes.append(f"excluded {int(drop.sum())} round(s) of other conditions ({what}); the law is "
+                             f"fitted on condition {', '.join(sorted(allowed))} (condition=None pools them)")
+            keep &= ok
+        elif len(present) > 1:
+            notes.append(f"conditions pooled in one fit: {', '.join(present)}")
+    if not keep.any():
+        raise GlanceError("no rounds left to fit after the exclusions above: " + "; ".join(notes))
+    sub = frame if keep.all() else frame.loc[keep]
+    if "drafter" in frame.columns:
+        dcodes, dnames = codes_of(sub["drafter"])
+    else:
+        dcodes, dnames = np.zeros(int(keep.sum()), dtype=np.int64), ["unknown"]
+    if by:
+        gcodes, gnames = codes_of(sub[by])
+        if POOLED in gnames:
+            raise GlanceError(f"column '{by}': a group is named '{POOLED}', which labels the pooled row; rename it")
+    else:
+        gcodes, gnames = np.zeros(int(keep.sum()), dtype=np.int64), []
+    if not keep.all():
+        H, a, L, w = H[keep], a[keep], L[keep], None if w is None else w[keep]
+    return {"H": H, "a": a, "L": L, "w": w, "cl": cluster_ids(sub, cluster), "d": dcodes.astype(np.int32),
+            "dnames": dnames, "g": gcodes.astype(np.int32), "gnames": gnames}

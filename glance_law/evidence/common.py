@@ -1,0 +1,205 @@
+"""Shared plumbing of the evidence analyses (offsets, probe, order, transfer, audit, timing).
+
+Private helpers only: input checks that raise :class:`MissingColumnError` naming the
+logger flag, the round filters every analysis applies (and counts, so nothing is dropped
+silently), the law fit with its prompt-clustered (CR1) covariance, per-cluster sums for
+the fast prompt-level bootstrap, and the reading of the prompt files that sit next to the
+round logs. No statistics beyond those live here.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from glance_law.data.schema import SUPPLIED_BY
+from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.law import model as _law
+from glance_law.stats.cluster import cluster_codes, cr1_covariance, cr3_covariance, t_crit
+
+GROUP_ALL = "pooled"
+
+
+def as_frame(rounds) -> pd.DataFrame:
+    """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`."""
+    frame = getattr(rounds, "frame", rounds)
+    if not isinstance(frame, pd.DataFrame):
+        raise GlanceError("expected a rounds DataFrame or a LogSet from glance_law.read_logs")
+    return frame
+
+
+def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy with the key columns as strings and the arm labels a log may omit filled in
+    (``condition`` = matched, ``drafter`` = unknown), as the round/prompt tables join on them."""
+    out = frame.copy()
+    for c in ("task", "prompt_id", "drafter", "condition", "run_id"):
+        if c in out.columns:
+            out[c] = out[c].astype(str)
+    if "condition" not in out.columns:
+        out["condition"] = "matched"
+    if "drafter" not in out.columns:
+        out["drafter"] = "unknown"
+    return out
+
+
+def require(frame: pd.DataFrame, columns: Iterable[str], analysis: str) -> None:
+    """Raise MissingColumnError for the first column the frame lacks (or holds only nulls)."""
+    for c in columns:
+        if c not in frame.columns or (len(frame) and frame[c].isna().all()):
+            raise MissingColumnError(f"the '{c}' column", analysis, SUPPLIED_BY.get(c))
+
+
+def speculative_rounds(frame: pd.DataFrame, notes: list[str], conditions: Sequence[str] | None = ("matched",),
+                       drafters: Sequence[str] | None = None) -> pd.DataFrame:
+    """Rounds that carry a draft (horizon > 0) in the given conditions; every exclusion is noted."""
+    n0 = len(frame)
+    keep = np.ones(n0, dtype=bool)
+    if "horizon" in frame.columns:
+        ar = frame["horizon"].to_numpy() <= 0
+        if ar.any():
+            notes.append(f"{int(ar.sum())} round(s) with horizon 0 (autoregressive, nothing drafted) excluded")
+        keep &= ~ar
+    if conditions is not None and "condition" in frame.columns:
+        cond = frame["condition"].astype(str).to_numpy()
+        other = keep & ~np.isin(cond, list(conditions))
+        if other.any():
+            names = ", ".join(sorted(set(cond[other])))
+            notes.append(f"{int(other.sum())} round(s) in condition(s) {names} excluded "
+                         f"(this analysis uses {', '.join(conditions)})")
+        keep &= ~other
+    if drafters is not None and "drafter" in frame.columns:
+        d = frame["drafter"].astype(str).to_numpy()
+        other = keep & ~np.isin(d, list(drafters))
+        if other.any():
+            notes.append(f"{int(other.sum())} round(s) of other drafters excluded")
+        keep &= ~other
+    out = frame.loc[keep]
+    return out.reset_index(drop=True) if not keep.all() else out
+
+
+def arm_columns(frame: pd.DataFrame, by: Sequence[str] | str | None) -> list[str]:
+    """Grouping columns: ``by`` (default task), preceded by ``drafter`` when the rows mix
+    several drafters - rounds of different decoders are never pooled into one fit. Runs
+    (run_id) are not split: shards of one configuration logged separately pool, and a
+    probe's matched and mismatched runs pair across run ids."""
+    if by is None:
+        by = ["task"]
+    elif isinstance(by, str):
+        by = [by]
+    by = list(by)
+    lead = []
+    if "drafter" in frame.columns and "drafter" not in by and frame["drafter"].astype(str).nunique() > 1:
+        lead.append("drafter")
+    for c in by:
+        if c not in frame.columns:
+            raise GlanceError(f"cannot group by '{c}': the logs have no such column")
+    return lead + by
+
+
+def group_items(frame: pd.DataFrame, cols: Sequence[str]):
+    """Iterate (key_dict, sub_frame) over the groups in sorted order (observed groups only)."""
+    if not cols:
+        yield {}, frame
+        return
+    keys = [frame[c].astype(str) for c in cols]
+    for key, sub in frame.groupby(keys, sort=True, observed=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield dict(zip(cols, key)), sub
+
+
+def clusters(frame: pd.DataFrame) -> tuple[np.ndarray, int]:
+    return cluster_codes(frame)
+
+
+def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None, cov: str = "cr1"):
+    """MLE (b0, b1) of the affine-logit law and its prompt-clustered covariance.
+
+    The point estimate is the exact truncated-geometric MLE of
+    :func:`glance_law.law.fit_affine_logit` (the same estimator as ``fit_law(method="mle")``).
+    ``cov="cr1"``: the sandwich ``G/(G-1) I^-1 (sum_g u_g u_g^T) I^-1``; ``cov="cr3"``: the
+    cluster jackknife of :func:`glance_law.cluster.cr3_covariance` (one Newton step per
+    deleted prompt), the law table's default. Returns (b, cov, per-round scores, information).
+    """
+    b, info, _ = _law.fit_affine_logit(H, a, L, weight=weight)
+    scores, info = _law.score_and_information(b, H, a, L, weight)
+    if cov == "cr1":
+        V = cr1_covariance(scores, np.linalg.inv(info), codes, G)
+    elif cov == "cr3":
+        V = cr3(b, H, a, L, codes, G, scores, info, weight)
+    else:
+        raise GlanceError(f"unknown covariance {cov!r}; choose cr1 or cr3")
+    return b, V, scores, info
+
+
+def cr3(b, H, a, L, codes, G, scores, info, weight=None) -> np.ndarray:
+    """CR3 (cluster-jackknife) covariance of the law's (b0, b1) over the clusters present."""
+    present = np.unique(codes)
+    cl = np.searchsorted(present, codes)
+    g = present.size
+    H = np.asarray(H, dtype=np.float64)
+    p = _law.match_prob(H, b[0], b[1])
+    a = np.asarray(a, dtype=np.float64)
+    v = (a + (a < np.asarray(L, dtype=np.float64))) * p * (1.0 - p)
+    if weight is not None:
+        v = v * np.asarray(weight, dtype=np.float64)
+    u = np.stack([np.bincount(cl, scores[:, j], g) for j in range(2)], axis=1)
+    info_g = np.empty((g, 2, 2))
+    info_g[:, 0, 0] = np.bincount(cl, v, g)
+    info_g[:, 0, 1] = info_g[:, 1, 0] = -np.bincount(cl, v * H, g)
+    info_g[:, 1, 1] = np.bincount(cl, v * H * H, g)
+    return cr3_covariance(u, info_g, info)
+
+
+def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The prompt files among the inputs of a LogSet (they are listed in ``LogSet.other``)."""
+    from glance_law.data.io import read_logs  # I/O stays in glance_law.io
+
+    paths = [f.path for f in getattr(logs, "other", ()) if f.kind == "prompts"]
+    if not paths:
+        raise MissingColumnError("prompt files (kind=prompts)", analysis,
+                                 "glance-log, which writes prompts-*.parquet next to the round files; "
+                                 "pass them too")
+    return read_logs(paths, kind="prompts", columns=columns).frame
+
+
+def proportion_ci(p: float, se: float, n_clusters: int, level: float = 0.95) -> tuple[float, float]:
+    """Interval for a proportion estimated with a prompt-clustered (CR1) standard error.
+
+    Inside (0, 1): the Wald interval on the logit scale, ``expit(logit p +- t se / (p(1-p)))``
+    with t on G-1 df, which stays inside [0, 1]. At 0 or 1 (no variation, se = 0) the exact
+    binomial bound treating each of the G prompts as one trial: ``[0, 1 - (alpha/2)^(1/G)]``
+    or ``[(alpha/2)^(1/G), 1]``. NaN with fewer than two prompts.
+    """
+    from scipy import special as _sp
+
+    G = int(n_clusters)
+    if G < 2 or not np.isfinite(p):
+        return np.nan, np.nan
+    alpha = 1.0 - level
+    if p <= 0.0:
+        return 0.0, float(1.0 - (alpha / 2) ** (1.0 / G))
+    if p >= 1.0:
+        return float((alpha / 2) ** (1.0 / G)), 1.0
+    if not np.isfinite(se):
+        return np.nan, np.nan
+    t = t_crit(G, level)
+    lg = float(_sp.logit(p))
+    half = t * se / (p * (1.0 - p))
+    return float(_sp.expit(lg - half)), float(_sp.expit(lg + half))
+
+
+def cli_by(args) -> list[str]:
+    """The grouping of ``python -m glance_law.fit --by``: ``none``/``pooled`` means no grouping."""
+    by = getattr(args, "by", "task")
+    if by is None or str(by).lower() in ("none", "pooled", ""):
+        return []
+    return [str(by)]
+
+
+def cli_level(args) -> float:
+    return float(getattr(args, "level", 0.95) or 0.95)
+
+
+def fmt_group(key: dict) -> str:
+    return "/".join(str(v) for v in key.values()) or GROUP_ALL

@@ -1,0 +1,367 @@
+"""The timing ledger: what the acceptance buys in wall-clock (Appendix E).
+
+**Paired speedup** (:func:`timing_ledger`). Two arms decode the same prompts: a
+baseline (normally the autoregressive arm, drafter ``ar``; any arm works, e.g. another
+speculative system) and a candidate speculative arm. From the prompt files'
+``decode_ms`` and ``new_tokens``, each prompt's cost is ``ms/token = decode_ms /
+new_tokens`` (repeated measurements of a prompt in one arm are pooled as total ms / total
+tokens). Per task, over the prompts present in both arms:
+
+* ``speedup = mean_prompts(ms/token baseline) / mean_prompts(ms/token candidate)`` - a
+  ratio of means, the paper's definition - and ``margin = speedup - 1`` (positive: the
+  candidate is faster);
+* the paired bootstrap interval of the margin (default 8000 resamples; prompts resampled
+  with replacement, both arms of a prompt together);
+* prompt wins (prompts where the candidate's ms/token is lower), and the mean of the
+  per-prompt ratios minus 1 as a sensitivity check;
+* geometric means of the speedup across tasks (``geomean`` rows), with intervals from the
+  same replicates (tasks resampled independently).
+
+**Round cost** (:func:`round_cost`): OLS of ``round_ms`` on ``1 + draft_passes + budget``
+over the speculative rounds, one regression per drafter (rounds of different decoders are
+never pooled: across drafters ``draft_passes`` and ``budget`` would measure the decoder,
+not the cost of a pass or a node; a ``drafter`` column leads the table when there are
+several), CR1 prompt-clustered, t with G-1 df: ms per sequential draft pass, ms per tree
+node, and the constant, also in target-forward units (divided by the baseline's mean ms
+per target forward - one baseline shared by every drafter: its mean ``round_ms`` when
+autoregressive rounds are logged, else its pooled ms/token), with a prompt-bootstrap
+interval for that ratio. Terms that do not vary within a drafter's rounds are dropped
+(noted per drafter; the constant then absorbs them).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from glance_law.data.schema import SUPPLIED_BY
+from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.results.base import Result, TableResult
+from glance_law.stats.cluster import bootstrap_counts, cluster_codes, percentile_interval
+
+from . import common as E
+from .probe import clustered_ols
+
+__all__ = ["per_prompt_cost", "timing_ledger", "round_cost", "TimingResult", "RoundCostResult",
+           "cli_section", "add_cli_arguments"]
+
+ANALYSIS = "the timing ledger"
+#: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
+#: besides the law's own and the contract's key columns).
+CLI_COLUMNS = ("round_ms", "draft_passes", "budget")
+
+
+def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.DataFrame:
+    """(drafter, task, prompt_id) -> decode_ms, new_tokens, ms_per_token (matched condition)."""
+    for c in ("decode_ms", "new_tokens"):
+        if c not in prompts.columns or prompts[c].isna().all():
+            raise MissingColumnError(f"'{c}' in the {arm} arm's prompt files", ANALYSIS,
+                                     "glance-log (recorded by default)")
+    P = E.with_arm_labels(prompts)
+    n0 = len(P)
+    P = P.loc[P["condition"] == "matched"]
+    if len(P) < n0:
+        notes.append(f"{arm}: {n0 - len(P)} prompt row(s) in other conditions excluded")
+    bad = P["decode_ms"].isna() | P["new_tokens"].isna() | (P["new_tokens"] <= 0) | (P["decode_ms"] < 0)
+    if bad.any():
+        notes.append(f"{arm}: {int(bad.sum())} prompt row(s) without timing or with no new tokens excluded")
+        P = P.loc[~bad]
+    g = P.groupby(["drafter", "task", "prompt_id"], sort=True, observed=True)
+    out = g.agg(decode_ms=("decode_ms", "sum"), new_tokens=("new_tokens", "sum"),
+                repeats=("decode_ms", "size")).reset_index()
+    rep = int((out["repeats"] > 1).sum())
+    if rep:
+        notes.append(f"{arm}: {rep} prompt(s) measured more than once; pooled as total ms / total tokens")
+    out["ms_per_token"] = out["decode_ms"].astype(float) / out["new_tokens"].astype(float)
+    return out.drop(columns="repeats")
+
+
+@dataclass(frozen=True, eq=False)
+class TimingResult(Result):
+    """Per (candidate arm, task) speedup rows plus geometric means."""
+
+    title: ClassVar[str] = "Timing ledger: paired ms/token, speedup (ratio of means), bootstrap margin, wins"
+    frame: pd.DataFrame
+    prompt_frame: pd.DataFrame
+    level: float = 0.95
+    extra_notes: tuple[str, ...] = field(default=())
+
+    def to_frame(self) -> pd.DataFrame:
+        return self.frame.copy()
+
+    def prompts(self) -> pd.DataFrame:
+        """Per paired prompt: both arms' ms/token and the ratio."""
+        return self.prompt_frame.copy()
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.extra_notes
+
+
+@dataclass(frozen=True, eq=False)
+class RoundCostResult(TableResult):
+    """The round-cost regression, one row per (drafter, term)."""
+
+    title: ClassVar[str] = "Round cost: round_ms ~ 1 + draft_passes + budget (Appendix E)"
+
+
+def _boot_weights(strata_sizes, n_boot, rng):
+    """Independent prompt-level multiplicities per stratum: list of (n_boot, G_s) arrays."""
+    out = []
+    for G in strata_sizes:
+        out.append(np.concatenate(list(bootstrap_counts(G, n_boot, rng)), axis=0).astype(float))
+    return out
+
+
+def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, n_boot: int = 8000, seed: int = 0,
+                  level: float = 0.95) -> TimingResult:
+    """Paired per-task speedups of ``candidate`` over ``baseline`` prompt files (see the module docstring)."""
+    if n_boot < 0:
+        raise GlanceError("the number of bootstrap resamples must be >= 0")
+    notes: list[str] = []
+    base = per_prompt_cost(baseline, notes, "baseline")
+    cand = per_prompt_cost(candidate, notes, "candidate")
+    base_drafters = sorted(set(base["drafter"]))
+    if len(base_drafters) > 1:
+        if "ar" in base_drafters:
+            notes.append(f"baseline files hold drafters {', '.join(base_drafters)}; the ar arm is the baseline")
+            base = base.loc[base["drafter"] == "ar"]
+        else:
+            raise GlanceError(f"{ANALYSIS}: the baseline files hold several arms ({', '.join(base_drafters)}); "
+                              "pass one arm's files as BASELINE_GLOB")
+    cand = cand.loc[~cand["drafter"].isin(set(base["drafter"]))]
+    if not len(cand):
+        raise MissingColumnError("prompt files of a candidate arm other than the baseline's drafter", ANALYSIS,
+                                 "glance-log (the speculative run whose prompts the baseline also decoded)")
+    rng = np.random.default_rng(seed)
+    rows, prow = [], []
+    for drafter, carm in cand.groupby("drafter", sort=True):
+        pairs = carm.merge(base[["task", "prompt_id", "ms_per_token", "decode_ms", "new_tokens"]],
+                           on=["task", "prompt_id"], suffixes=("", "_base"))
+        unp = len(carm) - len(pairs)
+        n_base_task = base.loc[base["task"].isin(set(carm["task"]))]
+        unp_b = len(n_base_task) - len(pairs)
+        if unp or unp_b:
+            notes.append(f"{drafter}: {unp} candidate and {unp_b} baseline prompt(s) without a partner excluded")
+        if not len(pairs):
+            notes.append(f"{drafter}: no prompt decoded by both arms")
+            continue
+        tasks = sorted(set(pairs["task"]))
+        boots = []
+        for task in tasks:
+            sub = pairs.loc[pairs["task"] == task]
+            xb = sub["ms_per_token_base"].to_numpy(float)
+            xc = sub["ms_per_token"].to_numpy(float)
+            G = len(sub)
+            sp = xb.mean() / xc.mean()
+            ratio = xb / xc
+            if n_boot > 0 and G >= 2:
+                W = _boot_weights([G], n_boot, rng)[0]
+                draws = (W @ xb) / (W @ xc)
+                lo, hi = percentile_interval(draws - 1.0, level)
+            else:
+                draws = np.full(max(n_boot, 1), np.nan)
+                lo = hi = np.nan
+            boots.append(draws)
+            rows.append({"drafter": drafter, "task": task, "prompts": G,
+                         "ms_per_token_baseline": float(xb.mean()), "ms_per_token_candidate": float(xc.mean()),
+                         "speedup": float(sp), "margin": float(sp - 1.0), "margin_lo": float(lo),
+                         "margin_hi": float(hi), "wins": int((xc < xb).sum()),
+                         "win_share": float((xc < xb).mean()), "mean_prompt_ratio": float(ratio.mean() - 1.0)})
+            prow.append(sub.assign(ratio=ratio)[["drafter", "task", "prompt_id", "ms_per_token_base",
+                                                 "ms_per_token", "ratio"]]
+                        .rename(columns={"ms_per_token_base": "ms_per_token_baseline",
+                                         "ms_per_token": "ms_per_token_candidate"}))
+        if len(tasks) > 1:
+            sps = np.array([r["speedup"] for r in rows[-len(tasks):]])
+            gm = float(np.exp(np.mean(np.log(sps))))
+            B = np.stack(boots, axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                gd = np.exp(np.mean(np.log(B), axis=1))
+            lo, hi = percentile_interval(gd - 1.0, level) if np.isfinite(gd).any() else (np.nan, np.nan)
+            n_p = sum(r["prompts"] for r in rows[-len(tasks):])
+            wins = sum(r["wins"] for r in rows[-len(tasks):])
+            rows.append({"drafter": drafter, "task": "geomean", "prompts": n_p,
+                         "ms_per_token_baseline": np.nan, "ms_per_token_candidate": np.nan,
+                         "speedup": gm, "margin": gm - 1.0, "margin_lo": float(lo), "margin_hi": float(hi),
+                         "wins": wins, "win_share": wins / n_p, "mean_prompt_ratio": np.nan})
+    if not rows:
+        raise GlanceError(f"{ANALYSIS}: no prompt was decoded by both arms (pairs by task and prompt_id)")
+    frame = pd.DataFrame(rows)
+    if frame["drafter"].nunique() == 1:
+        frame = frame.drop(columns="drafter")
+    notes.append(f"ms/token = decode_ms / new_tokens per prompt; speedup = ratio of the prompt means "
+                 f"(baseline / candidate); margin = speedup - 1 with a paired {n_boot}-resample prompt-bootstrap "
+                 f"percentile interval ({int(level * 100)}%); wins = prompts where the candidate is faster; "
+                 "mean_prompt_ratio = mean of per-prompt ratios - 1 (sensitivity)")
+    return TimingResult(frame, pd.concat(prow, ignore_index=True) if prow else pd.DataFrame(), level,
+                        tuple(dict.fromkeys(notes)))
+
+
+def round_cost(rounds: pd.DataFrame, baseline_rounds: pd.DataFrame | None = None,
+               baseline_prompts: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
+               level: float = 0.95) -> RoundCostResult:
+    """round_ms ~ 1 + draft_passes + budget over speculative rounds, one regression per drafter (see the module docstring)."""
+    notes: list[str] = []
+    for c in ("round_ms", "draft_passes", "budget"):
+        if c not in rounds.columns or rounds[c].isna().all():
+            raise MissingColumnError(f"the '{c}' column", "the round-cost regression", SUPPLIED_BY.get(c, "glance-log"))
+    R = E.speculative_rounds(rounds, notes)
+    fwd = _forward_cost(baseline_rounds, baseline_prompts, notes)
+    cols = E.arm_columns(R, [])
+    frames = []
+    for key, sub in E.group_items(R, cols):
+        drafter = key.get("drafter")
+        tag = f"{drafter}: " if drafter is not None else ""
+        fr = _round_cost_one(sub, fwd, n_boot, seed, level, notes, tag)
+        if fr is not None:
+            frames.append(fr.assign(drafter=drafter) if drafter is not None else fr)
+    if not frames:
+        raise GlanceError("the round-cost regression needs at least 3 timed speculative rounds"
+                          + (" of one drafter" if cols else ""))
+    frame = pd.concat(frames, ignore_index=True)
+    if cols:
+        frame = frame[["drafter"] + [c for c in frame.columns if c != "drafter"]]
+        notes.append("one regression per drafter: rounds of different decoders are never pooled")
+    if fwd[0] is not None:
+        notes.append(f"target forward = {fwd[1]} (one baseline for every drafter); constant_target_forwards = "
+                     f"constant_ms / target_forward_ms with a {n_boot}-resample prompt-bootstrap interval "
+                     "(both terms resampled together)")
+    else:
+        notes.append("no baseline (autoregressive) timings: the constant is not converted to target forwards")
+    return RoundCostResult(frame, level, tuple(dict.fromkeys(notes)))
+
+
+def _round_cost_one(R, fwd_cost, n_boot, seed, level, notes, tag):
+    """The regression over one drafter's rounds: rows (term, estimate, estimate_lo, estimate_hi, p),
+    or None (noted) when fewer than 3 rounds are timed."""
+    bad = R[["round_ms", "draft_passes", "budget"]].isna().any(axis=1).to_numpy()
+    if bad.any():
+        notes.append(f"{tag}{int(bad.sum())} round(s) without round_ms/draft_passes/budget excluded")
+        R = R.loc[~bad]
+    if len(R) < 3:
+        notes.append(f"{tag}only {len(R)} timed speculative round(s); no regression (it needs at least 3)")
+        return None
+    codes, G = cluster_codes(R)
+    y = R["round_ms"].to_numpy(float)
+    terms = [("constant_ms", np.ones(len(R)))]
+    for name, col in (("ms_per_draft_pass", "draft_passes"), ("ms_per_tree_node", "budget")):
+        x = R[col].to_numpy(float)
+        if np.ptp(x) > 0:
+            terms.append((name, x))
+        else:
+            notes.append(f"{tag}{col} does not vary in these rounds (always {x[0]:g}); its term is dropped and the "
+                         "constant absorbs it - log several configurations to separate them")
+    X = np.column_stack([t for _, t in terms])
+    if np.linalg.matrix_rank(X) < X.shape[1]:
+        notes.append(f"{tag}draft_passes and budget are collinear here; only draft_passes is kept")
+        terms = terms[:2]
+        X = X[:, :2]
+    res = clustered_ols(y, X, codes, level)
+    ci = res.conf_int(alpha=1 - level)
+    rows = [{"term": name, "estimate": float(res.params[j]), "estimate_lo": float(ci[j][0]),
+             "estimate_hi": float(ci[j][1]), "p": float(res.pvalues[j])} for j, (name, _) in enumerate(terms)]
+    # the constant in target-forward units
+    fwd, _, fcodes, fvals, fw = fwd_cost
+    if fwd is not None:
+        est = float(res.params[0]) / fwd
+        lo = hi = np.nan
+        if n_boot > 0:
+            keys = pd.concat([R[["task", "prompt_id"]].astype(str), fcodes], ignore_index=True)
+            allc, Ga = cluster_codes(keys)
+            rc, bc = allc[:len(R)], allc[len(R):]
+            # per-cluster sufficient statistics of the OLS and of the forward cost
+            XtX = np.stack([np.bincount(rc, weights=X[:, i] * X[:, j], minlength=Ga)
+                            for i in range(X.shape[1]) for j in range(X.shape[1])], axis=1)
+            Xty = np.stack([np.bincount(rc, weights=X[:, i] * y, minlength=Ga) for i in range(X.shape[1])], axis=1)
+            fs = np.bincount(bc, weights=fvals, minlength=Ga)
+            fn = np.bincount(bc, weights=fw, minlength=Ga)
+            rng = np.random.default_rng(seed)
+            draws = []
+            k = X.shape[1]
+            singular = 0
+            for W in bootstrap_counts(Ga, n_boot, rng):
+                A = (W @ XtX).reshape(-1, k, k)
+                bvec = W @ Xty
+                # a resample can leave a term without variation: drop that replicate, not the batch
+                ok = np.linalg.matrix_rank(A) == k
+                singular += int((~ok).sum())
+                beta = np.linalg.solve(A[ok], bvec[ok][..., None])[..., 0]
+                draws.append(beta[:, 0] / ((W[ok] @ fs) / (W[ok] @ fn)))
+            draws = np.concatenate(draws) if draws else np.zeros(0)
+            if singular:
+                notes.append(f"{tag}{singular} of {n_boot} bootstrap resamples left a singular design (a term without "
+                             "variation) and were dropped from the constant_target_forwards interval")
+            if draws.size:
+                lo, hi = percentile_interval(draws, level)
+        rows.append({"term": "constant_target_forwards", "estimate": est, "estimate_lo": float(lo),
+                     "estimate_hi": float(hi), "p": np.nan})
+        rows.append({"term": "target_forward_ms", "estimate": fwd, "estimate_lo": np.nan,
+                     "estimate_hi": np.nan, "p": np.nan})
+    notes.append(f"{tag}OLS over {len(R)} speculative rounds, {G} prompts; CR1 prompt-clustered intervals, "
+                 "t with G-1 df")
+    return pd.DataFrame(rows)
+
+
+def _forward_cost(baseline_rounds, baseline_prompts, notes):
+    """Mean ms per target forward from the baseline arm, with per-row values for the bootstrap."""
+    if baseline_rounds is not None and "round_ms" in baseline_rounds.columns:
+        br = baseline_rounds
+        if "horizon" in br.columns:
+            br = br.loc[br["horizon"] <= 0]
+        br = br.loc[br["round_ms"].notna()]
+        if len(br):
+            v = br["round_ms"].to_numpy(float)
+            return (float(v.mean()), "mean round_ms of the baseline's autoregressive rounds",
+                    br[["task", "prompt_id"]].astype(str).reset_index(drop=True), v, np.ones(len(v)))
+    if baseline_prompts is not None and {"decode_ms", "new_tokens"} <= set(baseline_prompts.columns):
+        bp = E.with_arm_labels(baseline_prompts)
+        if "drafter" in bp.columns and (bp["drafter"] == "ar").any():
+            bp = bp.loc[bp["drafter"] == "ar"]
+        bp = bp.loc[bp["decode_ms"].notna() & (bp["new_tokens"] > 0)]
+        if len(bp):
+            ms = bp["decode_ms"].to_numpy(float)
+            nt = bp["new_tokens"].to_numpy(float)
+            return (float(ms.sum() / nt.sum()), "the baseline's pooled decode ms per token",
+                    bp[["task", "prompt_id"]].reset_index(drop=True), ms, nt)
+    return None, "", None, None, None
+
+
+def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group(
+        "timing ledger (--timing BASELINE_GLOB)",
+        "BASELINE_GLOB: the baseline arm's files or folder (quote a glob so the shell does not expand it); "
+        "the candidate is the speculative arm among the main PATHS")
+    g.add_argument("--timing-bootstrap", type=int, default=8000, metavar="B",
+                   help="paired prompt-bootstrap resamples for the margin (default 8000)")
+
+
+def cli_section(logs, args: argparse.Namespace) -> list[Result]:
+    from glance_law.data.io import LogError, read_logs
+
+    pattern = args.timing
+    base_p = read_logs(pattern, kind="prompts").frame
+    try:
+        base_r = read_logs(pattern, kind="rounds").frame
+    except LogError:
+        base_r = None
+    cand_p = E.prompt_table(logs, ANALYSIS)
+    level = float(getattr(args, "level", 0.95) or 0.95)
+    seed = int(getattr(args, "seed", 0) or 0)
+    res = timing_ledger(base_p, cand_p, int(getattr(args, "timing_bootstrap", 8000)), seed, level)
+    out: list[Result] = [res]
+    rounds = E.as_frame(logs)
+    base_drafters = set(E.with_arm_labels(base_p)["drafter"])
+    if "drafter" in rounds.columns:
+        rounds = rounds.loc[~rounds["drafter"].astype(str).isin(base_drafters - {"unknown"})]
+    need = ("round_ms", "draft_passes", "budget")
+    missing = [c for c in need if c not in rounds.columns or rounds[c].isna().all()]
+    if missing or not len(rounds):
+        note = (f"round-cost regression skipped: the candidate's round files lack {', '.join(missing)}"
+                if missing else "round-cost regression skipped: no candidate rounds among the inputs")
+        return [replace(res, extra_notes=res.extra_notes + (note,))]
+    out.append(round_cost(rounds, base_r, base_p, seed=seed, level=level))
+    return out

@@ -1,0 +1,597 @@
+"""Logs at serving scale: the law's sufficient statistics, reduced out of core.
+
+Everything :func:`glance_law.law.fit_law` and the tail's floor regime use depends on
+a round only through ``(task, drafter, prompt, H, L, a)``. A **reduction** counts the
+rounds by *cell*
+
+    (task, drafter, prompt bucket, fine entropy bin, horizon L, accepted a)
+
+and keeps per cell ``n``, ``sum_h`` = sum H and ``sum_h2`` = sum H^2 (the file kind
+``reduced`` of :mod:`glance_law.schema`). A cell is a few dozen bytes however many
+rounds it holds, so 10^8 rounds reduce to a few million cells, and reductions made
+on many machines merge by adding counts (:func:`merge`; :func:`read_reduced` refuses two
+inputs with identical cells, a copy of one reduction that would count every round twice).
+
+* **Prompt buckets** (:func:`bucket_of`): the first 8 hex digits of
+  ``md5(task + "\\x1f" + prompt_id)`` (UTF-8) as an unsigned integer, modulo B
+  (default 256). Every engine computes it identically (pyarrow hashes each
+  dictionary entry once in Python; DuckDB and Spark have ``md5``). A bucket holds
+  whole prompts, so clustering or resampling by (task, bucket) is prompt-clustered
+  inference with coarser clusters: the bucket-level CR1 sandwich and the bucket
+  bootstrap estimate the same variance as the prompt-level ones.
+* **Entropy bins** (:class:`Grid`): global and data-independent, so bins from any
+  machine line up. Below ``2^lo_exp`` nats and in each octave ``[2^k, 2^(k+1))`` up to
+  ``2^hi_exp`` the grid has ``per_octave`` equal bins (relative width <= 1/S: fine at
+  the entropy floor), above ``2^hi_exp`` a constant width ``2^hi_exp / S``. Every edge
+  is a power of two times an integer, so ``bin = (k - lo) S + floor(H * S 2^-k)`` is
+  exact floating-point arithmetic in numpy, SQL and Spark alike. Entropies are
+  rounded to float32 (the contract's type) and clamped at 0 first, as the exact path does.
+* **Fitting** (:func:`fit_reduced`): each cell enters the law's likelihood through a
+  two-point quadrature that matches its mean and variance (from ``sum_h`` and
+  ``sum_h2``), so the reduced MLE differs from the exact one only at fourth order in
+  the bin width (|delta b| ~ 1e-7 at the default grid, see ``docs/scale.md``); the
+  decile curve, the ceiling, Spearman and the isotonic check run on the same
+  weighted atoms; intervals cluster by (task, bucket). :func:`tail_reduced` fits the
+  tail from the floor regime's run-length histogram per bucket.
+
+The engines that make reductions live in :mod:`glance_law.engines` (streaming
+pyarrow, DuckDB SQL, Spark). ``python -m glance_law.reduce LOGS --out stats.parquet``
+writes one; ``python -m glance_law.fit stats.parquet`` fits it, and
+``python -m glance_law.fit LOGS --engine arrow|duckdb|spark`` does both without
+loading the rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from glance_law.data import schema as S
+from glance_law.errors import GlanceError
+from glance_law.results.base import Result
+
+__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge",
+           "reduce_frame",
+           "law_frame", "fit_reduced", "tail_reduced", "read_reduced", "write_reduced", "main"]
+
+DEFAULT_BUCKETS = 256
+FORMAT = 1
+BUCKET_HASH = "md5(utf8(task + U+001F + prompt_id)): the first 8 hex digits as an unsigned integer, modulo B"
+KEY = ("task", "drafter", "bucket", "hbin", "horizon", "accepted")
+SUMS = ("n", "sum_h", "sum_h2")
+MAX_ENTROPY = S.MAX_ENTROPY  # entropies above 2^20 nats are refused (a logging bug), as by the reader
+INT32_MAX = 2 ** 31 - 1
+PROG = "python -m glance_law.reduce"
+
+
+# --------------------------------------------------------------------------
+# the entropy grid and the prompt buckets
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Grid:
+    """Global entropy bins: ``per_octave`` bins in [0, 2^lo_exp) and in every octave up to
+    2^hi_exp, then a constant width 2^hi_exp / per_octave (see the module docstring)."""
+
+    per_octave: int = 32
+    lo_exp: int = -10
+    hi_exp: int = -1
+
+    def __post_init__(self):
+        s = int(self.per_octave)
+        if s < 1 or s & (s - 1) or s > 2 ** 12:
+            raise GlanceError(f"per_octave must be a power of two between 1 and 4096 (got {self.per_octave})")
+        if not -40 <= int(self.lo_exp) < int(self.hi_exp) <= 20:
+            raise GlanceError(f"the grid needs -40 <= lo_exp < hi_exp <= 20 (got {self.lo_exp}, {self.hi_exp})")
+        # hbin is a 32-bit integer in every engine: the bin of the largest allowed entropy must fit
+        per_s = int(self.hi_exp) - int(self.lo_exp) + 2 ** (int(MAX_ENTROPY).bit_length() - 1 - int(self.hi_exp))
+        if s * per_s > INT32_MAX:
+            top = 1 << ((INT32_MAX // per_s).bit_length() - 1)
+            raise GlanceError(f"per_octave {s} with hi_exp {self.hi_exp}: the bin index of a 2^20-nat entropy "
+                              "(the largest allowed) would overflow the 32-bit hbin; per_octave must be a power of "
+                              f"two between 1 and {top} here (or raise hi_exp)")
+
+    @property
+    def shift(self) -> int:
+        return int(self.per_octave).bit_length() - 1
+
+    @property
+    def width(self) -> float:
+        """Bin width above 2^hi_exp nats."""
+        return 2.0 ** self.hi_exp / self.per_octave
+
+    def index(self, H) -> np.ndarray:
+        """Bin index of every entropy (float64, already clamped at 0): exact arithmetic."""
+        H = np.asarray(H, dtype=np.float64)
+        _, e = np.frexp(H)
+        k = np.clip(e - 1, self.lo_exp, self.hi_exp)
+        k = np.where(H < 2.0 ** self.lo_exp, self.lo_exp, k)
+        mult = np.ldexp(1.0, self.shift - np.arange(self.lo_exp, self.hi_exp + 1))
+        return ((k - self.lo_exp) * self.per_octave + np.floor(H * mult[k - self.lo_exp])).astype(np.int64)
+
+    def edges(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """Lower and upper edge (nats) of bins ``idx``."""
+        idx = np.asarray(idx, dtype=np.int64)
+        s, lo = self.per_octave, self.lo_exp
+        k = np.where(idx < 2 * s, lo, np.minimum(lo + idx // s - 1, self.hi_exp))
+        step = np.ldexp(1.0, k - self.shift)
+        lower = (idx - (k - lo) * s) * step
+        return lower, lower + step
+
+    def sql(self, h: str) -> str:
+        """The bin of the DOUBLE expression ``h`` as portable SQL (integer literals only)."""
+        def lt(j):
+            return f"{h} * {2 ** -j} < 1" if j < 0 else f"{h} < {2 ** j}"
+
+        def f(k):
+            m = self.shift - k
+            scaled = f"{h} * {2 ** m}" if m >= 0 else f"{h} / {2 ** -m}"
+            return f"({(k - self.lo_exp) * self.per_octave} + floor({scaled}))"
+        whens = " ".join(f"WHEN {lt(k + 1)} THEN {f(k)}" for k in range(self.lo_exp, self.hi_exp))
+        return f"CAST(CASE {whens} ELSE {f(self.hi_exp)} END AS INTEGER)"
+
+    def as_dict(self) -> dict:
+        return {"per_octave": int(self.per_octave), "lo_exp": int(self.lo_exp), "hi_exp": int(self.hi_exp)}
+
+    def describe(self) -> str:
+        return (f"{self.per_octave} bins per octave from 2^{self.lo_exp} to 2^{self.hi_exp} nats (and {self.per_octave}"
+                f" below), width {self.width:g} nats above {2.0 ** self.hi_exp:g}")
+
+
+def bucket_of(task: str, prompt_id: str, buckets: int = DEFAULT_BUCKETS) -> int:
+    """The prompt bucket of one prompt (see :data:`BUCKET_HASH`)."""
+    d = hashlib.md5(f"{task}\x1f{prompt_id}".encode()).digest()
+    return int.from_bytes(d[:4], "big") % int(buckets)
+
+
+def buckets_of(tasks: Sequence[str], prompts: Sequence[str], buckets: int = DEFAULT_BUCKETS) -> np.ndarray:
+    """:func:`bucket_of` over paired sequences (int64 array)."""
+    md5 = hashlib.md5
+    b = int(buckets)
+    return np.fromiter((int.from_bytes(md5(f"{t}\x1f{p}".encode()).digest()[:4], "big") % b
+                        for t, p in zip(tasks, prompts)), dtype=np.int64, count=len(prompts))
+
+
+def check_buckets(buckets) -> int:
+    b = int(buckets)
+    if not 1 <= b <= 2 ** 31 - 1 or b != buckets:
+        raise GlanceError(f"buckets must be an integer between 1 and 2^31 - 1 (got {buckets})")
+    return b
+
+
+def normalize_condition(condition) -> list[str] | None:
+    """None (pool every condition) or the sorted list of conditions kept."""
+    if condition is None:
+        return None
+    if isinstance(condition, str):
+        condition = [c.strip() for c in condition.split(",") if c.strip()]
+    out = sorted({str(c) for c in condition})
+    if not out:
+        raise GlanceError("condition: name at least one condition, or pass None to pool them")
+    return out
+
+
+# --------------------------------------------------------------------------
+# the reduced table
+# --------------------------------------------------------------------------
+
+def _factor(values) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 codes, sorted string categories) of a string column."""
+    if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
+        cats = values.cat.categories.astype(str)
+        order = np.argsort(np.asarray(cats, dtype=object), kind="stable")
+        rank = np.empty(len(cats), dtype=np.int64)
+        rank[order] = np.arange(len(cats))
+        codes = values.cat.codes.to_numpy().astype(np.int64)
+        return rank[codes], np.asarray(cats, dtype=object)[order]
+    codes, uniq = pd.factorize(pd.Series(values).astype(str), sort=True)
+    return codes.astype(np.int64), np.asarray(uniq, dtype=object)
+
+
+def normalize_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """Contract types, one row per cell (repeated cells summed), sorted by :data:`KEY`.
+
+    Works on narrow integer columns and one int64 sort key, and skips the sort when the
+    cells are already in order, so millions of cells stay cheap in memory."""
+    missing = [c for c in KEY + SUMS[:2] if c not in cells.columns]
+    if missing:
+        raise GlanceError(f"reduced cells lack column(s) {', '.join(missing)}")
+    n = cells["n"].to_numpy()
+    live = n > 0
+    every = bool(live.all())
+    t, tn = _factor(cells["task"])
+    d, dn = _factor(cells["drafter"])
+    types = (np.int32, np.int32, np.int32, np.int32, np.int16, np.int16)
+    cols = [t, d] + [cells[c].to_numpy() for c in KEY[2:]]
+    cols = [(c if every else c[live]).astype(typ, copy=False) for c, typ in zip(cols, types)]
+    sums = [(cells[c].to_numpy() if c in cells.columns else np.full(n.size, np.nan)) for c in SUMS]
+    sums = [(v if every else v[live]).astype(np.int64 if c == "n" else np.float64, copy=False)
+            for c, v in zip(SUMS, sums)]
+    del t, d
+    m = cols[0].size
+    sizes = [int(c.max()) + 1 if m else 1 for c in cols]
+    if m and min(int(c.min()) for c in cols) >= 0 and float(np.prod([float(x) for x in sizes])) < 2.0 ** 62:
+        key = np.zeros(m, dtype=np.int64)
+        for c, k in zip(cols, sizes):
+            key *= k
+            key += c
+        if bool(np.all(key[1:] > key[:-1])):
+            order, start = None, None
+        else:
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        del key
+    else:
+        order = np.lexsort(cols[::-1])
+        same = np.ones(order.size, dtype=bool)
+        for c in cols:
+            cs = c[order]
+            same[1:] &= cs[1:] == cs[:-1]
+        same[:1] = False
+        start = np.flatnonzero(~same)
+    if order is None:
+        pick = [c for c in cols]
+        out_sums = sums
+    else:
+        first = order[start]
+        pick = [c[first] for c in cols]
+        out_sums = [np.add.reduceat(v[order], start) if start.size else v[:0] for v in sums]
+    out = {"task": pd.Categorical.from_codes(pick[0], tn), "drafter": pd.Categorical.from_codes(pick[1], dn)}
+    for name, c in zip(KEY[2:], pick[2:]):
+        out[name] = c
+    for name, v in zip(SUMS, out_sums):
+        out[name] = v
+    return pd.DataFrame(out)
+
+
+def _add_counts(a: Mapping, b: Mapping) -> dict:
+    out = {k: dict(v) if isinstance(v, Mapping) else v for k, v in a.items()}
+    for k, v in b.items():
+        if isinstance(v, Mapping):
+            out[k] = _add_counts(out.get(k, {}), v)
+        else:
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Reduced(Result):
+    """Sufficient statistics of round logs: ``cells`` (the ``reduced`` contract columns),
+    the ``grid`` and bucket count they were made with, and ``info`` (what was read,
+    excluded and filled in; the prompts per drafter and task; the sources merged).
+
+    ``to_frame()`` summarises it per (drafter, task); ``cells`` is the table itself.
+    """
+
+    title: ClassVar[str] = "reduced round logs (sufficient statistics)"
+    cells: pd.DataFrame
+    grid: Grid = Grid()
+    buckets: int = DEFAULT_BUCKETS
+    info: Mapping = field(default_factory=dict)
+
+    @property
+    def rounds(self) -> int:
+        return int(self.cells["n"].sum())
+
+    @property
+    def condition(self) -> list[str] | None:
+        return self.info.get("condition", ["matched"])
+
+    def prompts(self, drafter: str, task: str | None = None) -> int | None:
+        """Distinct prompts of a drafter (and task) among the reduced rounds, if recorded."""
+        p = self.info.get("prompts", {}).get(str(drafter))
+        if p is None:
+            return None
+        return int(sum(p.values())) if task is None else (int(p[str(task)]) if str(task) in p else None)
+
+    def to_frame(self) -> pd.DataFrame:
+        c = self.cells
+        rows = []
+        for (d, t), g in c.groupby(["drafter", "task"], observed=True, sort=True):
+            n = g["n"].to_numpy()
+            rows.append({"drafter": str(d), "task": str(t), "rounds": int(n.sum()), "prompts": self.prompts(d, t),
+                         "buckets": int(g["bucket"].nunique()), "cells": len(g),
+                         "mean_entropy": float(g["sum_h"].sum() / n.sum()),
+                         "mean_accepted": float((g["accepted"].to_numpy() * n).sum() / n.sum())})
+        cols = ["drafter", "task", "rounds", "prompts", "buckets", "cells", "mean_entropy", "mean_accepted"]
+        return pd.DataFrame(rows, columns=cols)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        info = self.info
+        cond = self.condition
+        out = [f"{self.rounds} rounds in {len(self.cells)} cells; entropy grid: {self.grid.describe()}; "
+               f"prompt buckets: B = {self.buckets}, {BUCKET_HASH}"]
+        out.append("condition: " + ("all conditions pooled" if cond is None else ", ".join(cond)))
+        h0 = int(info.get("excluded_horizon0", 0))
+        if h0:
+            out.append(f"excluded {h0} autoregressive round(s) (horizon == 0): the law describes drafted rounds")
+        oc = info.get("excluded_conditions", {})
+        if oc:
+            what = ", ".join(f"{n} '{c}'" for c, n in sorted(oc.items()))
+            out.append(f"excluded {sum(oc.values())} round(s) of other conditions ({what})")
+        for col, default in S.FILLED_WHEN_NULL.items():
+            k = int(info.get("filled", {}).get(col, 0))
+            if k:
+                out.append(f"{k} round(s) without a {col} read as {default!r}")
+        for path, reason in info.get("skipped", []):
+            out.append(f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}")
+        src = info.get("sources", [])
+        if len(src) > 1:
+            out.append(f"merged from {len(src)} reductions; prompts are summed over them (a prompt seen by "
+                       "several reductions counts once per reduction)")
+        return tuple(out)
+
+    def metadata(self) -> dict:
+        """The ``reduction`` entry of the file's ``glance.run`` document."""
+        return {"format": FORMAT, "bucket_hash": BUCKET_HASH, "buckets": int(self.buckets),
+                "grid": self.grid.as_dict(), **{k: v for k, v in self.info.items()}}
+
+    @classmethod
+    def from_metadata(cls, cells: pd.DataFrame, meta: Mapping, where: str = "") -> Reduced:
+        if not isinstance(meta, Mapping) or meta.get("format") != FORMAT or "grid" not in meta:
+            raise GlanceError(f"{where}: the reduced file has no glance_law.reduce metadata (format {FORMAT}); "
+                              "write reductions with python -m glance_law.reduce")
+        grid = Grid(**meta["grid"])
+        info = {k: v for k, v in meta.items() if k not in ("format", "bucket_hash", "buckets", "grid")}
+        return cls(normalize_cells(cells), grid, check_buckets(meta["buckets"]), info)
+
+
+def merge(items: Sequence[Reduced]) -> Reduced:
+    """Merge reductions by adding counts. They must share the grid, the buckets and the condition."""
+    items = list(items)
+    if not items:
+        raise GlanceError("nothing to merge")
+    first = items[0]
+    for r in items[1:]:
+        if r.grid != first.grid or r.buckets != first.buckets:
+            raise GlanceError(f"cannot merge reductions made with different bins or buckets ({first.grid}, "
+                              f"B={first.buckets} vs {r.grid}, B={r.buckets}); reduce the logs again with one setting")
+        if r.condition != first.condition:
+            raise GlanceError(f"cannot merge reductions of different conditions ({first.condition} vs "
+                              f"{r.condition}); reduce the logs again with one --condition")
+    if len(items) == 1:
+        return first
+    info: dict = {"condition": first.condition}
+    for key in ("rounds_read", "excluded_horizon0", "excluded_conditions", "filled", "prompts"):
+        acc: dict | int = {} if isinstance(first.info.get(key), Mapping) else 0
+        for r in items:
+            v = r.info.get(key, type(acc)())
+            acc = _add_counts(acc, v) if isinstance(acc, Mapping) else acc + int(v)
+        info[key] = acc
+    info["skipped"] = [s for r in items for s in r.info.get("skipped", [])]
+    info["sources"] = [s for r in items for s in r.info.get("sources", [{}])]
+    cells = normalize_cells(pd.concat([r.cells for r in items], ignore_index=True))
+    return Reduced(cells, first.grid, first.buckets, info)
+
+
+def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = None,
+                 condition="matched") -> Reduced:
+    """The reduction of an in-memory rounds frame (or LogSet), in pandas: the reference
+    the engines are tested against, and a way to reduce logs already in memory."""
+    from glance_law.data.io import LogSet
+    grid = grid if grid is not None else Grid()
+    B = check_buckets(buckets)
+    cond = normalize_condition(condition)
+    frame = rounds.frame if isinstance(rounds, LogSet) else rounds
+    need = ("task", "prompt_id", "root_entropy", "accepted", "horizon")
+    missing = [c for c in need if c not in frame.columns]
+    if missing:
+        raise GlanceError(f"a reduction needs the column(s) {', '.join(missing)}")
+    n = len(frame)
+    col = {}
+    for c, d in (("condition", S.CONDITIONS_DEFAULT), ("drafter", S.FILLED_WHEN_NULL["drafter"])):
+        v = frame[c].astype(object) if c in frame.columns else pd.Series(np.full(n, d, dtype=object))
+        col[c] = v.where(v.notna(), d).astype(str).to_numpy()
+    L = frame["horizon"].to_numpy().astype(np.int64)
+    drafted = L > 0
+    keep = drafted & (np.ones(n, bool) if cond is None else np.isin(col["condition"], cond))
+    other = pd.Series(col["condition"][drafted & ~keep]).value_counts().sort_index()
+    H = np.maximum(frame["root_entropy"].to_numpy().astype(np.float32).astype(np.float64), 0.0)[keep]
+    if H.size and H.max() > MAX_ENTROPY:
+        raise GlanceError(f"column 'root_entropy': a value of {H.max():.6g} nats is impossible")
+    task = frame["task"].astype(str).to_numpy()[keep]
+    prompt = frame["prompt_id"].astype(str).to_numpy()[keep]
+    pairs = pd.DataFrame({"t": task, "p": prompt})
+    codes, uniq = pd.MultiIndex.from_frame(pairs).factorize()
+    bucket = buckets_of(uniq.get_level_values(0), uniq.get_level_values(1), B)[codes]
+    cells = pd.DataFrame({"task": task, "drafter": col["drafter"][keep], "bucket": bucket, "hbin": grid.index(H),
+                          "horizon": L[keep], "accepted": frame["accepted"].to_numpy()[keep].astype(np.int64),
+                          "n": 1, "sum_h": H, "sum_h2": H * H})
+    prompts: dict = {}
+    if len(pairs):
+        per = pd.DataFrame({"d": cells["drafter"], "t": task, "p": prompt}).drop_duplicates()
+        for (d, t), k in per.groupby(["d", "t"]).size().items():
+            prompts.setdefault(str(d), {})[str(t)] = int(k)
+    info = {"condition": cond, "rounds_read": int(n), "excluded_horizon0": int((~drafted).sum()),
+            "excluded_conditions": {str(k): int(v) for k, v in other.items()}, "filled": {}, "prompts": prompts,
+            "skipped": [], "sources": [{"engine": "pandas", "files": 0, "rounds_read": int(n)}]}
+    return Reduced(normalize_cells(cells), grid, B, info)
+
+
+# --------------------------------------------------------------------------
+# files
+# --------------------------------------------------------------------------
+
+def write_reduced(reduced: Reduced, path) -> str:
+    """Write a reduction as one Parquet file of kind ``reduced`` (atomically, via glance_law.io)."""
+    from glance_law.data.io import run_metadata, write_table
+    if len(reduced.cells) == 0:
+        raise GlanceError("the reduction holds no rounds; nothing to write")
+    return str(write_table(reduced.cells, path, kind=S.KIND_REDUCED, run=run_metadata(reduction=reduced.metadata())))
+
+
+def cells_digest(cells: pd.DataFrame) -> str:
+    """SHA-256 of a cells table's content (the key and sum columns present; row order ignored)."""
+    cols = [c for c in KEY + SUMS if c in cells.columns]
+    rows = pd.util.hash_pandas_object(cells[cols], index=False).to_numpy()
+    return hashlib.sha256(np.sort(rows).tobytes()).hexdigest()
+
+
+def read_reduced(paths, skip_bad: bool = False) -> Reduced:
+    """Read and merge reduced files (files, folders, globs)."""
+    from glance_law.data.io import read_logs
+    logs = read_logs(paths, S.KIND_REDUCED, skip_bad=skip_bad)
+    frame = logs.frame
+    parts, start, seen = [], 0, {}
+    for fi in logs.files:
+        cells = frame.iloc[start:start + fi.rows]
+        start += fi.rows
+        if len(cells):  # a copy under another name would double every count when merged
+            digest = cells_digest(cells)
+            if digest in seen:
+                raise GlanceError(f"{fi.path} holds the same cells as {seen[digest]} (a copy of one reduction? "
+                                  "merging would count its rounds twice): pass one of them")
+            seen[digest] = fi.path
+        parts.append(Reduced.from_metadata(cells, fi.run.get("reduction"), fi.path))
+    out = merge(parts)
+    if logs.skipped:
+        skipped = list(out.info.get("skipped", [])) + [list(s) for s in logs.skipped]
+        out = replace(out, info={**out.info, "skipped": skipped})
+    return out
+
+
+# --------------------------------------------------------------------------
+# the command line
+# --------------------------------------------------------------------------
+
+def add_reduce_arguments(p: argparse.ArgumentParser, engine_default: str | None = "arrow") -> None:
+    """Options of a reduction (shared by this CLI and ``python -m glance_law.fit --engine``)."""
+    from .engines import ENGINES
+    g = p.add_argument_group("reduction")
+    g.add_argument("--engine", choices=ENGINES, default=engine_default,
+                   help="the engine that reduces round logs: arrow (streaming pyarrow, bounded memory), duckdb "
+                        "(SQL) or spark (pyspark; local mode unless a session is active)"
+                   + ("" if engine_default else "; without it the rounds are fitted exactly in memory"))
+    g.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS, metavar="B",
+                   help=f"prompt buckets per task (default {DEFAULT_BUCKETS})")
+    g.add_argument("--per-octave", type=int, default=Grid().per_octave, metavar="S",
+                   help=f"entropy bins per octave, a power of two (default {Grid().per_octave})")
+    g.add_argument("--no-key-check", action="store_true",
+                   help="skip the duplicate-round check (run_id, prompt_id, condition, round) across files")
+
+
+class UsageError(GlanceError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from glance_law.results import format as _fmt
+    p = _Parser(prog=PROG, allow_abbrev=False,
+                description="Reduce round logs to the law's sufficient statistics (one small Parquet file of kind "
+                            "'reduced' that python -m glance_law.fit accepts; reduced inputs are merged).")
+    p.add_argument("paths", nargs="+", metavar="LOGS", help="round-log (or reduced) files, folders or globs")
+    p.add_argument("--out", required=True, metavar="FILE", help="the reduced Parquet file to write")
+    p.add_argument("--condition", default="matched", metavar="C[,C...]",
+                   help="conditions kept (default: matched); 'all' pools every condition")
+    p.add_argument("--skip-bad", action="store_true", help="reduce the valid files and list every skipped file")
+    p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="format of the summary on stdout")
+    add_reduce_arguments(p)
+    return p
+
+
+def options(args) -> dict:
+    """Keyword arguments of :func:`glance_law.engines.reduce_logs` from parsed options."""
+    cond = str(getattr(args, "condition", "matched"))
+    return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
+                condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),
+                check_keys=not args.no_key_check)
+
+
+def inputs_reduced(paths) -> bool:
+    """Whether any input (files, folders, globs) is a reduced file (footers only)."""
+    from glance_law.data.io import LogError, _file_meta, expand_paths
+    for path in expand_paths(paths):
+        try:
+            if _file_meta(path)[1] == S.KIND_REDUCED:
+                return True
+        except LogError:
+            continue  # the chosen path reports bad files
+    return False
+
+
+#: ``python -m glance_law.fit`` sections that a reduction can feed (the rest need per-round columns).
+REDUCED_SECTIONS = ("--tail",)
+
+
+def cli_fit(args, mods) -> tuple:
+    """``python -m glance_law.fit`` on the reduced path (``--engine``, or reduced files among the inputs):
+    reduce (or read and merge) the inputs, fit the law and the supported sections; returns (law, sections)."""
+    from .engines import reduce_logs
+    for flag, _ in mods:
+        if flag not in REDUCED_SECTIONS:
+            raise UsageError(f"{flag} needs per-round columns that a reduction does not keep; run it on the round "
+                             "logs without --engine (sections available from a reduction: "
+                             f"{', '.join(REDUCED_SECTIONS)})")
+    opts = options(args)
+    red = reduce_logs(args.paths, **opts)
+    for path, reason in red.info.get("skipped", []):
+        print(f"python -m glance_law.fit: skipped {reason if str(path) in reason else f'{path}: {reason}'}",
+              file=sys.stderr)
+    by = None if str(args.by).lower() in ("none", "pooled", "") else args.by
+    law = fit_reduced(red, by=by, method=args.method, level=args.level, n_boot=args.bootstrap, seed=args.seed,
+                      condition=opts["condition"])
+    sections = []
+    for flag, _ in mods:
+        if flag == "--tail":
+            if getattr(args, "tail_bootstrap", 199) < 0 or getattr(args, "tail_folds", 5) < 2:
+                raise UsageError("--tail-bootstrap must be >= 0 and --tail-folds >= 2")
+            tail = tail_reduced(red, law, quantile=getattr(args, "tail_quantile", 0.1),
+                                threshold=getattr(args, "tail_threshold", None),
+                                n_boot=getattr(args, "tail_bootstrap", 199), seed=args.seed,
+                                folds=getattr(args, "tail_folds", 5), level=args.level)
+            sections.append(("tail", [tail, tail.models(), tail.heldout_table()]))
+    return law, sections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        from .engines import reduce_logs
+        red = reduce_logs(args.paths, **options(args))
+        for path, reason in red.info.get("skipped", []):
+            print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
+        write_reduced(red, args.out)
+        sys.stdout.write(red.summary(args.format))
+    except GlanceError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+def fit_reduced(reduced: Reduced, *args, **kwargs):
+    """The law from a reduction: :func:`glance_law.law_reduced.fit_reduced`."""
+    from .law_reduced import fit_reduced as fit
+    return fit(reduced, *args, **kwargs)
+
+
+def tail_reduced(reduced: Reduced, *args, **kwargs):
+    """The grounded tail from a reduction: :func:`glance_law.law_reduced.tail_reduced`."""
+    from .law_reduced import tail_reduced as fit
+    return fit(reduced, *args, **kwargs)
+
+
+def law_frame(reduced: Reduced, *args, **kwargs):
+    """Weighted rounds of a reduction: :func:`glance_law.law_reduced.law_frame`."""
+    from .law_reduced import law_frame as frame
+    return frame(reduced, *args, **kwargs)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
