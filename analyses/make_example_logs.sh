@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate the committed example round logs in data/logs/ from the embedded default
-# (data/models/target + data/models/block) on the embedded suite's held-out items.
+# (logger/default/target + logger/default/block) on the embedded suite's held-out items.
 #
 #   analyses/make_example_logs.sh            # N=40 prompts per task, into data/logs/
 #   N=40 OUT=/tmp/logs analyses/make_example_logs.sh

@@ -13,7 +13,7 @@
 2. **Speculative vs autoregressive**, per task: mean decode time per emitted token of the
    ``ar`` arm over that of the speculative arm (each against its own baseline, one device).
 
-Models: the embedded default (``data/models/target`` + ``data/models/block``, tasks from the
+Models: the embedded default (``logger/default/target`` + ``logger/default/block``, tasks from the
 embedded suite) when present; otherwise a small random Llama built on the fly with JSONL
 prompts (``--random``), so the script runs anywhere - its speedups then mean little, the
 logger ratio still does.

@@ -26,11 +26,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "(Parquet, the glance round-log contract).")
     p.add_argument("--task", required=True, help=f"task family: {', '.join(TASKS)}")
     p.add_argument("--model", default=None,
-                   help="target model folder (default: the embedded target, data/models/target; "
-                        "$GLANCE_DATA overrides the data folder)")
+                   help="target model folder (default: the embedded target shipped in the package; "
+                        "$GLANCE_MODELS/target when that is set)")
     p.add_argument("--drafter", default="block", choices=DRAFTERS, help="drafter (default: block)")
     p.add_argument("--draft-model", default=None,
-                   help="block head folder for --drafter block (default: data/models/block) or the "
+                   help="block head folder for --drafter block (default: the embedded block head) or the "
                         "smaller HF model for --drafter two_model")
     p.add_argument("--budget", type=int, default=63, help="candidate tree size N, root excluded (default 63)")
     p.add_argument("--branch-k", type=int, default=8,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -23,33 +22,24 @@ from glance_law.replay.tree import max_code_bits
 
 from . import tasks as T
 from .decode import Forced, decode, greedy_reference
+from .default import block_path, target_path
 from .drafters import make_drafter
 from .models import load_target, model_info
 from .record import RoundLogger
 
-__all__ = ["RunConfig", "run", "data_root", "default_model", "default_block", "run_id_of", "logged_prompts"]
+__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts"]
 
 LOGGER_VERSION = "1"
 
 
-def data_root() -> Path:
-    """The data folder: ``$GLANCE_DATA``, else ``data/`` of the repository/installed package."""
-    env = os.environ.get("GLANCE_DATA")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent / "data", here / "data", Path.cwd() / "data"):
-        if cand.exists():
-            return cand
-    return here.parent / "data"
-
-
 def default_model() -> Path:
-    return data_root() / "models" / "target"
+    """The embedded target (package data; ``$GLANCE_MODELS/target`` when that is set)."""
+    return target_path()
 
 
 def default_block() -> Path:
-    return data_root() / "models" / "block"
+    """The embedded block head (package data; ``$GLANCE_MODELS/block`` when that is set)."""
+    return block_path()
 
 
 @dataclass

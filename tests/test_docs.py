@@ -3,7 +3,7 @@
 * Every fenced ```python block of docs/*.md (and README.md) is executed; the blocks of one
   file share a namespace, in order, in a scratch folder where ``data/`` is the repository's.
   A block is skipped only when the line before its fence says ``<!-- skip-test: REASON -->``
-  (a reason is required), or when it names a part of the embedded model (``data/models/...``)
+  (a reason is required), or when it names a part of the embedded model (``logger/default/...``)
   that is absent.
 * Shell examples (fenced blocks without a language, or bash/sh/console) that run
   ``python -m glance_law...`` or ``glance-log`` are executed in a scratch folder whose
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = sorted((ROOT / "docs").glob("*.md")) + ([ROOT / "README.md"] if (ROOT / "README.md").exists() else [])
 GENERATED = {"cli.md", "api.md"}           # help text and signatures, not examples
 SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
-MODELS = ROOT / "data" / "models"
+MODELS = ROOT / "logger" / "default"
 
 
 def _default_model() -> bool:
@@ -110,7 +110,7 @@ def test_python_examples_run(path, scratch):
             skipped.append(f"{b.where}: {b.skip}")
             continue
         code = re.sub(r"#[^\n]*", "", b.code)       # a path named in a comment is not needed
-        absent = [m for m in re.findall(r"data/models(?:/[\w.-]+)?", code) if not (ROOT / m).exists()]
+        absent = [m for m in re.findall(r"logger/default(?:/[\w.-]+)?", code) if not (ROOT / m).exists()]
         if absent:
             skipped.append(f"{b.where}: needs the embedded model ({', '.join(absent)}), which is absent")
             continue

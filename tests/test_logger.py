@@ -410,15 +410,15 @@ def test_resume_repairs_rounds_without_a_prompt_row(env, tmp_path, capsys):
 
 def test_defaults_resolve_through_glance_data_and_the_embedded_suite(tmp_path, monkeypatch, capsys):
     """`glance-log --task docvqa` with no --model/--data: the target and block head come from
-    $GLANCE_DATA/models, the prompts from the embedded suite."""
+    $GLANCE_MODELS, the prompts from the embedded suite."""
     pytest.importorskip("glance_log.suite")
     tk = pytest.importorskip("glance_log.train.tokenizer")
     tg = pytest.importorskip("glance_log.train.target")
     tok = tk.suite_tokenizer()
-    root = tmp_path / "data" / "models"
+    root = tmp_path / "models"
     tg.save_model(tg.make_model(tok.get_vocab_size(), hidden=32, layers=1, heads=2, inter=64), tok, root / "target", {})
     make_block_head(root / "block", root / "target", horizon=4)
-    monkeypatch.setenv("GLANCE_DATA", str(tmp_path / "data"))
+    monkeypatch.setenv("GLANCE_MODELS", str(root))
     monkeypatch.setenv("GLANCE_CACHE", str(tmp_path / "cache"))
     assert main(["--task", "docvqa", "--n", "2", "--max-new-tokens", "6", "--out", str(tmp_path / "logs"),
                  "--quiet", "--device", DEVICE]) == 0

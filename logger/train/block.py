@@ -1,6 +1,6 @@
 """Self-distil the block head on the target's own greedy outputs.
 
-    python -m glance_log.train.block --target data/models/target --out data/models/block
+    python -m glance_log.train.block --target logger/default/target --out logger/default/block
 
 1. Greedy-decode (fp32) ``--prompts`` train-partition prompts of every suite task
    (held-out prompts are never used) with :func:`glance_log.train.evaluate.batched_greedy`.
@@ -86,8 +86,8 @@ def chain_accept(top, y):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m glance_log.train.block", description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default="data/models/target")
-    ap.add_argument("--out", default="data/models/block")
+    ap.add_argument("--target", default="logger/default/target")
+    ap.add_argument("--out", default="logger/default/block")
     ap.add_argument("--prompts", type=int, default=3000, help="train prompts per task (scienceqa a quarter)")
     ap.add_argument("--steps", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=256)

@@ -1,6 +1,6 @@
 """Measure the embedded default on held-out suite items.
 
-    python -m glance_log.train.evaluate --model data/models/target --tasks docvqa chartqa --n 100
+    python -m glance_log.train.evaluate --model logger/default/target --tasks docvqa chartqa --n 100
 
 For each task: greedy-decode ``--n`` held-out items (fp32, no drafter), and report
 
@@ -184,7 +184,7 @@ def evaluate(model_path, tasks, n=100, seed=0, block=None, max_new=48, threads=2
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m glance_log.train.evaluate",
                                  description="Held-out exact match, value retrieval and entropy of the default target.")
-    ap.add_argument("--model", default="data/models/target")
+    ap.add_argument("--model", default="logger/default/target")
     ap.add_argument("--block", default=None, help="also measure this block head's chain acceptance")
     ap.add_argument("--tasks", nargs="+", default=["caption", "textvqa", "infovqa", "docvqa", "chartqa", "scienceqa"])
     ap.add_argument("--n", type=int, default=100)

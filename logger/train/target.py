@@ -1,6 +1,6 @@
 """Train the embedded default target: a small Llama that reads the suite and retrieves.
 
-    python -m glance_log.train.target --out data/models/target --steps 4000
+    python -m glance_log.train.target --out logger/default/target --steps 4000
 
 Recipe (all fixed by the flags' defaults; the run is deterministic for a given
 ``--seed`` and thread count):
@@ -188,7 +188,7 @@ def save_model(model, tok, out: Path, meta: dict):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m glance_log.train.target", description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default="data/models/target")
+    ap.add_argument("--out", default="logger/default/target")
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=2e-3)
