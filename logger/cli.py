@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-model", default=None,
                    help="block head folder for --drafter block (default: the embedded block head) or the "
                         "smaller HF model for --drafter two_model")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a --model/--draft-model folder to run its own Python code (auto_map, e.g. a DFlash "
+                        "checkpoint); off by default: such a folder is refused")
     p.add_argument("--budget", type=int, default=63, help="candidate tree size N, root excluded (default 63)")
     p.add_argument("--branch-k", type=int, default=8,
                    help="top-k per offset offered to the tree builder; 1 = a width-1 chain (default 8)")
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
                     seed=args.seed, draft_len=args.draft_len, command="glance-log " + shlex.join(argv),
-                    progress=not args.quiet)
+                    progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:
         summary = run(cfg)
     except GlanceError as exc:
@@ -96,9 +99,13 @@ def main(argv=None) -> int:
         print("glance-log: interrupted; completed prompts are saved (rerun to resume)", file=sys.stderr)
         return 130
     for arm in summary["arms"]:
-        audit = f", {arm['greedy_mismatches']} audit mismatches" if args.audit else ""
+        audit = (f", {arm['greedy_mismatches']} audit mismatches in {arm['audited']} audited prompts"
+                 if args.audit else "")
+        tau = f", tau {arm['tau']:.3f}" if arm["rounds"] else ""
+        probe = (f"; mismatched probe: {arm['probed']} prompts, {arm['probe_rounds']} rounds, "
+                 f"tau {arm['probe_tau']:.3f}" if arm.get("probe_rounds") else "")
         print(f"{arm['run_id']}: {arm['prompts']} prompts logged ({arm['skipped']} already there), "
-              f"{arm['rounds']} rounds, tau {arm['tau']:.3f}{audit}", file=sys.stderr)
+              f"{arm['rounds']} rounds{tau}{audit}{probe}", file=sys.stderr)
     print(f"logs in {summary['out']}/ - next: python -m glance_law.fit {summary['out']}/*.parquet", file=sys.stderr)
     return 0
 

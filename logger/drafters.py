@@ -152,7 +152,7 @@ class BlockDrafter(Drafter):
         self._target = None
 
     @classmethod
-    def from_pretrained(cls, path, target, branch_k: int = 8):
+    def from_pretrained(cls, path, target, branch_k: int = 8, *, trust_remote_code: bool = False):
         from .heads import BlockHead, is_block_head
 
         path = Path(path)
@@ -165,7 +165,7 @@ class BlockDrafter(Drafter):
                 raise GlanceError(f"block head {path} has hidden_size {head.config.hidden_size} but the target "
                                   f"has {target.text_config.hidden_size}; it was trained for another target")
             return cls(head, branch_k, str(path))
-        return DFlashDrafter.from_pretrained(path, target, branch_k)
+        return DFlashDrafter.from_pretrained(path, target, branch_k, trust_remote_code=trust_remote_code)
 
     def start(self, target, prompt):
         self._target = target
@@ -204,7 +204,10 @@ class DFlashDrafter(BlockDrafter):
         self._pending = None
 
     @classmethod
-    def from_pretrained(cls, path, target, branch_k: int = 8):
+    def from_pretrained(cls, path, target, branch_k: int = 8, *, trust_remote_code: bool = False):
+        from .models import check_remote_code
+
+        check_remote_code(path, trust_remote_code, "draft model")
         try:
             import dflash  # noqa: F401
             from transformers import AutoModel
@@ -212,7 +215,7 @@ class DFlashDrafter(BlockDrafter):
             raise GlanceError(f"{path} is not a glance block head (no config.json with format "
                               "'glance-block-head'), and the optional 'dflash' package that reads DFlash "
                               "checkpoints is not installed") from None
-        model = AutoModel.from_pretrained(path, trust_remote_code=True, dtype=target.dtype).to(target.device).eval()
+        model = AutoModel.from_pretrained(path, trust_remote_code=bool(trust_remote_code), dtype=target.dtype).to(target.device).eval()
         if not hasattr(model, "block_size") or not hasattr(model, "target_layer_ids"):
             raise GlanceError(f"{path}: not a DFlash draft model (no block_size/target_layer_ids)")
         return cls(model, target, branch_k, str(path))
@@ -298,13 +301,14 @@ class TwoModelDrafter(Drafter):
         self._cache = None
 
     @classmethod
-    def from_pretrained(cls, path, target, horizon: int = 5, branch_k: int = 8):
-        from .models import load_target
+    def from_pretrained(cls, path, target, horizon: int = 5, branch_k: int = 8, *, trust_remote_code: bool = False):
+        from .models import check_remote_code, load_target
 
         if path is None:
             raise GlanceError("--drafter two_model needs --draft-model PATH (a smaller HF model sharing the "
                               "target's tokenizer)")
-        draft = load_target(path, dtype=target.dtype, device=target.device)
+        check_remote_code(path, trust_remote_code, "draft model")
+        draft = load_target(path, dtype=target.dtype, device=target.device, trust_remote_code=trust_remote_code)
         if draft.vocab_size < target.vocab_size and draft.tokenizer is not None and \
                 len(draft.tokenizer) > draft.vocab_size:
             raise GlanceError(f"draft model {path}: its vocabulary does not cover the target's")
@@ -366,8 +370,10 @@ class TwoModelDrafter(Drafter):
         return {"drafter": self.name, "horizon": self.horizon, "branch_k": self.k, "draft_model": self.path}
 
 
-def make_drafter(name: str, target, *, draft_model=None, branch_k: int = 8, draft_len: int | None = None):
-    """Build a drafter by name for ``target``."""
+def make_drafter(name: str, target, *, draft_model=None, branch_k: int = 8, draft_len: int | None = None,
+                 trust_remote_code: bool = False):
+    """Build a drafter by name for ``target``. A ``draft_model`` folder that ships its own code
+    (a DFlash checkpoint, custom HF classes) is refused unless ``trust_remote_code=True``."""
     if name == "ar":
         return ARDrafter()
     if name == "pld":
@@ -375,7 +381,8 @@ def make_drafter(name: str, target, *, draft_model=None, branch_k: int = 8, draf
     if name == "block":
         if draft_model is None:
             raise GlanceError("--drafter block needs a block head (--draft-model PATH)")
-        return BlockDrafter.from_pretrained(draft_model, target, branch_k)
+        return BlockDrafter.from_pretrained(draft_model, target, branch_k, trust_remote_code=trust_remote_code)
     if name == "two_model":
-        return TwoModelDrafter.from_pretrained(draft_model, target, horizon=draft_len or 5, branch_k=branch_k)
+        return TwoModelDrafter.from_pretrained(draft_model, target, horizon=draft_len or 5, branch_k=branch_k,
+                                               trust_remote_code=trust_remote_code)
     raise GlanceError(f"unknown drafter {name!r}; expected one of {', '.join(DRAFTERS)}")

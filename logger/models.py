@@ -28,10 +28,34 @@ import torch
 from glance_law.errors import GlanceError
 
 __all__ = ["Target", "PromptInputs", "load_target", "resolve_device", "resolve_dtype", "cache_kwarg",
-           "eos_token_ids"]
+           "eos_token_ids", "needs_remote_code", "check_remote_code"]
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+def needs_remote_code(path) -> bool:
+    """Does the model folder ask to run its own Python code (an ``auto_map`` in its
+    config.json or tokenizer_config.json, i.e. custom classes shipped with the weights)?"""
+    for name in ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json"):
+        f = Path(path) / name
+        if not f.is_file():
+            continue
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("auto_map"):
+            return True
+    return False
+
+
+def check_remote_code(path, trust_remote_code: bool, what: str = "model") -> None:
+    """Refuse a folder that needs remote code unless the user opted in (``--trust-remote-code``)."""
+    if not trust_remote_code and needs_remote_code(path):
+        raise GlanceError(f"{what} {path} ships its own Python code (auto_map in its config), which would run "
+                          "on this machine; pass --trust-remote-code (trust_remote_code=True) only if you "
+                          "trust that folder")
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -92,8 +116,12 @@ def _is_vlm_config(config) -> bool:
     return getattr(config, "vision_config", None) is not None
 
 
-def load_target(path, dtype="fp32", device="auto", attn_implementation: str | None = None) -> Target:
-    """Load a target (model + tokenizer/processor) from a local folder with the real HF loaders."""
+def load_target(path, dtype="fp32", device="auto", attn_implementation: str | None = None, *,
+                trust_remote_code: bool = False) -> Target:
+    """Load a target (model + tokenizer/processor) from a local folder with the real HF loaders.
+
+    A folder whose config asks for its own code (``auto_map``) is refused unless
+    ``trust_remote_code=True`` (the CLI's ``--trust-remote-code``)."""
     from transformers import AutoConfig, AutoTokenizer
 
     path = Path(path)
@@ -102,13 +130,15 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
                           "or build the embedded default (see docs/logger.md)")
     if not (path / "config.json").exists():
         raise GlanceError(f"{path}: no config.json, so this is not a Hugging Face model folder")
+    check_remote_code(path, trust_remote_code)
+    trc = bool(trust_remote_code)
     dev = resolve_device(device) if not isinstance(device, torch.device) else device
     dt = resolve_dtype(dtype)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trc)
     except (OSError, ValueError, KeyError) as exc:
         raise GlanceError(f"{path}: cannot read the model config ({str(exc).splitlines()[0][:160]})") from None
-    kw = {"dtype": dt}
+    kw = {"dtype": dt, "trust_remote_code": trc}
     if attn_implementation:
         kw["attn_implementation"] = attn_implementation
     processor = None
@@ -117,14 +147,14 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
         model = AutoModelForImageTextToText.from_pretrained(path, **kw)
         image_processor = None
         try:
-            processor = AutoProcessor.from_pretrained(path)
+            processor = AutoProcessor.from_pretrained(path, trust_remote_code=trc)
             tokenizer = processor.tokenizer
         except Exception:  # noqa: BLE001 - e.g. the video processor needs torchvision
             # fall back to the image processor + tokenizer (the processor's job done by hand)
             from transformers import AutoImageProcessor
             try:
-                image_processor = AutoImageProcessor.from_pretrained(path)
-                tokenizer = AutoTokenizer.from_pretrained(path)
+                image_processor = AutoImageProcessor.from_pretrained(path, trust_remote_code=trc)
+                tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trc)
             except (OSError, ValueError, TypeError) as exc:
                 raise GlanceError(f"{path}: a vision-language model needs its processor files "
                                   f"({str(exc).splitlines()[0][:120]})") from None
@@ -142,7 +172,7 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
     else:
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_pretrained(path, **kw)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trc)
     model = model.to(dev).eval()
     return Target(model, tokenizer, processor, name=str(path))
 

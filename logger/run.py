@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import sys
 import time
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +67,7 @@ class RunConfig:
     draft_len: int | None = None
     command: str | None = None
     progress: bool = True
+    trust_remote_code: bool = False     # run code shipped in a model folder (auto_map); only on request
     items: list | None = field(default=None, repr=False)   # pre-loaded items (tests, notebooks)
 
 
@@ -171,6 +175,81 @@ class Progress:
             print(file=sys.stderr)
 
 
+def _validate(cfg: RunConfig) -> None:
+    """Argument checks, one line each (the CLI prints it and exits 2)."""
+    if cfg.n is not None and cfg.n < 1:
+        raise GlanceError(f"--n {cfg.n}: the number of prompts must be >= 1")
+    if cfg.drafter != "ar" and cfg.budget < 1:
+        raise GlanceError(f"--budget {cfg.budget}: the tree needs at least one node (>= 1) for --drafter "
+                          f"{cfg.drafter}; for plain autoregressive decoding use --drafter ar")
+    if cfg.budget < 0:
+        raise GlanceError(f"--budget {cfg.budget}: must be >= 0")
+    if cfg.branch_k < 1:
+        raise GlanceError(f"--branch-k {cfg.branch_k}: must be >= 1")
+    if cfg.max_new_tokens < 1:
+        raise GlanceError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
+    if cfg.draft_len is not None and cfg.draft_len < 1:
+        raise GlanceError(f"--draft-len {cfg.draft_len}: must be >= 1")
+    if not (isinstance(cfg.temperature, (int, float)) and math.isfinite(cfg.temperature) and cfg.temperature >= 0):
+        raise GlanceError(f"--temperature {cfg.temperature}: must be a finite number >= 0 (0 = greedy)")
+
+
+@contextmanager
+def _run_lock(out: Path, run_id: str):
+    """Hold an exclusive OS lock (fcntl.flock on ``out/.glance-log-<run_id>.lock``) while a run
+    writes into ``out``: a second glance-log of the same configuration into the same folder is
+    refused instead of logging prompts twice or removing the first run's in-flight rows. The
+    OS drops the lock when the process ends, so a crashed run never blocks its resume."""
+    try:
+        import fcntl
+    except ImportError:                 # not POSIX: no lock (documented)
+        yield
+        return
+    path = out / f".glance-log-{run_id}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise GlanceError(f"run {run_id} is being written into {out} by another glance-log (pid {holder}); "
+                              "wait for it to finish, then rerun this command to resume") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)                    # closing releases the lock
+
+
+def _audit_state(out: Path, run_id: str) -> tuple[int, int, int]:
+    """(audited, mismatches, unaudited) over the matched prompt rows of ``run_id`` in ``out``."""
+    import pyarrow.parquet as pq
+
+    audited = mismatches = unaudited = 0
+    for f in sorted(out.glob("prompts-*.parquet")):
+        try:
+            pf = pq.ParquetFile(f)
+            names = pf.schema_arrow.names
+            if (pf.schema_arrow.metadata or {}).get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
+                continue
+            cols = [c for c in ("run_id", "condition", "greedy_match") if c in names]
+            tab = pq.read_table(f, columns=cols).to_pydict()
+        except Exception:  # noqa: BLE001 - an unreadable part is left for the reader to report
+            continue
+        n = len(tab["run_id"])
+        conds = tab.get("condition") or [S.CONDITIONS_DEFAULT] * n
+        gm = tab.get("greedy_match") or [None] * n
+        for r, c, g in zip(tab["run_id"], conds, gm):
+            if r != run_id or (c or S.CONDITIONS_DEFAULT) != S.CONDITIONS_DEFAULT:
+                continue
+            if g is None:
+                unaudited += 1
+            else:
+                audited += 1
+                mismatches += int(not g)
+    return audited, mismatches, unaudited
+
+
 def _generator(cfg: RunConfig, device, prompt_id: str):
     if cfg.temperature <= 0:
         return None
@@ -207,15 +286,35 @@ def run(cfg: RunConfig) -> dict:
         raise GlanceError(f"--probe {cfg.probe!r}: the only probe is 'mismatched'")
     if cfg.audit and cfg.temperature > 0:
         raise GlanceError("--audit compares with greedy decoding; use it with --temperature 0")
-    if cfg.budget < 0 or cfg.branch_k < 1 or cfg.max_new_tokens < 1:
-        raise GlanceError("--budget must be >= 0, --branch-k >= 1 and --max-new-tokens >= 1")
+    _validate(cfg)
     cfg.model = str(cfg.model or default_model())
     if cfg.drafter == "block" and cfg.draft_model is None:
         cfg.draft_model = str(default_block())
     items = cfg.items if cfg.items is not None else T.load_items(cfg.task, cfg.data, cfg.n, cfg.seed)
     if cfg.probe and len(items) < 2:
         T.derangement(len(items))
-    target = load_target(cfg.model, cfg.dtype, cfg.device)
+    quiet = _hf_progress_off() if not cfg.progress else None      # --quiet: no model-loading bar either
+    try:
+        return _run_loaded(cfg, items)
+    finally:
+        if quiet is not None:
+            quiet()
+
+
+def _hf_progress_off():
+    """Turn transformers' progress bars off; returns the function that turns them back on."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    if not hf_logging.is_progress_bar_enabled():
+        return None
+    hf_logging.disable_progress_bar()
+    return hf_logging.enable_progress_bar
+
+
+def _run_loaded(cfg: RunConfig, items) -> dict:
+    target = load_target(cfg.model, cfg.dtype, cfg.device, trust_remote_code=cfg.trust_remote_code)
     if cfg.probe and not target.is_vlm:
         bad = [it.prompt_id for it in items if not (it.context and it.context in it.prompt)]
         if bad:
@@ -223,7 +322,7 @@ def run(cfg: RunConfig) -> dict:
                               f"but {len(bad)} item(s) (e.g. {bad[0]}) have no 'context' inside their prompt")
     device = str(target.device)
     drafter = make_drafter(cfg.drafter, target, draft_model=cfg.draft_model, branch_k=cfg.branch_k,
-                           draft_len=cfg.draft_len)
+                           draft_len=cfg.draft_len, trust_remote_code=cfg.trust_remote_code)
     if cfg.drafter in ("block", "two_model") and max_code_bits(drafter.horizon, cfg.branch_k) > 62:
         raise GlanceError(f"--branch-k {cfg.branch_k} with a {drafter.horizon}-offset draft is too wide for exact "
                           "tree codes (horizon x log2(k) must be <= 62); lower --branch-k or --draft-len")
@@ -232,11 +331,31 @@ def run(cfg: RunConfig) -> dict:
         arms.append((make_drafter("ar", target), "ar"))
     ref_target = None
     if cfg.audit:
-        ref_target = target if target.dtype == torch.float32 else load_target(cfg.model, "fp32", target.device)
+        ref_target = target if target.dtype == torch.float32 else load_target(
+            cfg.model, "fp32", target.device, trust_remote_code=cfg.trust_remote_code)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     summary = {"out": str(out), "arms": []}
     perm = T.derangement(len(items)) if cfg.probe else None
+    rids = [run_id_of(_config_key(cfg, name, dr.config(), target.device.type)) for dr, name in arms]
+    with ExitStack() as locks:
+        for rid in sorted(set(rids)):        # one writer per run in --out (see _run_lock)
+            locks.enter_context(_run_lock(out, rid))
+        if cfg.audit:
+            for rid in rids:
+                _, _, unaudited = _audit_state(out, rid)
+                if unaudited:
+                    raise GlanceError(
+                        f"--audit: {unaudited} prompt(s) of run {rid} are already in {out} without the audit, "
+                        "and a rerun skips logged prompts, so they would stay unaudited; audit into a new "
+                        "folder (--out OTHER_DIR), or delete that run's part files in this one first")
+        _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary)
+    target.close()
+    return summary
+
+
+def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) -> None:
+    """Log every arm's prompts into ``out`` (the caller holds the runs' locks)."""
     for dr, name in arms:
         key = _config_key(cfg, name, dr.config(), target.device.type)
         rid = run_id_of(key)
@@ -255,7 +374,8 @@ def run(cfg: RunConfig) -> dict:
                                   tokenizer=target.tokenizer, drafter=name) for c in conditions}
         todo = [i for i, it in enumerate(items) if any(it.prompt_id not in done[c] for c in conditions)]
         prog = Progress(len(todo), f"{cfg.task}/{name}", cfg.progress)
-        arm = {"run_id": rid, "drafter": name, "skipped": len(items) - len(todo), "prompts": 0, "rounds": 0,
+        skipped = sum(it.prompt_id in done[S.CONDITIONS_DEFAULT] for it in items)   # matched rows already there
+        arm = {"run_id": rid, "drafter": name, "skipped": skipped, "prompts": 0, "rounds": 0,
                "accepted": 0, "tokens": 0, "decode_ms": 0.0, "greedy_mismatches": 0}
         try:
             for i in todo:
@@ -288,11 +408,13 @@ def run(cfg: RunConfig) -> dict:
                     mprompt = _encode(target, item, other)
                     lm = loggers["mismatched"]
                     lm.begin_prompt(item.prompt_id, _ref_texts(item))
-                    decode(target, dr, mprompt, budget=cfg.budget, branch_k=cfg.branch_k,
-                           max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                           generator=_generator(cfg, target.device, item.prompt_id + ":mismatched"),
-                           callbacks=[lm], forced=Forced(live.resolve_stream, live.positions, len(live.tokens)))
+                    mres = decode(target, dr, mprompt, budget=cfg.budget, branch_k=cfg.branch_k,
+                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                                  generator=_generator(cfg, target.device, item.prompt_id + ":mismatched"),
+                                  callbacks=[lm], forced=Forced(live.resolve_stream, live.positions, len(live.tokens)))
                     arm["probed"] = arm.get("probed", 0) + 1
+                    arm["probe_rounds"] = arm.get("probe_rounds", 0) + mres.rounds
+                    arm["probe_accepted"] = arm.get("probe_accepted", 0) + int(np.sum(mres.accepted))
         except torch.cuda.OutOfMemoryError:
             raise GlanceError(f"out of GPU memory on prompt {items[i].prompt_id}; every completed prompt is "
                               f"saved in {out} (rerun to resume; lower --budget or --max-new-tokens)") from None
@@ -301,9 +423,11 @@ def run(cfg: RunConfig) -> dict:
                 lg.close()
             prog.close()
         arm["tau"] = (arm["accepted"] + arm["rounds"]) / arm["rounds"] if arm["rounds"] else float("nan")
+        if arm.get("probe_rounds"):
+            arm["probe_tau"] = (arm["probe_accepted"] + arm["probe_rounds"]) / arm["probe_rounds"]
+        if cfg.audit:       # over every audited prompt of the run in --out, this call's and earlier ones
+            arm["audited"], arm["greedy_mismatches"], _ = _audit_state(out, arm["run_id"])
         summary["arms"].append(arm)
-    target.close()
-    return summary
 
 
 def _ref_texts(item) -> list:
