@@ -57,8 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--probe", default=None, choices=("mismatched",),
                    help="mismatched: replay each trajectory with another prompt's image/context")
     p.add_argument("--seed", type=int, default=0, help="item selection and sampling seed")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads (default: torch's choice; 1 is fastest for small models on a busy machine)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads; 0 = torch's choice (default: 1 for the embedded default, measured "
+                        "fastest on a shared 2-core machine by benchmarks/bench_threads.py; torch's choice "
+                        "for any other --model)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -74,11 +76,12 @@ def main(argv=None) -> int:
         return 2
     from .run import RunConfig, run
 
-    if args.threads < 0:
+    threads = args.threads if args.threads is not None else (1 if args.model is None else 0)
+    if threads < 0:
         print("glance-log: --threads must be >= 0", file=sys.stderr)
         return 2
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if threads:
+        torch.set_num_threads(threads)
 
     cfg = RunConfig(task=args.task, model=args.model, drafter=args.drafter, draft_model=args.draft_model,
                     budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,

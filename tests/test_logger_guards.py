@@ -207,3 +207,24 @@ def test_remote_code_runs_only_with_the_flag(env, tmp_path, capsys, monkeypatch)
     with pytest.raises(Exception, match="--trust-remote-code"):
         make_drafter("two_model", plain, draft_model=folder)
     assert make_drafter("two_model", plain, draft_model=folder, trust_remote_code=True).horizon == 5
+
+
+def test_thread_default_is_one_for_the_embedded_default_only(env, tmp_path, capsys, monkeypatch):
+    """benchmarks/bench_threads.py: on this shared 2-core machine one thread is the fastest
+    for the embedded default (2 threads: 10 % faster when idle, 5.6x slower with one core busy)."""
+    monkeypatch.setenv("GLANCE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GLANCE_MODELS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert main(_args(env, tmp_path / "a", "--drafter", "pld", "--n", "1", "--quiet")) == 0
+        assert torch.get_num_threads() == 2                        # another --model: torch's choice
+        assert main(["--task", "docvqa", "--n", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "b"),
+                     "--quiet", "--device", DEVICE]) == 0          # the embedded default
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        assert main(["--task", "docvqa", "--n", "1", "--max-new-tokens", "4", "--out", str(tmp_path / "c"),
+                     "--quiet", "--device", DEVICE, "--threads", "0"]) == 0
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
