@@ -21,11 +21,11 @@ WIDTH = 100
 COMMANDS = (
     ("glance-log", "glance_log.cli", "build_parser",
      "Decode a task with the reference tree-verify decoder and log every round ([logger.md](logger.md))."),
-    ("python -m glance_law.fit", "glance_law.fit", "fit",
+    ("python -m glance_law.fit", "glance_law.cli.fit", "fit",
      "Fit the law per task plus the pooled row; section flags run the other analyses on the same reading."),
-    ("python -m glance_law.report", "glance_law.report", "build_parser",
+    ("python -m glance_law.report", "glance_law.cli.report", "build_parser",
      "The whole theory appendix: every table and figure, the index and the manifest."),
-    ("python -m glance_law.reduce", "glance_law.reduce", "build_parser",
+    ("python -m glance_law.reduce", "glance_law.scale.reduce", "build_parser",
      "Reduce round logs to the law's sufficient statistics (serving scale)."),
 )
 
@@ -61,11 +61,11 @@ MODULES = (
     ("glance_law.evidence.transfer", "Law transfer: fit on some groups, score on others.", None),
     ("glance_law.evidence.audit", "The lossless audit with the tie-aware gate.", None),
     ("glance_law.evidence.timing", "The timing ledger (Appendix E).", None),
-    ("glance_law.reduce", "Sufficient statistics at serving scale.", None),
+    ("glance_law.scale.reduce", "Sufficient statistics at serving scale.", None),
     ("glance_law.simulate", "Simulated round logs from known parameters.", None),
     ("glance_law.appendix", "The appendix sections (one per table or figure).", None),
     ("glance_law.results.plots", "The appendix figures, drawn from result objects.", None),
-    ("glance_law.report", "`python -m glance_law.report`: the whole appendix.",
+    ("glance_law.cli.report", "`python -m glance_law.report`: the whole appendix.",
      ["main", "build_parser", "read_inputs", "write_artifacts", "render_index"]),
     ("glance_log.record", "The round logger (a decoder callback).", None),
     ("glance_log.decode", "The reference tree-verify decoder.", None),
