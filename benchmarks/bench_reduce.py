@@ -130,7 +130,7 @@ elif what == "exact":
            "b1_lo": r["b1_lo"], "b1_hi": r["b1_hi"]}
 else:
     from glance_law.scale.engines import reduce_logs
-    from glance_law.scale.reduce import fit_reduced
+    from glance_law.scale.law_reduced import fit_reduced
     red = reduce_logs(files, engine=what)
     t_red = time.perf_counter() - w
     fit = fit_reduced(red)
@@ -163,7 +163,7 @@ def bench_small(n: int, repeat: int, folder: Path) -> None:
     from glance_law.io import read_logs
     from glance_law.law import fit_law
     from glance_law.scale.engines import reduce_logs
-    from glance_law.scale.reduce import fit_reduced
+    from glance_law.scale.law_reduced import fit_reduced
     paths = generate(folder, n, chunk=n)
     size = sum(p.stat().st_size for p in paths) / 1e6
     print(f"\n== {n:,} rounds, {len(paths)} file(s), {size:.0f} MB; {load_note()}")
@@ -234,7 +234,8 @@ def bench_binning(n_prompts: int) -> None:
     import pandas as pd
 
     from glance_law.law import fit_law
-    from glance_law.scale.reduce import Grid, fit_reduced, reduce_frame
+    from glance_law.scale.law_reduced import fit_reduced
+    from glance_law.scale.reduce import Grid, reduce_frame
     from glance_law.simulate import TaskSpec, simulate_rounds
     cases = {
         "five tasks": simulate_rounds(n_prompts=n_prompts, vectors=False, seed=3),

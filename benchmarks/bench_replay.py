@@ -50,7 +50,7 @@ if step == "lead":
     def lead_replay(lq, rk, n_max):
         # the replay as first written on the lead's builder: one floored best-first pass
         # (floor = the deepest target prefix's score), then the prefixes looked up in it
-        q = T._check_logq(lq)
+        q = T.check_logq(lq)
         score, code, D, known = RP.target_prefixes(q, rk)
         R, L, k = q.shape
         pos = np.full((R, L), n_max, np.int32)

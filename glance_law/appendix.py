@@ -98,7 +98,7 @@ class Inputs:
 
 
 def _law_fit(rounds, o: Options):
-    from glance_law.law.model import fit_law
+    from glance_law.law.fit import fit_law
     return fit_law(rounds, by="task", level=o.level, seed=o.seed)
 
 
@@ -250,7 +250,7 @@ def brackets(inp: Inputs) -> list:
         N = _budget(inp, d)
         L = int(law.row("pooled", d)["horizon"])        # the horizon plots.law_brackets draws
         curves = [law.curve(g, d).dropna(subset=["mean_entropy", "mean_accepted"])
-                  for g in plots._fitted_groups(law, d, None, pooled=False)]
+                  for g in plots.fitted_groups(law, d, None, pooled=False)]
         c = pd.concat(curves, ignore_index=True)
         below, above = outside_counts(c["mean_entropy"], c["mean_accepted"], N, L, inp.options.gamma)
         total = len(c)

@@ -1,7 +1,7 @@
-"""`python -m glance_law.reduce`: see :mod:`glance_law.scale.reduce`."""
+"""`python -m glance_law.reduce`: see :mod:`glance_law.cli.reduce`."""
 import sys
 
-from glance_law.scale.reduce import main
+from glance_law.cli.reduce import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,7 +35,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .tasks import TASKS, TaskItem
+from .items import TASKS, TaskItem
 
 SPLITS = ("train", "heldout")
 HELDOUT_FRACTION = 5          # one prompt in five (by content hash) is held out
@@ -176,7 +176,7 @@ class Example:
     title: str = ""
 
 
-def _art(word: str) -> str:
+def article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
@@ -227,7 +227,7 @@ def draw_caption(rng, objs, setting: str) -> str:
     def np_(c, n):
         adj = c if (c and rng.random() < 0.7) else (rng.choice(SIZES) if rng.random() < 0.3 else None)
         words = f"{adj} {n}" if adj else n
-        return f"{_art(words)} {words}"
+        return f"{article(words)} {words}"
 
     order = rng.sample(list(objs), rng.randint(2, min(3, len(objs))))
     parts = [rng.choice(CAPTION_OPENERS), np_(*order[0])]

@@ -24,32 +24,9 @@ from pathlib import Path
 
 from glance_law.errors import GlanceError
 
-#: Task families ordered from open to grounded, then the no-decode-loop control.
-TASKS = ("caption", "textvqa", "infovqa", "docvqa", "chartqa", "scienceqa")
+from .items import TASKS, TaskItem  # noqa: F401 (public here too)
+
 GROUNDING_ORDER = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
-
-
-@dataclass(frozen=True)
-class TaskItem:
-    """One prompt of a task.
-
-    ``prompt``: the full text a text-only target reads (the context block standing
-    in for the image, then the question). ``question``: the question alone, for a
-    vision-language target that sees ``image`` instead of the context text.
-    ``reference``: the reference answer or OCR/context text (``copy_len`` is measured
-    against it). ``image``: path of the image (or of the context rendered as PNG).
-    ``image_bytes``: the encoded image when a dataset stores it inline (no path).
-    """
-
-    prompt_id: str
-    task: str
-    prompt: str
-    reference: str | None = None
-    image: str | None = None
-    question: str | None = None
-    context: str | None = None
-    answer: str | None = None
-    image_bytes: bytes | None = None
 
 
 @dataclass(frozen=True)

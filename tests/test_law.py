@@ -16,8 +16,9 @@ from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.io import LogSet
 from glance_law.law import LAW_COLUMNS, fit_law
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_arrays, simulate_rounds
-from glance_law.stats.cluster import clustered_mean, spearman_clustered, t_crit
+from glance_law.stats.cluster import clustered_mean, t_crit
 from glance_law.stats.curve import equal_count_bins, integer_midranks, isotonic_decreasing, midranks
+from glance_law.stats.ranks import spearman_clustered
 
 
 def pmf(p, L):

@@ -17,9 +17,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from glance_law.cli import reduce as RC
 from glance_law.errors import GlanceError
 from glance_law.io import LogError, read_logs, write_table
 from glance_law.law import fit_law
+from glance_law.scale import law_reduced as LR
 from glance_law.scale import reduce as R
 from glance_law.scale.engines import reduce_logs, suspect_streams
 from glance_law.scale.law_reduced import two_point
@@ -262,7 +264,7 @@ def test_merged_reductions_equal_the_reduction_of_the_merged_logs(tmp_path):
     # a reduction of some parts merged with rounds files of the others
     mixed = reduce_logs([tmp_path / "red" / "part0.parquet", tmp_path / "red" / "part1.parquet", files[2], files[3]])
     same_cells(as_dict(mixed), as_dict(whole))
-    fa, fb = R.fit_reduced(whole), R.fit_reduced(from_files)
+    fa, fb = LR.fit_reduced(whole), LR.fit_reduced(from_files)
     np.testing.assert_allclose(fa.table["b1"], fb.table["b1"], rtol=1e-10)
 
 
@@ -308,7 +310,7 @@ def test_reduced_fit_equals_exact_fit_on_a_golden_log():
                           "prompt_id": [f"p{i % 40}" for i in range(600)], "round": np.arange(600) // 40,
                           "root_entropy": H, "accepted": a.astype(np.int16), "horizon": np.int16(6)})
     ex = fit_law(frame, cluster=("task", "prompt_id"))
-    red = R.fit_reduced(R.reduce_frame(frame), cov="cr1")
+    red = LR.fit_reduced(R.reduce_frame(frame), cov="cr1")
     cols = ["b0", "b1", "mean_entropy", "mean_accepted", "r2_round", "loglik", "cap", "p_ge8", "ceiling_model"]
     pd.testing.assert_frame_equal(red.table[cols], ex.table[cols], rtol=1e-8, atol=1e-10)
     # CR1 over buckets by brute force: group the rounds by bucket, sum the scores
@@ -339,7 +341,7 @@ def test_reduced_fit_equals_exact_fit_on_a_golden_log():
         deltas.append(np.linalg.solve(info - info_k, u[k]))
     deltas = np.array(deltas) - np.mean(deltas, axis=0)
     se3 = np.sqrt(np.diag((G - 1) / G * deltas.T @ deltas))
-    cr3 = R.fit_reduced(R.reduce_frame(frame)).table.iloc[-1]
+    cr3 = LR.fit_reduced(R.reduce_frame(frame)).table.iloc[-1]
     assert cr3["interval"] == "cr3"
     assert cr3["b1_hi"] == pytest.approx(b[1] + stats.t.ppf(0.975, G - 1) * se3[1], rel=1e-9)
     assert cr3["b0_lo"] == pytest.approx(b[0] - stats.t.ppf(0.975, G - 1) * se3[0], rel=1e-9)
@@ -350,10 +352,10 @@ def test_reduced_fit_agrees_with_exact_fit_on_simulated_logs():
     ex = fit_law(frame)
     red = R.reduce_frame(frame)
     for quad, tol in ((True, 1e-6), (False, 1e-3)):
-        fit = R.fit_reduced(red, quadrature=quad)
+        fit = LR.fit_reduced(red, quadrature=quad)
         np.testing.assert_allclose(fit.table["b0"], ex.table["b0"], atol=tol)
         np.testing.assert_allclose(fit.table["b1"], ex.table["b1"], atol=tol)
-    red = R.fit_reduced(R.reduce_frame(frame))
+    red = LR.fit_reduced(R.reduce_frame(frame))
     # documented tolerances (docs/scale.md) for the statistics that split rounds at atom granularity
     for col, tol in (("r2_round", 1e-6), ("sup", 1e-6), ("mean_accepted", 1e-12), ("mean_entropy", 1e-9),
                      ("floor_mean", 0.02), ("r2_curve", 0.01), ("r2_isotonic", 0.01), ("ceiling", 0.005),
@@ -373,7 +375,7 @@ def test_recovery_truth_inside_bucket_clustered_intervals(n_boot):
     spec = TaskSpec("t", b0=1.1, b1=0.8, shape=2.0, scale=0.5, floor_weight=0.1)
     frame = simulate_rounds([spec], n_prompts=300, rounds_per_prompt=(10, 30), vectors=False, seed=21,
                             prompt_corr=0.5)
-    fit = R.fit_reduced(R.reduce_frame(frame), by=None, n_boot=n_boot, seed=1)
+    fit = LR.fit_reduced(R.reduce_frame(frame), by=None, n_boot=n_boot, seed=1)
     r = fit.row()
     assert r["b0_lo"] < 1.1 < r["b0_hi"] and r["b1_lo"] < 0.8 < r["b1_hi"]
     assert r["mean_accepted_lo"] < r["mean_accepted"] < r["mean_accepted_hi"]
@@ -387,7 +389,7 @@ def test_bucket_clustered_intervals_cover_at_nominal_rate():
     for seed in range(120):
         frame = simulate_rounds([spec], n_prompts=120, rounds_per_prompt=(10, 30), vectors=False, seed=seed,
                                 prompt_corr=0.5)
-        r = R.fit_reduced(R.reduce_frame(frame), by=None).row()
+        r = LR.fit_reduced(R.reduce_frame(frame), by=None).row()
         hits.append(r["b1_lo"] < 0.7 < r["b1_hi"])
     print(f"coverage of b1: {np.mean(hits):.3f} over {len(hits)} data sets")
     assert 0.89 <= np.mean(hits) <= 0.99
@@ -396,9 +398,9 @@ def test_bucket_clustered_intervals_cover_at_nominal_rate():
 def test_reduced_fit_rejects_groupings_it_cannot_make():
     red = R.reduce_frame(logs(5))
     with pytest.raises(GlanceError, match="cannot group by"):
-        R.fit_reduced(red, by="run_id")
+        LR.fit_reduced(red, by="run_id")
     with pytest.raises(GlanceError, match="hold condition matched"):
-        R.fit_reduced(red, condition="mismatched")
+        LR.fit_reduced(red, condition="mismatched")
 
 
 def test_tail_from_reduction_equals_exact_tail_at_a_bin_edge_threshold():
@@ -407,7 +409,7 @@ def test_tail_from_reduction_equals_exact_tail_at_a_bin_edge_threshold():
     thr = 2.0 ** -4  # an edge of the grid, so the floor regime is the same set of rounds
     ex = fit_tail(frame, threshold=thr, n_boot=0, heldout=False)
     red = R.reduce_frame(frame)
-    tail = R.tail_reduced(red, R.fit_reduced(red), threshold=thr, n_boot=0, heldout=False)
+    tail = LR.tail_reduced(red, LR.fit_reduced(red), threshold=thr, n_boot=0, heldout=False)
     cols = ["floor_rounds", "floor_mean", "ll_geometric", "ll_two_state", "lrt", "chi2_geometric", "chi2_two_state"]
     pd.testing.assert_frame_equal(tail.to_frame()[["task"] + cols], ex.to_frame()[["task"] + cols], rtol=1e-6,
                                   atol=1e-6)
@@ -493,7 +495,7 @@ def test_reduce_cli_writes_a_file_that_fit_accepts(tmp_path, capsys):
     frame = logs(20, seed=10)
     write_parts(frame, tmp_path / "logs", 2)
     out = tmp_path / "stats.parquet"
-    assert R.main([str(tmp_path / "logs"), "--out", str(out), "--format", "json"]) == 0
+    assert RC.main([str(tmp_path / "logs"), "--out", str(out), "--format", "json"]) == 0
     assert '"buckets"' in capsys.readouterr().out
     assert F.main([str(out), "--format", "csv"]) == 0
     reduced_csv = capsys.readouterr().out
@@ -515,10 +517,10 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
         (F.main, [str(tmp_path / "logs"), "--engine", "arrow", "--offsets"], "needs per-round columns"),
         (F.main, [str(tmp_path / "logs"), "--engine", "arrow", "--by", "run_id"], "cannot group by"),
         (F.main, [str(tmp_path / "logs"), "--engine", "nope"], "invalid choice"),
-        (R.main, [str(tmp_path / "logs"), "--out", str(tmp_path / "x.parquet"), "--per-octave", "5"],
+        (RC.main, [str(tmp_path / "logs"), "--out", str(tmp_path / "x.parquet"), "--per-octave", "5"],
          "power of two"),
-        (R.main, [str(tmp_path / "missing"), "--out", str(tmp_path / "x.parquet")], "no such file"),
-        (R.main, [str(tmp_path / "logs")], "required"),
+        (RC.main, [str(tmp_path / "missing"), "--out", str(tmp_path / "x.parquet")], "no such file"),
+        (RC.main, [str(tmp_path / "logs")], "required"),
     ]
     for main, argv, msg in cases:
         assert main(argv) == 2
@@ -558,7 +560,7 @@ def test_reduced_file_without_sum_h2_fits_at_cell_means(tmp_path):
                 run={"reduction": red.metadata()})
     back = R.read_reduced(tmp_path / "old.parquet")
     assert back.cells["sum_h2"].isna().all()
-    fit = R.fit_reduced(back)
+    fit = LR.fit_reduced(back)
     ex = fit_law(frame)
     np.testing.assert_allclose(fit.table["b1"], ex.table["b1"], atol=1e-3)
     assert any("without sum_h2" in n for n in fit.notes)
@@ -568,7 +570,7 @@ def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
     from glance_law.cli import fit as F
     frame = logs(25, seed=14)
     write_parts(frame, tmp_path / "logs", 2)
-    assert R.main([str(tmp_path / "logs"), "--out", str(tmp_path / "s.parquet")]) == 0
+    assert RC.main([str(tmp_path / "logs"), "--out", str(tmp_path / "s.parquet")]) == 0
     capsys.readouterr()
     assert F.main([str(tmp_path / "s.parquet"), "--tail", "--tail-bootstrap", "9", "--format", "json"]) == 0
     import json

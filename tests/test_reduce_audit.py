@@ -14,12 +14,13 @@ import pandas as pd
 import pytest
 
 from glance_law.cli import fit as F
+from glance_law.cli import reduce as RC
 from glance_law.errors import GlanceError
 from glance_law.io import LogError, read_logs, write_table
 from glance_law.law import fit_law
 from glance_law.scale import reduce as R
 from glance_law.scale.engines import reduce_logs
-from glance_law.scale.reduce import fit_reduced
+from glance_law.scale.law_reduced import fit_reduced
 from glance_law.simulate import simulate_rounds
 
 ENGINES = ["arrow"] + (["duckdb"] if importlib.util.find_spec("duckdb") is not None else [])
@@ -108,7 +109,7 @@ def test_grid_accepts_exactly_the_grids_whose_bins_fit_int32():
 
 def test_reduce_cli_refuses_an_overflowing_per_octave(tmp_path, capsys):
     write_table(sim(2)[BASE], tmp_path / "rounds.parquet")
-    assert R.main([str(tmp_path / "rounds.parquet"), "--out", str(tmp_path / "x.parquet"), "--per-octave", "1024"]) == 2
+    assert RC.main([str(tmp_path / "rounds.parquet"), "--out", str(tmp_path / "x.parquet"), "--per-octave", "1024"]) == 2
     err = capsys.readouterr().err
     assert "per_octave must be a power of two between 1 and 512" in err and err.count("\n") == 1
     assert not (tmp_path / "x.parquet").exists()
@@ -138,7 +139,7 @@ def test_copy_of_a_reduction_under_another_name_is_refused(tmp_path, capsys):
     write_table(frame.iloc[:300], tmp_path / "logs" / "rounds-0.parquet")
     write_table(frame.iloc[300:], tmp_path / "logs" / "rounds-1.parquet")
     stats = tmp_path / "stats.parquet"
-    assert R.main([str(tmp_path / "logs"), "--out", str(stats)]) == 0
+    assert RC.main([str(tmp_path / "logs"), "--out", str(stats)]) == 0
     capsys.readouterr()
     copy = tmp_path / "copy.parquet"
     shutil.copy(stats, copy)
@@ -148,7 +149,7 @@ def test_copy_of_a_reduction_under_another_name_is_refused(tmp_path, capsys):
     assert R.read_reduced([stats, stats]).cells["n"].sum() == len(frame)
     parts = [tmp_path / f"part{i}.parquet" for i in range(2)]
     for i, p in enumerate(parts):
-        assert R.main([str(tmp_path / "logs" / f"rounds-{i}.parquet"), "--out", str(p)]) == 0
+        assert RC.main([str(tmp_path / "logs" / f"rounds-{i}.parquet"), "--out", str(p)]) == 0
     assert R.read_reduced(parts).cells["n"].sum() == len(frame)
 
 

@@ -507,7 +507,7 @@ def test_bootstrap_lrt_size_on_pure_geometric_logs():
         Wo.append(tail_mle.counts(a, L, 15))
         p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
         Wb.append(tail._simulate_geometric(float(p), L, 1, rng)[0])
-    fo, fb = tail._fit_W(np.stack(Wo)), tail._fit_W(np.stack(Wb))
+    fo, fb = tail.fit_W(np.stack(Wo)), tail.fit_W(np.stack(Wb))
     lrt, lrt_star = 2 * (fo[3] - fo[5]), 2 * (fb[3] - fb[5])
     size = np.mean(lrt > np.quantile(lrt_star, 0.95))
     assert 0.03 <= size <= 0.07
@@ -564,7 +564,7 @@ def test_bootstrap_lrt_size_with_correlated_rounds_is_prompt_aware():
         p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
         Wb.append(tail._simulate_geometric(float(p), L, 1, rng)[0])
         deff.append(tail.histogram_design_effect(a, df["prompt_id"].cat.codes.to_numpy()[fl]))
-    fo, fb = tail._fit_W(np.stack(Wo)), tail._fit_W(np.stack(Wb))
+    fo, fb = tail.fit_W(np.stack(Wo)), tail.fit_W(np.stack(Wb))
     lrt, lrt_star = 2 * (fo[3] - fo[5]), 2 * (fb[3] - fb[5])
     q = np.quantile(lrt_star, 0.95)
     size_aware = np.mean(lrt / np.array(deff) > q)

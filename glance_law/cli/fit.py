@@ -41,11 +41,11 @@ import os
 import sys
 from collections.abc import Sequence
 
+from glance_law.cli import reduce as _reduce
 from glance_law.data.io import LogSet, read_logs
 from glance_law.errors import GlanceError
-from glance_law.law.model import LAW_INPUT, fit_law
+from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
-from glance_law.scale import reduce as _reduce
 
 PROG = "python -m glance_law.fit"
 

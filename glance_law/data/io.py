@@ -335,7 +335,7 @@ def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
     return uniq
 
 
-def _file_meta(path: Path):
+def file_meta(path: Path):
     """(Parquet metadata, kind, glance.run) of a file, or LogError."""
     try:
         size = path.stat().st_size
@@ -556,7 +556,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
 def _load_one(path: Path, kind: str, columns):
     """(table, run) for a file of ``kind``, a FileInfo for another kind, or the LogError."""
     try:
-        md, fkind, run = _file_meta(path)
+        md, fkind, run = file_meta(path)
         if fkind != kind:
             return FileInfo(str(path), fkind, md.num_rows, run)
         return _read_one(path, kind, md, columns), run

@@ -1,12 +1,11 @@
 """The draftability law: the affine-logit model (:mod:`.model`), one group's statistics
 (:mod:`.group`), the result objects (:mod:`.result`) and the grouped fit :func:`fit_law`."""
+from .fit import LAW_INPUT, fit_law
 from .model import (
-    LAW_INPUT,
     cap,
     expected_accepted,
     fit_affine_logit,
     fit_conditional_mean,
-    fit_law,
     law_supremum,
     loglik,
     match_prob,

@@ -26,9 +26,9 @@ from glance_law.stats.cluster import (
     cr1_covariance,
     cr3_covariance,
     percentile_interval,
-    spearman_clustered,
     t_crit,
 )
+from glance_law.stats.ranks import spearman_clustered
 
 from . import model as _law
 from .result import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, LawChecks
@@ -47,7 +47,7 @@ def _cluster_cov(method, b, H, a, L, w, cl, G, p=None, kind="cr3"):
     jackknife: one Newton step per deleted prompt, :func:`glance_law.cluster.cr3_covariance`)
     or ``"cr1"`` (the sandwich with the G/(G-1) factor). ``p``: fitted match probabilities."""
     if method == "nls":
-        M, J = _law._mean_and_jacobian(b, H, L)
+        M, J = _law.mean_and_jacobian(b, H, L)
         r = a - M
         wj = J if w is None else J * w[:, None]
         u = np.stack([np.bincount(cl, wj[:, j] * r, G) for j in range(2)], axis=1)
@@ -94,14 +94,14 @@ def _nan_row() -> dict:
 def _law_moments(p, L, w):
     """Weighted sums of M, M^2 and Var(a|H) under the law, in chunks (bounded temporaries)."""
     s1 = s2 = sv = 0.0
-    for k in range(0, p.size, _law._CHUNK):
-        sl = slice(k, k + _law._CHUNK)
+    for k in range(0, p.size, _law.CHUNK):
+        sl = slice(k, k + _law.CHUNK)
         M = _law.truncated_mean(p[sl], L[sl])
         V = _law.truncated_variance(p[sl], L[sl])
         ws = None if w is None else w[sl]
-        s1 += float(M.sum()) if ws is None else _law._dot(ws, M)
-        s2 += _law._dot(M, M) if ws is None else _law._dot(ws, M * M)
-        sv += float(V.sum()) if ws is None else _law._dot(ws, V)
+        s1 += float(M.sum()) if ws is None else _law.dot(ws, M)
+        s2 += _law.dot(M, M) if ws is None else _law.dot(ws, M * M)
+        sv += float(V.sum()) if ws is None else _law.dot(ws, V)
     return s1, s2, sv
 
 
@@ -117,7 +117,7 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     W = float(n) if w is None else float(w.sum())
 
     def wsum(x):
-        return float(x.sum()) if w is None else _law._dot(w, x)
+        return float(x.sum()) if w is None else _law.dot(w, x)
 
     def wbin(bins, x, B):  # per-bin weighted sums
         return np.bincount(bins, x if w is None else w * x, B)
@@ -131,7 +131,7 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
     half = t_crit(G, level) * se_a if G >= 2 else np.nan
     row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
-    row["p_ge8"] = (np.count_nonzero(a >= 8) if w is None else _law._dot(w, (a >= 8).astype(np.float64))) / W
+    row["p_ge8"] = (np.count_nonzero(a >= 8) if w is None else _law.dot(w, (a >= 8).astype(np.float64))) / W
     if L.min() != L.max():
         notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
                      "mean use each round's own L; sup and the horizon column use the largest")
@@ -251,7 +251,7 @@ def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where)
             if cdraws is not None:
                 with np.errstate(invalid="ignore", divide="ignore"):
                     cdraws[k] = np.bincount(bins, wr * a, B) / np.bincount(bins, wr, B)
-            mdraws[k] = _law._dot(wr, a) / wr.sum()
+            mdraws[k] = _law.dot(wr, a) / wr.sum()
             k += 1
     if failed:
         notes.append(f"{where}: {failed} of {n_boot} bootstrap replicates could not be refitted "

@@ -13,8 +13,8 @@ therefore a logistic regression with those counts: the log-likelihood is
 concave in (b0, b1) and Newton's method solves it exactly
 (:func:`fit_affine_logit`).
 
-The numeric core (pure numpy) comes first; :func:`fit_law` builds on it the
-grouped fit with prompt-clustered intervals, the fairly evaluated decile
+This module is the numeric core (pure numpy); :func:`glance_law.law.fit_law`
+(:mod:`glance_law.law.fit`) builds on it the grouped fit with prompt-clustered intervals, the fairly evaluated decile
 curve, the isotonic and round-level R^2, the rank test, the noise ceiling, the
 floor against the cap, and the paper's four checks, returned as a frozen
 :class:`LawFit`. The theory and every choice are documented in
@@ -22,26 +22,14 @@ floor against the cap, and the paper's four checks, returned as a frozen
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
-import pandas as pd
 from scipy import special
-
-from glance_law.data import selection as _sel
-from glance_law.errors import GlanceError
-from glance_law.stats import ceiling as _ceiling
-from glance_law.stats.cluster import CLUSTER_BY
-
-from . import group as _group  # one group's statistics (imports this module back)
-from .result import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, POOLED, LawChecks, LawFit  # noqa: F401
 
 __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
            "expected_accepted", "loglik", "score_and_information", "fit_affine_logit",
-           "fit_conditional_mean", "law_supremum", "cap", "fit_law", "LawFit", "LawChecks",
-           "LAW_COLUMNS", "CURVE_COLUMNS"]
+           "fit_conditional_mean", "mean_and_jacobian", "law_supremum", "cap"]
 
-_CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
+CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
 
 
 def match_prob(H, b0: float, b1: float) -> np.ndarray:
@@ -108,7 +96,7 @@ def law_supremum(b0: float, L: int) -> float:
     return float(np.exp(b0) * -np.expm1(L * np.log(p)))
 
 
-def _dot(x, y) -> float:
+def dot(x, y) -> float:
     """sum(x * y) for long vectors without BLAS (whose threads can cost 10x on a busy machine)."""
     return float(np.einsum("i,i->", x, y))
 
@@ -127,11 +115,11 @@ def loglik(b, H, a, L, weight=None, per_round: bool = False):
     """
     b0, b1 = float(b[0]), float(b[1])
     H = np.asarray(H, dtype=np.float64)
-    if not per_round and H.size > _CHUNK:  # the total in chunks: bounded temporaries on 10^7 rounds
+    if not per_round and H.size > CHUNK:  # the total in chunks: bounded temporaries on 10^7 rounds
         a, L = np.broadcast_to(np.asarray(a), H.shape), np.broadcast_to(np.asarray(L), H.shape)
-        return float(sum(loglik(b, H[k:k + _CHUNK], a[k:k + _CHUNK], L[k:k + _CHUNK],
-                                None if weight is None else np.asarray(weight)[k:k + _CHUNK])
-                         for k in range(0, H.size, _CHUNK)))
+        return float(sum(loglik(b, H[k:k + CHUNK], a[k:k + CHUNK], L[k:k + CHUNK],
+                                None if weight is None else np.asarray(weight)[k:k + CHUNK])
+                         for k in range(0, H.size, CHUNK)))
     eta = b0 - b1 * H
     s, f = _successes_failures(a, L)
     # s log p + f log(1-p) = s eta - (s + f) softplus(eta)
@@ -205,14 +193,14 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
         raise ValueError(f"the entropies separate acceptances from rejections (every one of the {low} "
                          "lies at or below every other one), so the slope is infinite and the law has no "
                          "finite fit")
-    SH = _dot(s, H)
+    SH = dot(s, H)
     e, p, npv = np.empty_like(H), np.empty_like(H), np.empty_like(H)
 
     def ll(b):  # uses e as scratch (free between grad_info calls)
         np.multiply(H, -b[1], out=e)
         np.add(e, b[0], out=e)
         np.logaddexp(0.0, e, out=e)
-        return b[0] * S - b[1] * SH - _dot(n_tr, e)
+        return b[0] * S - b[1] * SH - dot(n_tr, e)
 
     def grad_info(b):
         # In place, with p = 1/(1 + e^-eta) and 1 - p = e^-eta p (both without cancellation):
@@ -224,12 +212,12 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
         np.add(e, 1.0, out=p)
         np.reciprocal(p, out=p)                      # p
         np.multiply(n_tr, p, out=npv)                # (s + f) p
-        g = np.array([S - npv.sum(), -(SH - _dot(npv, H))])
+        g = np.array([S - npv.sum(), -(SH - dot(npv, H))])
         np.multiply(e, p, out=e)                     # 1 - p
         np.multiply(e, npv, out=e)                   # (s + f) p (1 - p)
-        v0, vh = float(e.sum()), _dot(e, H)
+        v0, vh = float(e.sum()), dot(e, H)
         np.multiply(e, H, out=p)
-        return g, np.array([[v0, -vh], [-vh, _dot(p, H)]])
+        return g, np.array([[v0, -vh], [-vh, dot(p, H)]])
 
     b = np.asarray(b_init, dtype=np.float64).copy()
     if not np.any(b):
@@ -283,7 +271,7 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     return b, info, converged
 
 
-def _mean_and_jacobian(b, H, L):
+def mean_and_jacobian(b, H, L):
     """M(sigmoid(b0 - b1 H)) and its (n, 2) Jacobian in (b0, b1)."""
     eta = b[0] - b[1] * H
     p = special.expit(eta)
@@ -308,9 +296,9 @@ def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, m
     if b_init is None:
         b_init, _, _ = fit_affine_logit(H, a, L, w)
     b = np.asarray(b_init, dtype=np.float64).copy()
-    M, J = _mean_and_jacobian(b, H, L)
+    M, J = mean_and_jacobian(b, H, L)
     r = a - M
-    sse = _dot(w, r * r)
+    sse = dot(w, r * r)
     converged = False
     for _ in range(max_iter):
         JW = J * w[:, None]
@@ -321,9 +309,9 @@ def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, m
         t = 1.0
         while True:
             b_new = b + t * step
-            M_new, J_new = _mean_and_jacobian(b_new, H, L)
+            M_new, J_new = mean_and_jacobian(b_new, H, L)
             r_new = a - M_new
-            sse_new = _dot(w, r_new * r_new)
+            sse_new = dot(w, r_new * r_new)
             if sse_new <= sse * (1.0 + 1e-14) or t < 1e-8:
                 break
             t *= 0.5
@@ -335,130 +323,3 @@ def fit_conditional_mean(H, a, L, weight=None, b_init=None, tol: float = 1e-9, m
     if not np.all(np.isfinite(b)) or np.max(np.abs(b)) > 1e6:
         raise ValueError("the least-squares fit diverged; the data do not pin (b0, b1)")
     return b, J, r, converged
-
-
-
-# ==========================================================================
-# the grouped fit
-# ==========================================================================
-
-LAW_INPUT = _sel.LAW_INPUT
-
-
-def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float = 0.95, n_boot: int = 0,
-            seed: int = 0, *, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
-            cluster: Sequence[str] = CLUSTER_BY, bins: int = 10, ceiling_bins: int = _ceiling.DEFAULT_BINS,
-            alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9,
-            cov: str = "cr3") -> LawFit:
-    """Fit the draftability law per group and pooled, with prompt-clustered uncertainty.
-
-    Parameters
-    ----------
-    rounds : DataFrame or LogSet
-        Round logs (``read_logs(paths)`` or a frame with the contract's columns).
-    by : column whose values form the groups (default ``"task"``); None fits the pooled row only.
-        The group label is reported in the ``task`` column whatever ``by`` is.
-    method : ``"mle"`` (default: exact maximum likelihood of the truncated geometric) or
-        ``"nls"`` (least squares of a on the conditional mean M(sigmoid(b0 - b1 H), L)).
-    level : interval level (0.95).
-    n_boot : 0 (default) for a prompt-clustered covariance (``cov``) with Student-t(G-1)
-        critical values; N > 0 for a prompt-level cluster bootstrap with N replicates
-        (percentile intervals for b0, b1, the decile means and the mean accepted length).
-    cov : ``"cr3"`` (default: the cluster jackknife, one Newton step per deleted prompt) or
-        ``"cr1"`` (the cluster-robust sandwich with the G/(G-1) factor). CR1 is slightly
-        liberal with a few dozen prompts of uneven size (about 93% coverage of nominal 95%
-        at 40 prompts in our simulations); CR3 is closer to nominal (docs/theory-law.md).
-    seed : bootstrap seed (each group's stream derives from it and the group's name).
-    condition : conditions fitted (default ``"matched"``); None pools every condition.
-    weight : optional column of row counts (reduced tables: each row stands for ``weight``
-        identical rounds).
-    cluster : the columns whose combination is one independent unit (default (task, prompt_id)).
-    bins, ceiling_bins : equal-count entropy bins of the decile curve (10) and of the ceiling (50).
-    alpha, min_r2_curve, min_r2_isotonic : thresholds of :meth:`LawFit.holds` (see
-        :class:`LawChecks` and docs/theory-law.md).
-
-    Rounds with ``horizon == 0`` (autoregressive) and of other conditions are excluded and
-    counted in the notes; when the logs hold several drafters each is fitted separately
-    (rows keyed by drafter and group, one pooled row per drafter). A group whose law cannot
-    be fitted (e.g. it never accepts a token) keeps its descriptive statistics, has NaN
-    coefficients and a note.
-    """
-    if method not in ("mle", "nls"):
-        raise GlanceError(f"unknown method {method!r}; choose 'mle' or 'nls'")
-    if not 0.0 < float(level) < 1.0:
-        raise GlanceError(f"level must lie strictly between 0 and 1 (got {level})")
-    if int(n_boot) < 0:
-        raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
-    if int(bins) < 2 or int(ceiling_bins) < 2:
-        raise GlanceError("bins and ceiling_bins must be >= 2")
-    frame, skipped = _sel.as_frame(rounds)
-    notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
-                        for path, reason in skipped]
-    data = _sel.prepare(frame, by, condition, weight, cluster, notes)
-    if cov not in ("cr3", "cr1"):
-        raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
-    interval = "bootstrap" if n_boot > 0 else cov
-    opt = dict(method=method, level=float(level), n_boot=int(n_boot), seed=int(seed), bins=int(bins),
-               ceiling_bins=int(ceiling_bins), alpha=float(alpha), min_r2_curve=float(min_r2_curve),
-               min_r2_isotonic=float(min_r2_isotonic), interval=interval, cov=cov)
-    group_notes: list[str] = []
-    rows, curves, checks = [], {}, {}
-    dnames = data["dnames"]
-    present_d = sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
-    for di in present_d:
-        dname = dnames[di]
-        dmask = data["d"] == di
-        if dmask.all():
-            H, a, L, w, cl, g = (data[k] for k in ("H", "a", "L", "w", "cl", "g"))
-        else:
-            H, a, L, cl, g = (data[k][dmask] for k in ("H", "a", "L", "cl", "g"))
-            w = None if data["w"] is None else data["w"][dmask]
-        order = np.argsort(H, kind="stable")
-        tag = dname if len(present_d) > 1 else None
-        present_g = np.flatnonzero(np.bincount(g, minlength=len(data["gnames"]))) if by else []
-        for gi in sorted(present_g, key=lambda i: data["gnames"][i]):
-            m = g == gi
-            # the group's own sort order: the global order restricted to the group, as positions
-            # within the group's rows (O(n); a binary search here costs seconds at 10^7 rounds)
-            og = (np.cumsum(m, dtype=np.int32 if m.size < 2 ** 31 else np.int64) - 1)[order[m[order]]]
-            row, cur, chk = _group.evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m], og,
-                                      data["gnames"][gi], tag, opt, group_notes)
-            rows.append({**row, "drafter": dname})
-            curves[(dname, data["gnames"][gi])] = cur
-            checks[(dname, data["gnames"][gi])] = chk
-        row, cur, chk = _group.evaluate(H, a, L, w, cl, order, POOLED, tag, opt, group_notes)
-        rows.append({**row, "drafter": dname})
-        curves[(dname, POOLED)] = cur
-        checks[(dname, POOLED)] = chk
-    table = pd.DataFrame(rows, columns=list(LAW_COLUMNS + LAW_EXTRA_COLUMNS))
-    for c in ("rounds", "prompts", "horizon"):
-        table[c] = table[c].astype(np.int64)
-    if np.all(~np.isfinite(table["b1"].to_numpy(dtype=float))):
-        raise GlanceError("the law could not be fitted on any group: " + "; ".join(group_notes))
-    lvl = f"{100 * level:g}%"
-    if interval == "cr1":
-        notes.append(f"intervals: {lvl}, prompt-clustered (cluster = {', '.join(cluster)}): CR1 cluster-robust "
-                     "sandwich with Student-t(G-1) critical values, G = prompts in the group")
-    elif interval == "cr3":
-        notes.append(f"intervals: {lvl}, prompt-clustered (cluster = {', '.join(cluster)}): CR3 cluster jackknife "
-                     "(one Newton step per deleted prompt) with Student-t(G-1) critical values, G = prompts "
-                     "in the group")
-    else:
-        notes.append(f"intervals: {lvl} percentile, prompt-level cluster bootstrap with {n_boot} replicates "
-                     f"(seed {seed})")
-    if method == "nls":
-        notes.append("method nls: least squares of a on M(sigmoid(b0 - b1 H), L) (the MLE is the efficient "
-                     "default; nls is for comparison with the paper)")
-    if len(present_d) > 1:
-        notes.append(f"{len(present_d)} drafters fitted separately: {', '.join(dnames[i] for i in present_d)}")
-    if by and by != "task":
-        notes.append(f"groups are the values of column '{by}' (shown in the task column)")
-    notes.append(f"ceiling: bias-corrected {ceiling_bins}-bin between/total (epsilon^2, unclipped, ~0 without "
-                 "signal); ceiling_binned is the paper's SSB/SST (biased up by ~(B-1)/(n-1)); "
-                 "ceiling_fraction = r2_round / ceiling")
-    notes.append("floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L) "
-                 "at the group's largest L")
-    notes.append(f"holds: slope (b1_lo > 0), rank (rho < 0, prompt-aware p < {alpha:g}), curve (decile "
-                 f"R^2 >= {min_r2_curve:g}), monotone (isotonic decile R^2 >= {min_r2_isotonic:g})")
-    return LawFit(table=table, curves=curves, checks=checks, method=method, level=float(level), by=by,
-                  interval=interval, n_boot=int(n_boot), note_lines=tuple(notes + group_notes))

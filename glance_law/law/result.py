@@ -18,6 +18,8 @@ from glance_law.errors import GlanceError
 from glance_law.results import format as _fmt
 from glance_law.results.base import Result
 
+from .model import expected_accepted
+
 __all__ = ["LawFit", "LawChecks", "LAW_COLUMNS", "LAW_EXTRA_COLUMNS", "DISPLAY_COLUMNS", "CURVE_COLUMNS",
            "POOLED"]
 
@@ -186,7 +188,6 @@ class LawFit(Result):
         b0, b1 = float(r["b0"]), float(r["b1"])
         if not (np.isfinite(b0) and np.isfinite(b1)):
             raise GlanceError(f"the law was not fitted for group {r['task']!r}; see the fit's notes")
-        from .model import expected_accepted  # law imports this module
         return expected_accepted(H, b0, b1, r["horizon"] if L is None else L)
 
     def curve(self, group: str = POOLED, drafter: str | None = None) -> pd.DataFrame:

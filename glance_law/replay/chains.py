@@ -113,7 +113,7 @@ def chain_run(target_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def target_prefixes(logq: np.ndarray, rank: np.ndarray):
     """The target's prefixes as tree nodes: ``(score, code, placeable, known)``.
 
-    ``logq`` (R, L, k) already checked (:func:`glance_law.tree._check_logq`); ``rank`` (R, L).
+    ``logq`` (R, L, k) already checked (:func:`glance_law.tree.check_logq`); ``rank`` (R, L).
     ``score``/``code`` (R, L) are those of the prefix of depth d+1 (scores accumulated in
     float64 from offset 1, exactly as the builder does); ``placeable`` (R,) counts the leading
     offsets whose target token is inside the logged top-k with a finite log-probability,
@@ -160,9 +160,9 @@ def replay_arrays(logq, target_rank, n_max: int) -> ReplayArrays:
     known = np.zeros(R, np.int64)
     for a in range(0, R, _CHUNK_ROUNDS):          # memory stays bounded whatever R is
         b = min(R, a + _CHUNK_ROUNDS)
-        q = _tree._check_logq(logq[a:b])
+        q = _tree.check_logq(logq[a:b])
         score, code, placeable[a:b], known[a:b] = target_prefixes(q, rank[a:b])
-        pos[a:b] = _tree._target_positions_prepared(q, score, code, placeable[a:b], n_max)
+        pos[a:b] = _tree.target_positions_prepared(q, score, code, placeable[a:b], n_max)
     # censoring: the path stops at an unknown offset (not at a miss outside the top-k)
     stops_unknown = (placeable == known) & (known < L)
     last = np.where(placeable > 0, pos[np.arange(R), np.maximum(placeable - 1, 0)], -1)

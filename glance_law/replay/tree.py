@@ -65,7 +65,7 @@ def max_code_bits(L: int, k: int) -> float:
     return L * np.log2(max(k, 2))
 
 
-def _check_logq(logq: np.ndarray) -> np.ndarray:
+def check_logq(logq: np.ndarray) -> np.ndarray:
     """A float64 copy of ``logq`` (R, L, k) with NaN -> -inf and values clipped to <= 0, after
     checking the shape, the code width and that rows are sorted descending."""
     shape = np.shape(logq)
@@ -303,11 +303,11 @@ def target_positions(logq, tscore, tcode, placeable, n_max: int) -> np.ndarray:
     position is >= n_max) it moves the floor up to the next prefix; the listed nodes are then
     ordered exactly as :func:`best_first` orders them.
     """
-    return _target_positions_prepared(_check_logq(logq), tscore, tcode, placeable, n_max)
+    return target_positions_prepared(check_logq(logq), tscore, tcode, placeable, n_max)
 
 
-def _target_positions_prepared(logq: np.ndarray, tscore, tcode, placeable, n_max: int) -> np.ndarray:
-    """:func:`target_positions` on an array already passed through :func:`_check_logq`."""
+def target_positions_prepared(logq: np.ndarray, tscore, tcode, placeable, n_max: int) -> np.ndarray:
+    """:func:`target_positions` on an array already passed through :func:`check_logq`."""
     R, L, k = logq.shape
     n_max = int(n_max)
     if n_max < 1:
@@ -363,11 +363,11 @@ def best_first(logq, n_max: int, floor=None):
     Exact for any input (ties included); see the module docstring for how the
     enumeration avoids sorting more than one short row per round.
     """
-    return _best_first_prepared(_check_logq(logq), n_max, floor)
+    return _best_first_prepared(check_logq(logq), n_max, floor)
 
 
 def _best_first_prepared(logq: np.ndarray, n_max: int, floor=None):
-    """:func:`best_first` on an array already passed through :func:`_check_logq`."""
+    """:func:`best_first` on an array already passed through :func:`check_logq`."""
     R, L, k = logq.shape
     n_max = int(n_max)
     if n_max < 1:

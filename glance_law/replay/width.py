@@ -47,7 +47,8 @@ from scipy import special
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.evidence.common import proportion_ci
-from glance_law.law.model import fit_affine_logit, fit_law, match_prob, truncated_mean
+from glance_law.law.fit import fit_law
+from glance_law.law.model import fit_affine_logit, match_prob, truncated_mean
 from glance_law.results.base import Result
 from glance_law.stats.cluster import (
     bootstrap_counts,

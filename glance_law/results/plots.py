@@ -87,7 +87,7 @@ def _drafter(law, drafter):
     return drafter
 
 
-def _fitted_groups(law, drafter, tasks, pooled: bool) -> list[str]:
+def fitted_groups(law, drafter, tasks, pooled: bool) -> list[str]:
     t = law.to_frame()
     t = t[(t["drafter"] == drafter) & np.isfinite(t["b1"].to_numpy(dtype=float))]
     names = [g for g in t["task"].tolist() if g != "pooled"]
@@ -151,7 +151,7 @@ def decile_curves(law, drafter: str | None = None, tasks: Sequence[str] | None =
     prompt-clustered intervals."""
     d = _drafter(law, drafter)
     plt = _plt()
-    names = _fitted_groups(law, d, tasks, pooled=False)
+    names = fitted_groups(law, d, tasks, pooled=False)
     st = task_styles(names)
     fig, ax = plt.subplots(figsize=(5.2, 3.8))
     curves = [law.curve(g, d) for g in names]
@@ -178,7 +178,7 @@ def law_fits(law, drafter: str | None = None, tasks: Sequence[str] | None = None
     intervals, the fitted law E[a|H] = M(sigmoid(b0 - b1 H), L) and the decreasing isotonic
     decile curve."""
     d = _drafter(law, drafter)
-    names = _fitted_groups(law, d, tasks, pooled)
+    names = fitted_groups(law, d, tasks, pooled)
     st = task_styles(names)
     fig, axes = _subplots(len(names), ncols, h=2.9)
     for ax, g in zip(axes, names):
@@ -217,7 +217,7 @@ def law_brackets(law, drafter: str | None = None, tasks: Sequence[str] | None = 
     from glance_law.brackets import bracket_curves
     d = _drafter(law, drafter)
     plt = _plt()
-    names = _fitted_groups(law, d, tasks, pooled=False)
+    names = fitted_groups(law, d, tasks, pooled=False)
     st = task_styles(names)
     L = int(horizon) if horizon is not None else int(law.row("pooled", d)["horizon"])
     hmax = max(float(law.curve(g, d)["mean_entropy"].max()) for g in names) * 1.1

@@ -29,16 +29,15 @@ import pandas as pd
 
 from glance_law.data.selection import POOLED
 from glance_law.errors import GlanceError
+from glance_law.law.fit import fit_law
 from glance_law.law.model import (
-    CURVE_COLUMNS,
-    LawChecks,
     fit_affine_logit,
     fit_conditional_mean,
-    fit_law,
     match_prob,
     truncated_mean,
     truncated_mean_derivative,
 )
+from glance_law.law.result import CURVE_COLUMNS, LawChecks
 from glance_law.stats import curve as _curve
 from glance_law.stats.cluster import (
     bootstrap_counts,

@@ -15,11 +15,11 @@ from glance_law.stats.cluster import bootstrap_counts, percentile_interval
 
 from . import mle as _mle
 from .model import (
-    _cell_order,
-    _chi2_sf,
-    _fit_W,
-    _geometric_cells,
+    cell_order,
+    chi2_sf,
     expected_cells,
+    fit_W,
+    geometric_cells,
     pooled_chi_square,
 )
 
@@ -47,11 +47,11 @@ class HeldoutTest:
 
     @property
     def p_geometric(self) -> float:
-        return _chi2_sf(self.chi2_geometric, self.cells - 1)
+        return chi2_sf(self.chi2_geometric, self.cells - 1)
 
     @property
     def p_two_state(self) -> float:
-        return _chi2_sf(self.chi2_two_state, self.cells - 1)
+        return chi2_sf(self.chi2_two_state, self.cells - 1)
 
     @property
     def two_state_wins(self) -> bool:
@@ -75,12 +75,12 @@ class HeldoutTest:
 
 
 
-def _law_cells(l1, l2, s1, Lmax) -> np.ndarray:
+def law_cells(l1, l2, s1, Lmax) -> np.ndarray:
     A, B = _mle.law_coefficients(np.asarray(l1), np.asarray(l2), Lmax)
     return np.clip(A + B * np.asarray(s1)[:, None], 0.0, 1.0)
 
 
-def _heldout(a, L, cl, rng, folds: int, level: float, n_boot_mean: int, min_expected: float, n_local: int):
+def heldout_splits(a, L, cl, rng, folds: int, level: float, n_boot_mean: int, min_expected: float, n_local: int):
     prompts = np.unique(cl)
     G = prompts.size
     if G < 2:
@@ -97,16 +97,16 @@ def _heldout(a, L, cl, rng, folds: int, level: float, n_boot_mean: int, min_expe
     Lmax = int(L.max())
     masks = [(np.isin(cl, tr), np.isin(cl, te)) for _, tr, te in splits]
     Wtr = np.stack([_mle.counts(a[m], L[m], Lmax) for m, _ in masks])
-    l1, l2, s1, _, p, _ = _fit_W(Wtr, n_local)
-    two = _law_cells(l1, l2, s1, Lmax)
+    l1, l2, s1, _, p, _ = fit_W(Wtr, n_local)
+    two = law_cells(l1, l2, s1, Lmax)
     out = []
     for i, ((name, tr, te), (_, mte)) in enumerate(zip(splits, masks)):
         at, Lt, ct = a[mte], L[mte], cl[mte]
         W = _mle.counts(at, Lt, Lmax)
         nL = np.bincount(Lt - 1, minlength=Lmax)[:Lmax]
-        geo = _geometric_cells(float(p[i]), Lmax)
+        geo = geometric_cells(float(p[i]), Lmax)
         E = np.stack([expected_cells(geo, nL), expected_cells(two[i], nL)])
-        order = _cell_order(Lmax)
+        order = cell_order(Lmax)
         chi2, n_groups, _ = pooled_chi_square(W[order], E[:, order], min_expected)
         llg, ll2 = _mle.loglik_cells(np.stack([geo, two[i]]), W[None])
         mg = float(np.cumsum(geo[Lmax:])[Lt - 1].mean())

@@ -97,7 +97,7 @@ def _prob(x, name: str) -> np.ndarray:
     return a
 
 
-def _rounds(accepted, horizon):
+def check_rounds(accepted, horizon):
     a = np.asarray(accepted, dtype=np.float64).ravel()
     L = np.asarray(horizon, dtype=np.float64).ravel()
     if L.size == 1 and a.size > 1:
@@ -244,7 +244,7 @@ def pi_needed(b0: float, rho_u: float, t_uu: float, L, rho_d: float = 1.0, t_dd:
 # likelihoods and fits (one regime, arrays)
 # ---------------------------------------------------------------------------
 
-def _geometric_cells(p: float, Lmax: int) -> np.ndarray:
+def geometric_cells(p: float, Lmax: int) -> np.ndarray:
     k = np.arange(Lmax)
     return np.concatenate([p ** k * (1.0 - p), p ** (k + 1.0)])
 
@@ -254,7 +254,7 @@ def loglik(theta, accepted, horizon) -> float:
 
     A round contributes log P(a = k) if a < L and log S(L) if a = L (the capped run).
     """
-    a, L = _rounds(accepted, horizon)
+    a, L = check_rounds(accepted, horizon)
     th = _theta(theta)
     W = _mle.counts(a, L)
     return float(_mle.loglik_cells(_mle.cells_from_theta(th[:1], W.size // 2), W[None])[0])
@@ -285,12 +285,12 @@ class TwoStateFit:
 
 def fit_geometric(accepted, horizon) -> GeometricFit:
     """Closed-form MLE of the truncated geometric: p = sum a / (sum a + #{a < L})."""
-    a, L = _rounds(accepted, horizon)
+    a, L = check_rounds(accepted, horizon)
     p, ll = _mle.geometric_from_counts(_mle.counts(a, L))
     return GeometricFit(float(p[0]), float(ll[0]), int(a.size))
 
 
-def _fit_W(W: np.ndarray, n_local: int = 4):
+def fit_W(W: np.ndarray, n_local: int = 4):
     """Two-state MLE for count rows; never below the nested geometric's log-likelihood."""
     l1, l2, s1, ll = _mle.fit_counts(W, n_local=n_local)
     p, llg = _mle.geometric_from_counts(W)
@@ -302,8 +302,8 @@ def _fit_W(W: np.ndarray, n_local: int = 4):
 
 def fit_two_state(accepted, horizon, n_local: int = 4) -> TwoStateFit:
     """Global maximum likelihood of the two-state model (see :mod:`glance_law.tail_mle`)."""
-    a, L = _rounds(accepted, horizon)
-    l1, l2, s1, ll, _, _ = _fit_W(_mle.counts(a, L)[None], n_local)
+    a, L = check_rounds(accepted, horizon)
+    l1, l2, s1, ll, _, _ = fit_W(_mle.counts(a, L)[None], n_local)
     th = _mle.theta_from_law(l1, l2, s1)[0]
     return TwoStateFit(tuple(float(x) for x in th), float(l1[0]), float(l2[0]), float(s1[0]), float(ll[0]),
                        int(a.size))
@@ -313,7 +313,7 @@ def fit_two_state(accepted, horizon, n_local: int = 4) -> TwoStateFit:
 # tests of fit
 # ---------------------------------------------------------------------------
 
-def _cell_order(Lmax: int) -> np.ndarray:
+def cell_order(Lmax: int) -> np.ndarray:
     """Cells in outcome order: a = 0, 1, 1 (capped at L = 1), 2, 2 (capped), ..."""
     order = [0]
     for a in range(1, Lmax + 1):
@@ -371,7 +371,7 @@ def pooled_chi_square(observed, expected, min_expected: float = 5.0):
     return chi2, n_groups, groups
 
 
-def _chi2_sf(x, df):
+def chi2_sf(x, df):
     return float(stats.chi2.sf(x, df)) if df >= 1 and np.isfinite(x) else float("nan")
 
 
@@ -454,15 +454,15 @@ def lrt_test(accepted, horizon, n_boot: int = 199, seed=0, n_local: int = 4, clu
     geometric logs with within-prompt correlation this brings the size at 0.05 from
     about 7-8% back to about 4-5%, and leaves it at 5% when rounds are independent.
     """
-    a, L = _rounds(accepted, horizon)
+    a, L = check_rounds(accepted, horizon)
     W = _mle.counts(a, L)[None]
-    _, _, _, ll2, p, ll1 = _fit_W(W, n_local)
+    _, _, _, ll2, p, ll1 = fit_W(W, n_local)
     lrt = max(0.0, 2.0 * float(ll2[0] - ll1[0]))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     draws = np.zeros(0)
     if n_boot > 0:
         Wb = _simulate_geometric(float(p[0]), L, int(n_boot), rng)
-        _, _, _, llb2, _, llb1 = _fit_W(Wb, n_local)
+        _, _, _, llb2, _, llb1 = fit_W(Wb, n_local)
         draws = np.maximum(0.0, 2.0 * (llb2 - llb1))
     deff = 1.0 if clusters is None else histogram_design_effect(a, clusters)
     p_boot = bootstrap_p(lrt / deff, draws)

@@ -20,17 +20,17 @@ from glance_law.results.base import Result
 from glance_law.stats.cluster import CLUSTER_BY, clustered_mean, t_crit
 
 from . import mle as _mle
-from .heldout import _heldout, _law_cells
+from .heldout import heldout_splits, law_cells
 from .model import (
     N_IDENTIFIED,
     PARAMS,
-    _cell_order,
-    _chi2_sf,
-    _fit_W,
-    _geometric_cells,
-    _rounds,
     bootstrap_p,
+    cell_order,
+    check_rounds,
+    chi2_sf,
     expected_cells,
+    fit_W,
+    geometric_cells,
     lrt_test,
     pi_needed,
     pi_star,
@@ -124,11 +124,11 @@ class TaskTail:
 
     @property
     def p_chi2_geometric(self) -> float:
-        return _chi2_sf(self.chi2_geometric, self.df_geometric)
+        return chi2_sf(self.chi2_geometric, self.df_geometric)
 
     @property
     def p_chi2_two_state(self) -> float:
-        return _chi2_sf(self.chi2_two_state, self.df_two_state)
+        return chi2_sf(self.chi2_two_state, self.df_two_state)
 
     def _cells_two_state(self) -> np.ndarray:
         A, B = _mle.law_coefficients(np.array([self.lambda1]), np.array([self.lambda2]), self.Lmax)
@@ -136,7 +136,7 @@ class TaskTail:
 
     def model_mean(self, which: str) -> float:
         """The model's mean accepted length averaged over the regime's horizons."""
-        cells = self._cells_two_state() if which == "two_state" else _geometric_cells(self.p, self.Lmax)
+        cells = self._cells_two_state() if which == "two_state" else geometric_cells(self.p, self.Lmax)
         cum = np.cumsum(cells[self.Lmax:])
         return float(cum[self.horizon - 1].mean())
 
@@ -220,7 +220,7 @@ class TaskTail:
     def pmf_table(self) -> pd.DataFrame:
         """The run-length histogram: observed and expected counts per cell, and the pooled group."""
         Lmax = self.Lmax
-        order = _cell_order(Lmax)
+        order = cell_order(Lmax)
         a = np.where(order < Lmax, order, order - Lmax + 1)
         capped = order >= Lmax
         keep = (self.observed[order] > 0) | (self.expected_geometric[order] > 0)
@@ -239,7 +239,7 @@ class TaskTail:
             s *= (a[risk] >= l).mean() if risk.any() else np.nan
             obs[l - 1] = s
         return pd.DataFrame({"l": np.arange(1, Lmax + 1), "observed": obs,
-                             "geometric": _geometric_cells(self.p, Lmax)[Lmax:],
+                             "geometric": geometric_cells(self.p, Lmax)[Lmax:],
                              "two_state": self._cells_two_state()[Lmax:]})
 
 
@@ -260,7 +260,7 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
     ``seed``: an int (or a sequence of ints); the bootstrap and the held-out splits use
     independent streams derived from it, so changing ``n_boot`` leaves the splits alone.
     """
-    a, L = _rounds(accepted, horizon)
+    a, L = check_rounds(accepted, horizon)
     notes: list[str] = []
     if clusters is None:
         cl = np.arange(a.size)
@@ -281,20 +281,20 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
     half = t_crit(g, level) * se if g >= 2 else np.nan
     Lmax = int(L.max())
     W = _mle.counts(a, L, Lmax)
-    l1, l2, s1, ll2, p, ll1 = (float(x[0]) for x in _fit_W(W[None], n_local))
+    l1, l2, s1, ll2, p, ll1 = (float(x[0]) for x in fit_W(W[None], n_local))
     test = lrt_test(a, L, n_boot=int(n_boot), seed=rng_boot, n_local=n_local,
                     clusters=None if clusters is None else cl)
     theta = tuple(float(x) for x in _mle.theta_from_law(l1, l2, s1)[0])
     nL = np.bincount(L - 1, minlength=Lmax)[:Lmax]
-    Eg = expected_cells(_geometric_cells(p, Lmax), nL)
-    E2 = expected_cells(_law_cells([l1], [l2], [s1], Lmax)[0], nL)
-    order = _cell_order(Lmax)
+    Eg = expected_cells(geometric_cells(p, Lmax), nL)
+    E2 = expected_cells(law_cells([l1], [l2], [s1], Lmax)[0], nL)
+    order = cell_order(Lmax)
     chi2, n_groups, grp = pooled_chi_square(W[order], np.stack([Eg, E2])[:, order], min_expected)
     groups = np.full(W.size, -1)
     groups[order] = grp
     ho: tuple = ()
     if heldout:
-        ho, hn = _heldout(a, L, cl, rng_ho, int(folds), float(level), int(n_boot_mean), float(min_expected), n_local)
+        ho, hn = heldout_splits(a, L, cl, rng_ho, int(folds), float(level), int(n_boot_mean), float(min_expected), n_local)
         notes += [f"{task}: {n}" for n in hn]
     if np.unique(L).size > 1:
         notes.append(f"{task}: horizons vary in the regime (L = {L.min()}..{L.max()}); likelihoods, expected "
@@ -428,7 +428,7 @@ def _b0_source(frame, by, condition, method, b0, law, notes):
             return lambda d, g: float(b0.get(g, b0.get(f"{d}/{g}", np.nan)))
         return lambda d, g: float(b0)
     if law is None:
-        from glance_law.law.model import fit_law
+        from glance_law.law.fit import fit_law
         try:
             law = fit_law(frame, by=by, method=method, condition=condition)
         except GlanceError as exc:

@@ -139,7 +139,7 @@ def list_drill(rng, split_seed: int = 0) -> suite.Example:
     base = _train_example(rng, "caption", 1.0, split_seed)
     objs = list(base.fields)
     rng.shuffle(objs)
-    nps = [f"{suite._art(c or n)} {c + ' ' if c else ''}{n}" for c, n in objs]
+    nps = [f"{suite.article(c or n)} {c + ' ' if c else ''}{n}" for c, n in objs]
     text = (", ".join(nps[:-1]) + " and " + nps[-1]) + "."
     qa = suite.QA("what objects does the image show?", text, (text,))
     return suite.Example("list", base.context, (qa,), fields=base.fields)

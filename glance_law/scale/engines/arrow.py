@@ -34,7 +34,7 @@ from glance_law.data import schema as S
 from glance_law.errors import GlanceError
 from glance_law.scale.reduce import Grid
 
-from . import READ_COLUMNS, BadFiles, Source, blame, default_workers, suspect_streams
+from .sources import READ_COLUMNS, BadFiles, Source, blame, default_workers, suspect_streams
 
 GROUP = ["td", "bucket", "hbin", "horizon", "accepted"]
 STRINGS = ("run_id", "task", "prompt_id", "condition", "drafter")

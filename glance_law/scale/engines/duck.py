@@ -15,7 +15,7 @@ import pyarrow as pa
 from glance_law.errors import GlanceError
 from glance_law.scale.reduce import Grid
 
-from . import Source
+from .sources import Source
 from .sql import DUCKDB, lit, run
 
 

@@ -14,7 +14,7 @@ import warnings
 from glance_law.errors import GlanceError
 from glance_law.scale.reduce import Grid
 
-from . import Source
+from .sources import Source
 from .sql import SPARK, run
 
 

@@ -32,7 +32,7 @@ import pandas as pd
 from glance_law.data import schema as S
 from glance_law.scale.reduce import MAX_ENTROPY, Grid
 
-from . import BadFiles, Source, blame
+from .sources import BadFiles, Source, blame
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""``python -m glance_law.reduce LOGS --out stats.parquet``: reduce round logs to the law's
+sufficient statistics (:mod:`glance_law.scale.reduce`), and the reduced path of
+``python -m glance_law.fit`` (``--engine``, or reduced files among the inputs)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from glance_law.data import schema as S
+from glance_law.errors import GlanceError
+from glance_law.scale.engines import ENGINES, reduce_logs
+from glance_law.scale.law_reduced import fit_reduced, tail_reduced
+from glance_law.scale.reduce import DEFAULT_BUCKETS, Grid, write_reduced
+
+PROG = "python -m glance_law.reduce"
+
+
+
+def add_reduce_arguments(p: argparse.ArgumentParser, engine_default: str | None = "arrow") -> None:
+    """Options of a reduction (shared by this CLI and ``python -m glance_law.fit --engine``)."""
+    g = p.add_argument_group("reduction")
+    g.add_argument("--engine", choices=ENGINES, default=engine_default,
+                   help="the engine that reduces round logs: arrow (streaming pyarrow, bounded memory), duckdb "
+                        "(SQL) or spark (pyspark; local mode unless a session is active)"
+                   + ("" if engine_default else "; without it the rounds are fitted exactly in memory"))
+    g.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS, metavar="B",
+                   help=f"prompt buckets per task (default {DEFAULT_BUCKETS})")
+    g.add_argument("--per-octave", type=int, default=Grid().per_octave, metavar="S",
+                   help=f"entropy bins per octave, a power of two (default {Grid().per_octave})")
+    g.add_argument("--no-key-check", action="store_true",
+                   help="skip the duplicate-round check (run_id, prompt_id, condition, round) across files")
+
+
+class UsageError(GlanceError):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from glance_law.results import format as _fmt
+    p = _Parser(prog=PROG, allow_abbrev=False,
+                description="Reduce round logs to the law's sufficient statistics (one small Parquet file of kind "
+                            "'reduced' that python -m glance_law.fit accepts; reduced inputs are merged).")
+    p.add_argument("paths", nargs="+", metavar="LOGS", help="round-log (or reduced) files, folders or globs")
+    p.add_argument("--out", required=True, metavar="FILE", help="the reduced Parquet file to write")
+    p.add_argument("--condition", default="matched", metavar="C[,C...]",
+                   help="conditions kept (default: matched); 'all' pools every condition")
+    p.add_argument("--skip-bad", action="store_true", help="reduce the valid files and list every skipped file")
+    p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="format of the summary on stdout")
+    add_reduce_arguments(p)
+    return p
+
+
+def options(args) -> dict:
+    """Keyword arguments of :func:`glance_law.engines.reduce_logs` from parsed options."""
+    cond = str(getattr(args, "condition", "matched"))
+    return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
+                condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),
+                check_keys=not args.no_key_check)
+
+
+def inputs_reduced(paths) -> bool:
+    """Whether any input (files, folders, globs) is a reduced file (footers only)."""
+    from glance_law.data.io import LogError, expand_paths, file_meta
+    for path in expand_paths(paths):
+        try:
+            if file_meta(path)[1] == S.KIND_REDUCED:
+                return True
+        except LogError:
+            continue  # the chosen path reports bad files
+    return False
+
+
+#: ``python -m glance_law.fit`` sections that a reduction can feed (the rest need per-round columns).
+REDUCED_SECTIONS = ("--tail",)
+
+
+def cli_fit(args, mods) -> tuple:
+    """``python -m glance_law.fit`` on the reduced path (``--engine``, or reduced files among the inputs):
+    reduce (or read and merge) the inputs, fit the law and the supported sections; returns (law, sections)."""
+    for flag, _ in mods:
+        if flag not in REDUCED_SECTIONS:
+            raise UsageError(f"{flag} needs per-round columns that a reduction does not keep; run it on the round "
+                             "logs without --engine (sections available from a reduction: "
+                             f"{', '.join(REDUCED_SECTIONS)})")
+    opts = options(args)
+    red = reduce_logs(args.paths, **opts)
+    for path, reason in red.info.get("skipped", []):
+        print(f"python -m glance_law.fit: skipped {reason if str(path) in reason else f'{path}: {reason}'}",
+              file=sys.stderr)
+    by = None if str(args.by).lower() in ("none", "pooled", "") else args.by
+    law = fit_reduced(red, by=by, method=args.method, level=args.level, n_boot=args.bootstrap, seed=args.seed,
+                      condition=opts["condition"])
+    sections = []
+    for flag, _ in mods:
+        if flag == "--tail":
+            if getattr(args, "tail_bootstrap", 199) < 0 or getattr(args, "tail_folds", 5) < 2:
+                raise UsageError("--tail-bootstrap must be >= 0 and --tail-folds >= 2")
+            tail = tail_reduced(red, law, quantile=getattr(args, "tail_quantile", 0.1),
+                                threshold=getattr(args, "tail_threshold", None),
+                                n_boot=getattr(args, "tail_bootstrap", 199), seed=args.seed,
+                                folds=getattr(args, "tail_folds", 5), level=args.level)
+            sections.append(("tail", [tail, tail.models(), tail.heldout_table()]))
+    return law, sections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        red = reduce_logs(args.paths, **options(args))
+        for path, reason in red.info.get("skipped", []):
+            print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
+        write_reduced(red, args.out)
+        sys.stdout.write(red.summary(args.format))
+    except GlanceError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover - interactive
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    return 0
