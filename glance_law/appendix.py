@@ -300,7 +300,7 @@ def ordering(inp: Inputs) -> list:
     from glance_law.evidence.order import task_order
     o = inp.options
     try:
-        res = task_order(inp.rounds, o.task_order, o.level, o.boot, o.seed)
+        res = task_order(inp.rounds, o.task_order, level=o.level, n_boot=o.boot, seed=o.seed)
     except MissingColumnError:
         raise
     except GlanceError as exc:
@@ -315,11 +315,11 @@ def ordering(inp: Inputs) -> list:
 def offsets(inp: Inputs) -> list:
     from glance_law.evidence import offsets as off
     lv = inp.options.level
-    return [Table("assumption2_offset_law", off.offset_law(inp.rounds, "task", lv)),
-            Table("assumption2_test", off.assumption2_test(inp.rounds, "task", 10, lv)),
-            Table("assumption2_hazards", off.offset_hazards(inp.rounds, "task", 10, lv)),
+    return [Table("assumption2_offset_law", off.offset_law(inp.rounds, by="task", level=lv)),
+            Table("assumption2_test", off.assumption2_test(inp.rounds, by="task", n_bins=10, level=lv)),
+            Table("assumption2_hazards", off.offset_hazards(inp.rounds, by="task", n_bins=10, level=lv)),
             # the floor's two-state model is the survival section's (fitted once, in inp.tail())
-            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, "task", 10, lv, two_state=False))]
+            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, by="task", n_bins=10, level=lv, two_state=False))]
 
 
 # ---------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def survival(inp: Inputs) -> list:
 def width(inp: Inputs) -> list:
     from glance_law.replay.width import width_allocation
     o = inp.options
-    res = width_allocation(inp.rounds, o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed)
+    res = width_allocation(inp.rounds, budgets=o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed)
     return [Figure("figure5_width_pareto", plots.width_pareto(res),
                    "Accepted value against mean verifier budget for the oracle, entropy-keyed and fixed-width "
                    "policies (replayed)"),
@@ -433,7 +433,7 @@ def probe(inp: Inputs) -> list:
         raise MissingColumnError("rounds of the mismatched condition", "Table 16 (the probe)",
                                  SUPPLIED_BY["condition=mismatched"])
     o = inp.options
-    return [Table("table16_probe", run_probe(inp.rounds, "task", o.level, o.boot, o.seed))]
+    return [Table("table16_probe", run_probe(inp.rounds, by="task", level=o.level, n_boot=o.boot, seed=o.seed))]
 
 
 # ---------------------------------------------------------------------------
@@ -451,7 +451,7 @@ def _prompts(inp: Inputs, analysis: str, flag: str) -> pd.DataFrame:
 def audit(inp: Inputs) -> list:
     from glance_law.evidence.audit import audit as run_audit
     P = _prompts(inp, "Table 7 (the audit)", SUPPLIED_BY["greedy_match"])
-    res = run_audit(P, inp.frame, inp.options.tie_threshold)
+    res = run_audit(P, inp.frame, threshold=inp.options.tie_threshold)
     return [Table("table7_audit", res), Table("table7_divergences", res.divergences())]
 
 
@@ -464,14 +464,14 @@ def timing(inp: Inputs) -> list:
         raise MissingColumnError("the autoregressive baseline arm (drafter=ar)", "Appendix E (the timing ledger)",
                                  SUPPLIED_BY["drafter=ar"])
     o = inp.options
-    res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], o.timing_boot, o.seed, o.level)
+    res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], n_boot=o.timing_boot, seed=o.seed, level=o.level)
     out = [Table("appE_timing", res)]
     f = inp.frame
     is_ar = f["drafter"].astype(str) == "ar"
     cols = ("round_ms", "draft_passes", "budget")
     if all(c in f.columns and f.loc[~is_ar, c].notna().any() for c in cols):
-        out.append(Table("appE_round_cost", round_cost(f.loc[~is_ar], f.loc[is_ar] if is_ar.any() else None,
-                                                       P.loc[arm == "ar"], seed=o.seed, level=o.level)))
+        out.append(Table("appE_round_cost", round_cost(f.loc[~is_ar], baseline_rounds=f.loc[is_ar] if is_ar.any() else None,
+                                                       baseline_prompts=P.loc[arm == "ar"], seed=o.seed, level=o.level)))
     return out
 
 

@@ -131,7 +131,7 @@ def run_vocab_size(logs) -> float | None:
     return None
 
 
-def fano_check(rounds, vocab_size=None, tol: float = 1e-4, by: str = "task") -> FanoCheck:
+def fano_check(rounds, *, vocab_size=None, tol: float = 1e-4, by: str = "task") -> FanoCheck:
     """Check every round's ``root_pmax`` against Fano's inequality at its ``root_entropy``.
 
     A round violates the inequality when ``H > F(1 - pmax) + tol`` (equivalently ``1 -

@@ -101,7 +101,7 @@ def cli_fit(args, mods) -> tuple:
         if flag == "--tail":
             if getattr(args, "tail_bootstrap", 199) < 0 or getattr(args, "tail_folds", 5) < 2:
                 raise UsageError("--tail-bootstrap must be >= 0 and --tail-folds >= 2")
-            tail = tail_reduced(red, law, quantile=getattr(args, "tail_quantile", 0.1),
+            tail = tail_reduced(red, law=law, quantile=getattr(args, "tail_quantile", 0.1),
                                 threshold=getattr(args, "tail_threshold", None),
                                 n_boot=getattr(args, "tail_bootstrap", 199), seed=args.seed,
                                 folds=getattr(args, "tail_folds", 5), level=args.level)

@@ -4,7 +4,8 @@ A log's rows are identified by a key - (run_id, prompt_id, condition, round) for
 rounds, (run_id, prompt_id, condition) for prompts (:data:`glance_law.schema.ROUND_KEY`).
 :func:`composite_key` packs a key into one int64 per row; :func:`has_duplicates`
 answers "is any key repeated?" in O(n) (a bitmap) when the key space allows;
-:func:`duplicate_files` decides which files to blame when keys repeat.
+:func:`duplicate_files` decides which files to blame when keys repeat. :func:`cluster_codes`
+numbers the prompt clusters (one per (task, prompt_id)) that every interval resamples by.
 """
 from __future__ import annotations
 
@@ -13,7 +14,21 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["composite_key", "has_duplicates", "duplicate_mask", "duplicate_files"]
+__all__ = ["composite_key", "has_duplicates", "duplicate_mask", "duplicate_files", "CLUSTER_BY", "cluster_codes"]
+
+CLUSTER_BY = ("task", "prompt_id")
+
+
+def cluster_codes(frame: pd.DataFrame, by: Sequence[str] = CLUSTER_BY) -> tuple[np.ndarray, int]:
+    """Integer cluster ids 0..G-1 for the rows of ``frame`` (default: one cluster per (task, prompt_id))."""
+    by = [b for b in by if b in frame.columns]
+    if not by:
+        raise ValueError("cannot form prompt clusters: the frame has no prompt_id column")
+    if len(by) == 1:
+        codes, uniq = pd.factorize(frame[by[0]], sort=True)
+        return codes.astype(np.int64), len(uniq)
+    codes, uniq = pd.MultiIndex.from_arrays([frame[b] for b in by]).factorize(sort=True)
+    return np.asarray(codes, dtype=np.int64), len(uniq)
 
 
 def _codes(s: pd.Series) -> tuple[np.ndarray, int, int]:

@@ -16,6 +16,8 @@ import pandas as pd
 
 from glance_law.errors import GlanceError, MissingColumnError
 
+from .keys import cluster_codes
+
 __all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "cluster_ids", "prepare"]
 
 POOLED = "pooled"
@@ -72,7 +74,6 @@ def cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
         k, m = codes_of(frame[c], names=False)
         size *= max(m, 1)
         if size >= 2 ** 62:
-            from glance_law.stats.cluster import cluster_codes
             return cluster_codes(frame, cols)[0]
         out = out * max(m, 1) + k
     return out

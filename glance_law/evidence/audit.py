@@ -226,7 +226,7 @@ def _n_out(row: dict, tok) -> int | None:
     return None if nt is None or pd.isna(nt) else int(nt)
 
 
-def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None,
+def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
           threshold: float = DEFAULT_TIE_THRESHOLD) -> AuditResult:
     """Per-task lossless audit with near-tie labelling (see the module docstring)."""
     if threshold < 0:
@@ -368,5 +368,5 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     prompts = E.prompt_table(logs, ANALYSIS)
-    res = audit(prompts, E.as_frame(logs), float(getattr(args, "tie_threshold", DEFAULT_TIE_THRESHOLD)))
+    res = audit(prompts, E.as_frame(logs), threshold=float(getattr(args, "tie_threshold", DEFAULT_TIE_THRESHOLD)))
     return [res, res.divergences()]

@@ -313,7 +313,7 @@ class RunSurvival(TableResult):
 # analyses
 # --------------------------------------------------------------------------
 
-def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
+def offset_law(rounds, *, by="task", level: float = 0.95) -> OffsetLaw:
     """The law fitted per offset: b0_j, b1_j (CR1 prompt-clustered intervals) and match rates."""
     groups, notes = _prepare(rounds, by)
     rows, few = [], []
@@ -357,7 +357,7 @@ def offset_law(rounds, by="task", level: float = 0.95) -> OffsetLaw:
     return OffsetLaw(pd.DataFrame(rows), level, tuple(notes))
 
 
-def offset_hazards(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> OffsetHazards:
+def offset_hazards(rounds, *, by="task", n_bins: int = 10, level: float = 0.95) -> OffsetHazards:
     """Conditional hazard vs marginal match rate per entropy bin and offset."""
     groups, notes = _prepare(rounds, by)
     rows = []
@@ -390,7 +390,7 @@ def offset_hazards(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> 
     return OffsetHazards(pd.DataFrame(rows), level, tuple(notes))
 
 
-def assumption2_test(rounds, by="task", n_bins: int = 10, level: float = 0.95) -> Assumption2Test:
+def assumption2_test(rounds, *, by="task", n_bins: int = 10, level: float = 0.95) -> Assumption2Test:
     """Test of Assumption 2: does prod_j p_m,j(H) reproduce the empirical run survival?
 
     One row per group (bin "all") and per entropy bin: the empirical mean top-1 run
@@ -461,7 +461,7 @@ def assumption2_test(rounds, by="task", n_bins: int = 10, level: float = 0.95) -
     return Assumption2Test(pd.DataFrame(rows), level, tuple(notes), pd.DataFrame(curves))
 
 
-def run_survival(rounds, by="task", n_bins: int = 10, level: float = 0.95, two_state: bool = True) -> RunSurvival:
+def run_survival(rounds, *, by="task", n_bins: int = 10, level: float = 0.95, two_state: bool = True) -> RunSurvival:
     """Empirical P(a >= l) by entropy decile vs the law's geometric and the two-state model.
 
     The law (b0, b1) is fitted on the group's rounds (exact MLE); its survival in a decile is
@@ -555,5 +555,6 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
         raise GlanceError("--offset-bins must be >= 1")
     by = E.cli_by(args)
     level = E.cli_level(args)
-    return [offset_law(logs, by, level), offset_hazards(logs, by, bins, level),
-            assumption2_test(logs, by, bins, level), run_survival(logs, by, bins, level)]
+    return [offset_law(logs, by=by, level=level), offset_hazards(logs, by=by, n_bins=bins, level=level),
+            assumption2_test(logs, by=by, n_bins=bins, level=level),
+            run_survival(logs, by=by, n_bins=bins, level=level)]

@@ -124,7 +124,7 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int, notes: list[str], label:
     return row
 
 
-def task_order(rounds, order: Sequence[str] | None = None, level: float = 0.95, n_boot: int = 2000,
+def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.95, n_boot: int = 2000,
                seed: int = 0, ge: int = 8) -> OrderResult:
     """Per-task means and slopes, adjacent gaps and ordering checks (see the module docstring)."""
     frame = E.as_frame(rounds)
@@ -232,5 +232,5 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
         raise GlanceError("--task-order needs at least two comma-separated tasks")
     level = float(getattr(args, "level", 0.95) or 0.95)
     seed = int(getattr(args, "seed", 0) or 0)
-    res = task_order(logs, order, level, int(getattr(args, "order_bootstrap", 2000)), seed)
+    res = task_order(logs, order, level=level, n_boot=int(getattr(args, "order_bootstrap", 2000)), seed=seed)
     return [res, res.gap_table(), res.verdict_table()]

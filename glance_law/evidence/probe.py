@@ -289,7 +289,7 @@ def _probe_row(pairs, key, codes, G, strata, level, n_boot, seed, notes, pred=No
     return row
 
 
-def probe(rounds, by="task", level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> ProbeResult:
+def probe(rounds, *, by="task", level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> ProbeResult:
     """The mismatched-image probe per task and pooled (see the module docstring)."""
     notes: list[str] = []
     pairs = pair_conditions(rounds, notes)
@@ -356,7 +356,7 @@ def _control_basis(H, bins, control):
     return np.column_stack([(bins[:, None] == levels[None, :]).astype(float), H])
 
 
-def signal_effect(rounds, column: str, by="task", n_bins: int = 10, control: str = "deciles",
+def signal_effect(rounds, column: str, *, by="task", n_bins: int = 10, control: str = "deciles",
                   level: float = 0.95, condition: str = MATCHED) -> SignalResult:
     """Does a signal column carry information about accepted length beyond entropy?
 
@@ -457,8 +457,8 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     seed = int(getattr(args, "seed", 0) or 0)
     by = E.cli_by(args) or ["task"]
     n_boot = int(getattr(args, "probe_bootstrap", 2000))
-    out: list[Result] = [probe(logs, by, level, n_boot, seed)]
+    out: list[Result] = [probe(logs, by=by, level=level, n_boot=n_boot, seed=seed)]
     for col in getattr(args, "probe_signal", None) or []:
-        res = signal_effect(logs, col, by, level=level)
+        res = signal_effect(logs, col, by=by, level=level)
         out.append(res)
     return out

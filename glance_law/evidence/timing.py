@@ -116,7 +116,7 @@ def _boot_weights(strata_sizes, n_boot, rng):
     return out
 
 
-def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, n_boot: int = 8000, seed: int = 0,
+def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: int = 8000, seed: int = 0,
                   level: float = 0.95) -> TimingResult:
     """Paired per-task speedups of ``candidate`` over ``baseline`` prompt files (see the module docstring)."""
     if n_boot < 0:
@@ -201,7 +201,7 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, n_boot: int =
                         tuple(dict.fromkeys(notes)))
 
 
-def round_cost(rounds: pd.DataFrame, baseline_rounds: pd.DataFrame | None = None,
+def round_cost(rounds: pd.DataFrame, *, baseline_rounds: pd.DataFrame | None = None,
                baseline_prompts: pd.DataFrame | None = None, n_boot: int = 2000, seed: int = 0,
                level: float = 0.95) -> RoundCostResult:
     """round_ms ~ 1 + draft_passes + budget over speculative rounds, one regression per drafter (see the module docstring)."""
@@ -351,7 +351,7 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     cand_p = E.prompt_table(logs, ANALYSIS)
     level = float(getattr(args, "level", 0.95) or 0.95)
     seed = int(getattr(args, "seed", 0) or 0)
-    res = timing_ledger(base_p, cand_p, int(getattr(args, "timing_bootstrap", 8000)), seed, level)
+    res = timing_ledger(base_p, cand_p, n_boot=int(getattr(args, "timing_bootstrap", 8000)), seed=seed, level=level)
     out: list[Result] = [res]
     rounds = E.as_frame(logs)
     base_drafters = set(E.with_arm_labels(base_p)["drafter"])
@@ -363,5 +363,5 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
         note = (f"round-cost regression skipped: the candidate's round files lack {', '.join(missing)}"
                 if missing else "round-cost regression skipped: no candidate rounds among the inputs")
         return [replace(res, extra_notes=res.extra_notes + (note,))]
-    out.append(round_cost(rounds, base_r, base_p, seed=seed, level=level))
+    out.append(round_cost(rounds, baseline_rounds=base_r, baseline_prompts=base_p, seed=seed, level=level))
     return out

@@ -130,7 +130,7 @@ def _cr1(psi: np.ndarray, codes: np.ndarray, G: int):
     return g / (g - 1.0) * (u.T @ u), g
 
 
-def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, by: str = "task",
+def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *, by: str = "task",
              n_bins: int = 10, level: float = 0.95) -> TransferResult:
     """Fit the law on the ``train`` values of column ``by``, score it on each ``test`` value."""
     frame = E.as_frame(rounds)
@@ -288,6 +288,6 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     if int(getattr(args, "transfer_bins", 10)) < 2:
         raise GlanceError("--transfer-bins must be >= 2")
     level = float(getattr(args, "level", 0.95) or 0.95)
-    res = transfer(logs, train, test, getattr(args, "transfer_by", "task") or "task",
-                   int(getattr(args, "transfer_bins", 10)), level)
+    res = transfer(logs, train, test, by=getattr(args, "transfer_by", "task") or "task",
+                   n_bins=int(getattr(args, "transfer_bins", 10)), level=level)
     return [res, res.calibration()]

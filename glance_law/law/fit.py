@@ -22,8 +22,8 @@ LAW_INPUT = _sel.LAW_INPUT
 
 
 
-def fit_law(rounds, by: str | None = "task", method: str = "mle", level: float = 0.95, n_boot: int = 0,
-            seed: int = 0, *, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
+def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: float = 0.95, n_boot: int = 0,
+            seed: int = 0, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
             cluster: Sequence[str] = CLUSTER_BY, bins: int = 10, ceiling_bins: int = _ceiling.DEFAULT_BINS,
             alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9,
             cov: str = "cr3") -> LawFit:

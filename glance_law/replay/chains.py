@@ -304,7 +304,7 @@ def group_labels(frame: pd.DataFrame, by: str, notes: list) -> np.ndarray:
     return g
 
 
-def replay(rounds, n_max: int = 255, budgets: Sequence[int] | None = None, *, by: str = "task",
+def replay(rounds, *, n_max: int = 255, budgets: Sequence[int] | None = None, by: str = "task",
            level: float = 0.95) -> Replay:
     """Replay every budget up to ``n_max`` for the rounds of a frame or :class:`LogSet`.
 

@@ -379,7 +379,7 @@ def _weak_law(misses: int, b1: float) -> str:
     return " and ".join(why)
 
 
-def width_allocation(rounds, budgets: Sequence[int] = (15, 31, 47, 63), *, n_max: int | None = None,
+def width_allocation(rounds, *, budgets: Sequence[int] = (15, 31, 47, 63), n_max: int | None = None,
                      by: str = "task", exchange_rate: float = 0.0, n_boot: int = 200, level: float = 0.95,
                      seed: int = 0, condition: str | Sequence[str] | None = "matched") -> WidthAllocation:
     """Replay the logs and compare the width policies at equal mean budget, per group.
@@ -569,7 +569,7 @@ def cli_section(logs, args) -> list[Result]:
     by = "task" if by is None or str(by).lower() in ("none", "pooled", "") else by
     if int(getattr(args, "width_boot", 200)) < 0:
         raise GlanceError("--width-boot must be >= 0")
-    res = width_allocation(logs, _parse_budgets(getattr(args, "budgets", "15,31,47,63")), by=by,
+    res = width_allocation(logs, budgets=_parse_budgets(getattr(args, "budgets", "15,31,47,63")), by=by,
                            exchange_rate=float(getattr(args, "exchange_rate", 0.0)),
                            n_boot=int(getattr(args, "width_boot", 200)), level=getattr(args, "level", 0.95),
                            seed=getattr(args, "seed", 0), condition=cond)

@@ -277,8 +277,8 @@ def _pieces(mparts, n_m, K):
     return np.cumsum(cnt) - cnt, cnt, pk, pf
 
 
-def fit_reduced(reduced: Reduced, by: str | None = "task", method: str = "mle", level: float = 0.95,
-                n_boot: int = 0, seed: int = 0, *, condition=None, bins: int = 10, ceiling_bins: int = 50,
+def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle", level: float = 0.95,
+                n_boot: int = 0, seed: int = 0, condition=None, bins: int = 10, ceiling_bins: int = 50,
                 alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9,
                 quadrature: bool = True, cov: str = "cr3"):
     """The law (a :class:`glance_law.law.LawFit`) from a reduction, with the columns of

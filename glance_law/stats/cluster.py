@@ -15,25 +15,12 @@ All functions are pure numpy over arrays.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
-import pandas as pd
 from scipy import special  # Student t via special.stdtr/stdtrit: scipy.stats costs ~45 MB to import
 
-CLUSTER_BY = ("task", "prompt_id")
-
-
-def cluster_codes(frame: pd.DataFrame, by: Sequence[str] = CLUSTER_BY) -> tuple[np.ndarray, int]:
-    """Integer cluster ids 0..G-1 for the rows of ``frame`` (default: one cluster per (task, prompt_id))."""
-    by = [b for b in by if b in frame.columns]
-    if not by:
-        raise ValueError("cannot form prompt clusters: the frame has no prompt_id column")
-    if len(by) == 1:
-        codes, uniq = pd.factorize(frame[by[0]], sort=True)
-        return codes.astype(np.int64), len(uniq)
-    codes, uniq = pd.MultiIndex.from_arrays([frame[b] for b in by]).factorize(sort=True)
-    return np.asarray(codes, dtype=np.int64), len(uniq)
+from glance_law.data.keys import CLUSTER_BY, cluster_codes  # noqa: F401 (public here: the prompt clusters)
 
 
 def t_crit(n_clusters: int, level: float = 0.95) -> float:
