@@ -136,10 +136,31 @@ def fano_check(rounds, *, vocab_size=None, tol: float = 1e-4, by: str = "task") 
 
     A round violates the inequality when ``H > F(1 - pmax) + tol`` (equivalently ``1 -
     pmax < e*_min(H, |V|)`` beyond the tolerance), or when ``pmax`` lies outside
-    ``[1/|V|, 1]`` (impossible for a top-1 probability). ``tol`` (nats) absorbs the
-    float32 rounding of both logged columns. ``vocab_size`` defaults to the logs'
-    run metadata (``vocab_size``) when a LogSet carries it. Rounds without a
-    ``root_pmax`` (null) are not checked and are counted in the notes.
+    ``[1/|V|, 1]`` (impossible for a top-1 probability). Rounds without a ``root_pmax``
+    (null) are not checked and are counted in the notes.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs with ``root_entropy`` and ``root_pmax``.
+    vocab_size : int, optional
+        The target's vocabulary size |V|; defaults to the logs' run metadata (``vocab_size``)
+        when a LogSet carries it.
+    tol : float, default 1e-4
+        Nats; absorbs the float32 rounding of both logged columns.
+    by : str, default "task"
+        Grouping column of the per-group rows.
+
+    Returns
+    -------
+    FanoCheck
+        Violations per group; ``ok`` is True when there are none.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> type(gl.fano_check(gl.simulate_rounds(seed=0), vocab_size=32000)).__name__
+    'FanoCheck'
     """
     from glance_law.data.io import LogSet
     frame = rounds.frame if isinstance(rounds, LogSet) else rounds

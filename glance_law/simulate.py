@@ -254,6 +254,30 @@ def simulate_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | None = N
     TaskSpec fields. ``truth=True`` adds the hidden columns ``_p`` (true match
     probability), ``_tail`` (round drawn from the two-state tail) and ``_g``.
     Other keyword arguments go to :func:`simulate_arrays`.
+
+    Parameters
+    ----------
+    tasks : sequence of TaskSpec or mapping, optional
+        :class:`TaskSpec` objects or a mapping ``name -> dict`` of TaskSpec fields (default: five
+        tasks from open to grounded).
+    truth : bool, default False
+        Add the hidden columns ``_p`` (true match probability), ``_tail`` (round drawn from the
+        two-state tail) and ``_g``.
+    **kwargs
+        Passed to :func:`simulate_arrays` (``n_prompts``, ``rounds_per_prompt``, ``horizon``,
+        ``seed``, ...).
+
+    Returns
+    -------
+    DataFrame
+        Rounds in the log contract.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> frame = gl.simulate_rounds(seed=0, n_prompts=5)
+    >>> frame["prompt_id"].nunique() > 0
+    True
     """
     if isinstance(tasks, Mapping):
         tasks = [TaskSpec(name, **dict(v)) for name, v in tasks.items()]

@@ -228,7 +228,27 @@ def _n_out(row: dict, tok) -> int | None:
 
 def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
           threshold: float = DEFAULT_TIE_THRESHOLD) -> AuditResult:
-    """Per-task lossless audit with near-tie labelling (see the module docstring)."""
+    """Per-task lossless audit with near-tie labelling (see the module docstring).
+
+    Parameters
+    ----------
+    prompts : DataFrame
+        The prompt files (``read_logs(paths, "prompts").frame``) with the greedy match columns.
+    rounds : DataFrame, optional
+        The rounds of the same runs (for the near-tie margins).
+    threshold : float, default 0.1
+        The top-2 log-probability margin below which a divergence counts as a near-tie.
+
+    Returns
+    -------
+    AuditResult
+        Per task: outputs equal to greedy decoding, divergences, near-ties; ``divergences()``.
+
+    Examples
+    --------
+    >>> import glance_law as gl  # doctest: +SKIP
+    >>> res = gl.audit(gl.read_logs("logs/", "prompts").frame)  # doctest: +SKIP
+    """
     if threshold < 0:
         raise GlanceError("the near-tie threshold must be >= 0 logits")
     if prompts is None or not len(prompts):

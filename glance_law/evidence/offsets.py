@@ -314,7 +314,28 @@ class RunSurvival(TableResult):
 # --------------------------------------------------------------------------
 
 def offset_law(rounds, *, by="task", level: float = 0.95) -> OffsetLaw:
-    """The law fitted per offset: b0_j, b1_j (CR1 prompt-clustered intervals) and match rates."""
+    """The law fitted per offset: b0_j, b1_j (CR1 prompt-clustered intervals) and match rates.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (task, prompt_id, root_entropy, accepted, horizon, match).
+    by : str, default "task"
+        Grouping column.
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+
+    Returns
+    -------
+    OffsetLaw
+        One row per group and offset.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> type(gl.offset_law(gl.simulate_rounds(seed=0))).__name__
+    'OffsetLaw'
+    """
     groups, notes = _prepare(rounds, by)
     rows, few = [], []
     for g in groups:
@@ -358,7 +379,30 @@ def offset_law(rounds, *, by="task", level: float = 0.95) -> OffsetLaw:
 
 
 def offset_hazards(rounds, *, by="task", n_bins: int = 10, level: float = 0.95) -> OffsetHazards:
-    """Conditional hazard vs marginal match rate per entropy bin and offset."""
+    """Conditional hazard vs marginal match rate per entropy bin and offset.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (task, prompt_id, root_entropy, accepted, horizon, match).
+    by : str, default "task"
+        Grouping column.
+    n_bins : int, default 10
+        Equal-count entropy bins.
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+
+    Returns
+    -------
+    OffsetHazards
+        One row per group, entropy bin and offset.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> type(gl.offset_hazards(gl.simulate_rounds(seed=0))).__name__
+    'OffsetHazards'
+    """
     groups, notes = _prepare(rounds, by)
     rows = []
     for g in groups:
@@ -404,6 +448,28 @@ def assumption2_test(rounds, *, by="task", n_bins: int = 10, level: float = 0.95
     its interval are NaN in every row whose implied survival reaches that offset (a note
     names the group and offset); ``run_mean`` is model-free and always reported. Lengths
     beyond the last offset any round of the group knows are not compared (noted).
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (read_logs(...) or a frame with the contract's columns).
+    by : str, default "task"
+        Grouping column.
+    n_bins : int, default 10
+        Equal-count entropy bins.
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+
+    Returns
+    -------
+    Assumption2Test
+        One row per group (bin "all") and per entropy bin; ``curve()`` the per-l differences.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> type(gl.assumption2_test(gl.simulate_rounds(seed=0))).__name__
+    'Assumption2Test'
     """
     groups, notes = _prepare(rounds, by)
     rows, curves = [], []
@@ -469,6 +535,30 @@ def run_survival(rounds, *, by="task", n_bins: int = 10, level: float = 0.95, tw
     the mean entropy). When every round accepted its full horizon (nothing) the MLE's limit
     ``p = 1`` (0) is used, with a note. The two-state survival comes from ``glance_law.tail``
     fitted in regime on the group's bottom entropy bin (the floor) and is shown for that bin.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (read_logs(...) or a frame with the contract's columns).
+    by : str, default "task"
+        Grouping column.
+    n_bins : int, default 10
+        Equal-count entropy bins.
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+    two_state : bool, default True
+        Add the two-state model's survival in the floor bin.
+
+    Returns
+    -------
+    RunSurvival
+        One row per group, entropy decile and length l.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> type(gl.run_survival(gl.simulate_rounds(seed=0), two_state=False)).__name__
+    'RunSurvival'
     """
     groups, notes = _prepare(rounds, by, need_match=False)
     tail_fits = _tail_fits(rounds, groups, by, n_bins, notes) if two_state else {}

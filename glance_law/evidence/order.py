@@ -126,7 +126,35 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int, notes: list[str], label:
 
 def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.95, n_boot: int = 2000,
                seed: int = 0, ge: int = 8) -> OrderResult:
-    """Per-task means and slopes, adjacent gaps and ordering checks (see the module docstring)."""
+    """Per-task means and slopes, adjacent gaps and ordering checks (see the module docstring).
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (read_logs(...) or a frame with the contract's columns).
+    order : sequence of str, optional
+        The expected order of the tasks from open to grounded (default: the paper's).
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+    n_boot : int, default 2000
+        Prompt-level bootstrap replicates (0: none).
+    seed : int, default 0
+        Bootstrap seed.
+    ge : int, default 8
+        The length of P(a >= ge) reported per task.
+
+    Returns
+    -------
+    OrderResult
+        Per-task means and slopes; ``gap_table()`` and ``verdict_table()``.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> res = gl.task_order(gl.simulate_rounds(seed=0), ["caption", "docvqa"], n_boot=0)
+    >>> type(res).__name__
+    'OrderResult'
+    """
     frame = E.as_frame(rounds)
     E.require(frame, ["root_entropy", "accepted", "horizon"], ANALYSIS)
     notes: list[str] = []

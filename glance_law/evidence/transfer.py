@@ -132,7 +132,35 @@ def _cr1(psi: np.ndarray, codes: np.ndarray, G: int):
 
 def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *, by: str = "task",
              n_bins: int = 10, level: float = 0.95) -> TransferResult:
-    """Fit the law on the ``train`` values of column ``by``, score it on each ``test`` value."""
+    """Fit the law on the ``train`` values of column ``by``, score it on each ``test`` value.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (read_logs(...) or a frame with the contract's columns).
+    train : sequence of str
+        The values of ``by`` the law is fitted on.
+    test : sequence of str, optional
+        The values it is scored on (default: every other value).
+    by : str, default "task"
+        The column whose values are split ("task" or "drafter").
+    n_bins : int, default 10
+        Equal-count entropy bins.
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+
+    Returns
+    -------
+    TransferResult
+        One row per test value; ``calibration()`` the binned calibration.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> res = gl.transfer(gl.simulate_rounds(seed=0), ["caption"], ["docvqa"])
+    >>> list(res.to_frame()["task"])
+    ['docvqa']
+    """
     frame = E.as_frame(rounds)
     E.require(frame, ["root_entropy", "accepted", "horizon", by], ANALYSIS)
     notes: list[str] = []

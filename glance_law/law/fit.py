@@ -59,6 +59,19 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     (rows keyed by drafter and group, one pooled row per drafter). A group whose law cannot
     be fitted (e.g. it never accepts a token) keeps its descriptive statistics, has NaN
     coefficients and a note.
+
+    Returns
+    -------
+    LawFit
+        One row per group (and drafter) plus the pooled row: ``to_frame()``, ``curve(group)``,
+        ``holds()``, ``predict(H)``, ``summary()``.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> law = gl.fit_law(gl.simulate_rounds(seed=0), by="task")
+    >>> law.to_frame()["task"].iloc[-1]
+    'pooled'
     """
     if method not in ("mle", "nls"):
         raise GlanceError(f"unknown method {method!r}; choose 'mle' or 'nls'")

@@ -308,8 +308,32 @@ def replay(rounds, *, n_max: int = 255, budgets: Sequence[int] | None = None, by
            level: float = 0.95) -> Replay:
     """Replay every budget up to ``n_max`` for the rounds of a frame or :class:`LogSet`.
 
-    ``budgets``: those shown by ``to_frame()`` (default 1, 2, 4, ... up to n_max and the
-    logged budgets). Rounds without replayable vectors are excluded and counted.
+    Rounds without replayable vectors (``topk_logq``, ``target_rank``) are excluded and counted.
+
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs with the replay columns.
+    n_max : int, default 255
+        The largest tree budget replayed.
+    budgets : sequence of int, optional
+        The budgets ``to_frame()`` shows (default 1, 2, 4, ... up to n_max and the logged budgets).
+    by : str, default "task"
+        Grouping column.
+    level : float, default 0.95
+        Interval level (prompt-clustered).
+
+    Returns
+    -------
+    Replay
+        Mean accepted length per group and budget.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> res = gl.replay(gl.simulate_tree_rounds(n_prompts=4, rounds_per_prompt=5, seed=0), n_max=15)
+    >>> type(res).__name__
+    'Replay'
     """
     frame = getattr(rounds, "frame", rounds)
     if not isinstance(frame, pd.DataFrame):

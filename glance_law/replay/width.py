@@ -384,10 +384,40 @@ def width_allocation(rounds, *, budgets: Sequence[int] = (15, 31, 47, 63), n_max
                      seed: int = 0, condition: str | Sequence[str] | None = "matched") -> WidthAllocation:
     """Replay the logs and compare the width policies at equal mean budget, per group.
 
-    ``budgets``: mean verifier budgets (nodes per round, root excluded). ``n_max``: the largest
-    tree any single round may get (default max(255, max budget)). ``exchange_rate``: tokens a
-    node must be expected to add to be bought (the stopping rule; 0 spends the whole budget).
-    ``n_boot``: prompt-level bootstrap replicates for the gain intervals (0: none).
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs with the replay columns (``topk_logq``, ``target_rank``).
+    budgets : sequence of int, default (15, 31, 47, 63)
+        Mean verifier budgets (nodes per round, root excluded).
+    n_max : int, optional
+        The largest tree any single round may get (default max(255, max budget)).
+    by : str, default "task"
+        Grouping column.
+    exchange_rate : float, default 0.0
+        Tokens a node must be expected to add to be bought (the stopping rule; 0 spends the
+        whole budget).
+    n_boot : int, default 200
+        Prompt-level bootstrap replicates for the gain intervals (0: none).
+    level : float, default 0.95
+        Interval level.
+    seed : int, default 0
+        Bootstrap seed.
+    condition : str or sequence, default "matched"
+        Conditions replayed (None pools every condition).
+
+    Returns
+    -------
+    WidthAllocation
+        One row per group, budget and policy (oracle, fixed, entropy-keyed).
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> frame = gl.simulate_tree_rounds(n_prompts=6, rounds_per_prompt=10, seed=0)
+    >>> res = gl.width_allocation(frame, budgets=(7, 15), n_boot=0)
+    >>> type(res).__name__
+    'WidthAllocation'
     """
     budgets = sorted({int(b) for b in budgets})
     if not budgets or budgets[0] < 1:

@@ -288,7 +288,31 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
     the bucket bootstrap; see the module docstring.
     ``condition`` only checks that the reduction was made for it. ``quadrature=False``
     puts each marginal cell at its mean entropy instead (binning error O(width^2); for
-    comparison)."""
+    comparison).
+
+    Parameters
+    ----------
+    reduced : Reduced
+        A reduction (:func:`glance_law.reduce_logs`, :func:`glance_law.reduce_frame`).
+    by, method, level, n_boot, seed, bins, ceiling_bins, alpha, min_r2_curve, min_r2_isotonic, cov
+        As in :func:`glance_law.fit_law` (clusters are prompt buckets).
+    condition : str or sequence, optional
+        Only checks that the reduction was made for it.
+    quadrature : bool, default True
+        Two-point quadrature per cell (False: each cell at its mean entropy).
+
+    Returns
+    -------
+    LawFit
+        The columns of :func:`glance_law.fit_law` plus ``buckets``.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> law = gl.fit_reduced(gl.reduce_frame(gl.simulate_rounds(seed=0)))
+    >>> law.to_frame()["task"].iloc[-1]
+    'pooled'
+    """
     if condition is not None:
         want = normalize_condition(condition)
         if reduced.condition is not None and want != reduced.condition:
@@ -496,6 +520,27 @@ def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold
     held-out splits are bucket-disjoint, hence prompt-disjoint, and ``floor_prompts``
     counts buckets. The floor is each task's bottom ``quantile`` of rounds ordered by cell
     mean entropy (resolved to one fine bin), or the cells with mean entropy <= ``threshold``.
+
+    Parameters
+    ----------
+    reduced : Reduced
+        A reduction.
+    law : LawFit, optional
+        The law of the reduction (default: ``fit_reduced(reduced)``).
+    quantile, threshold, n_boot, seed, folds, level, n_boot_mean, min_expected, heldout
+        As in :func:`glance_law.fit_tail`.
+
+    Returns
+    -------
+    TailFit
+        As :func:`glance_law.fit_tail` returns (``floor_prompts`` counts buckets).
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> red = gl.reduce_frame(gl.simulate_rounds(seed=0))
+    >>> type(gl.tail_reduced(red, n_boot=0, heldout=False)).__name__
+    'TailFit'
     """
     from glance_law.tail.report import TailFit, tail_test
     if threshold is None and not 0.0 < float(quantile) <= 1.0:

@@ -449,15 +449,51 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
              heldout: bool = True) -> TailFit:
     """The grounded-tail analysis of each task's entropy floor.
 
-    rounds : DataFrame or LogSet of round logs (task, prompt_id, root_entropy, accepted, horizon).
-    by : grouping column (default ``"task"``); each group's floor is analysed separately (and each
-        drafter separately when the logs hold several).
-    quantile : the floor is the bottom ``quantile`` of the group's rounds by entropy (default 0.1,
-        the bottom decile - the same equal-count bin as the law's decile curve), among the matched
-        rounds with horizon > 0; ``threshold`` (nats) instead takes every round with H <= threshold.
-    n_boot : parametric-bootstrap replicates of the LRT p-value (0 skips it).
-    law, b0 : the law whose intercept gives cap = e^b0, sup and pi* (default: ``fit_law(rounds, by)``);
+    Parameters
+    ----------
+    rounds : DataFrame or LogSet
+        Round logs (task, prompt_id, root_entropy, accepted, horizon).
+    by : str, default "task"
+        Grouping column; each group's floor is analysed separately (and each drafter
+        separately when the logs hold several).
+    quantile : float, default 0.1
+        The floor is the bottom ``quantile`` of the group's rounds by entropy (the bottom
+        decile: the same equal-count bin as the law's decile curve), among the matched rounds
+        with horizon > 0.
+    threshold : float, optional
+        Nats; instead of ``quantile``, every round with H <= threshold.
+    condition : str or sequence, default "matched"
+        Conditions analysed (None pools every condition).
+    n_boot : int, default 199
+        Parametric-bootstrap replicates of the LRT p-value (0 skips it).
+    seed : int, default 0
+        Seed of the bootstrap and of the held-out splits.
+    folds : int, default 5
+        Prompt folds of the held-out falsification (besides the two half splits).
+    level : float, default 0.95
+        Interval level.
+    n_boot_mean, min_expected : int, float
+        Bootstrap replicates of the held-out mean's interval; the smallest expected count of a
+        chi-square cell (cells are pooled until they reach it).
+    law, b0 : LawFit, float or mapping, optional
+        The law whose intercept gives cap = e^b0, sup and pi* (default: ``fit_law(rounds, by=by)``);
         ``b0`` a number or a mapping group -> b0 overrides it.
+    method : str, default "mle"
+        The law's method when it is fitted here.
+    heldout : bool, default True
+        Run the prompt-disjoint held-out tests.
+
+    Returns
+    -------
+    TailFit
+        One row per task (``to_frame()``), with ``models()`` and ``heldout_table()``.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> tail = gl.fit_tail(gl.simulate_rounds(seed=0), n_boot=0, heldout=False)
+    >>> sorted(tail.to_frame()["task"])[:2]
+    ['caption', 'chartqa']
     """
     from glance_law.data.selection import as_frame, prepare
     if threshold is None and not 0.0 < float(quantile) <= 1.0:

@@ -60,7 +60,38 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     """Reduce the round logs among ``paths`` (files, folders, globs) with ``engine`` and merge any
     reduced files among them. ``condition``: the conditions kept (None pools all).
     ``engine_options`` go to the engine (arrow: ``batch_rows``, ``workers``; duckdb: ``threads``,
-    ``memory_limit``, ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``)."""
+    ``memory_limit``, ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``).
+
+    Parameters
+    ----------
+    paths : str, Path or sequence
+        Files, folders or globs; rounds files are reduced, reduced files merged in.
+    engine : str, default "arrow"
+        "arrow", "duckdb" or "spark".
+    buckets : int, default 256
+        Prompt buckets per task.
+    grid : Grid, optional
+        The entropy grid (default ``Grid()``).
+    condition : str or sequence, default "matched"
+        Conditions kept (None pools all).
+    skip_bad : bool, default False
+        Leave bad files out (listed in ``info["skipped"]``) instead of stopping.
+    check_keys : bool, default True
+        Refuse duplicate rounds across files.
+    **engine_options
+        arrow: ``batch_rows``, ``workers``; duckdb: ``threads``, ``memory_limit``,
+        ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``.
+
+    Returns
+    -------
+    Reduced
+        The cells and their metadata.
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> red = gl.reduce_logs("data/example")  # doctest: +SKIP
+    """
     from glance_law.data.io import LogError
     grid = grid if grid is not None else Grid()
     B = check_buckets(buckets)
