@@ -39,10 +39,17 @@ class Options:
     budget: int | None = None          # N of Figure 4's ceiling (default: the logs' median budget, else 31)
     gamma: float = 0.2                 # AdaEDL's constant (Figure 4)
     tail_boot: int = 199               # parametric-bootstrap replicates of the tail LRT
-    boot: int = 2000                   # prompt-bootstrap replicates (probe, ordering)
+    tail_quantile: float = 0.1         # the floor: each task's bottom quantile by entropy ...
+    tail_threshold: float | None = None  # ... or the rounds with H <= threshold (nats)
+    tail_folds: int = 5                # prompt folds of the tail's held-out tests
+    probe_boot: int = 2000             # prompt-bootstrap replicates of the probe
+    order_boot: int = 2000             # prompt-bootstrap replicates of the ordering
     timing_boot: int = 8000            # paired bootstrap of the timing margin
     width_boot: int = 200              # prompt-bootstrap replicates of the width gains
     budgets: tuple[int, ...] = (15, 31, 47, 63)
+    exchange_rate: float = 0.0         # the width policies' stopping rule (tokens per node)
+    offset_bins: int = 10              # entropy bins of the Assumption 2 tables
+    transfer_bins: int = 10            # entropy bins of the transfer tables
     signals: tuple[str, ...] = ()      # Table 13 signal columns (default: extra numeric columns, else position)
     task_order: tuple[str, ...] | None = None
     reference: str | None = None       # Table 14's training drafter (default: block if present)
@@ -104,7 +111,8 @@ def _law_fit(rounds, o: Options):
 
 def _tail_fit(rounds, o: Options, law):
     from glance_law.tail.report import fit_tail
-    return fit_tail(rounds, law=law, n_boot=o.tail_boot, seed=o.seed, level=o.level)
+    return fit_tail(rounds, law=law, n_boot=o.tail_boot, seed=o.seed, level=o.level, quantile=o.tail_quantile,
+                    threshold=o.tail_threshold, folds=o.tail_folds)
 
 
 def _tail_job(rounds, o: Options):
@@ -300,7 +308,7 @@ def ordering(inp: Inputs) -> list:
     from glance_law.evidence.order import task_order
     o = inp.options
     try:
-        res = task_order(inp.rounds, o.task_order, level=o.level, n_boot=o.boot, seed=o.seed)
+        res = task_order(inp.rounds, o.task_order, level=o.level, n_boot=o.order_boot, seed=o.seed)
     except MissingColumnError:
         raise
     except GlanceError as exc:
@@ -314,12 +322,12 @@ def ordering(inp: Inputs) -> list:
 @section("offsets", "Assumption 2 (B.2)", "per-offset match law, hazards, the Assumption 2 test, survival by decile")
 def offsets(inp: Inputs) -> list:
     from glance_law.evidence import offsets as off
-    lv = inp.options.level
+    lv, nb = inp.options.level, inp.options.offset_bins
     return [Table("assumption2_offset_law", off.offset_law(inp.rounds, by="task", level=lv)),
-            Table("assumption2_test", off.assumption2_test(inp.rounds, by="task", n_bins=10, level=lv)),
-            Table("assumption2_hazards", off.offset_hazards(inp.rounds, by="task", n_bins=10, level=lv)),
+            Table("assumption2_test", off.assumption2_test(inp.rounds, by="task", n_bins=nb, level=lv)),
+            Table("assumption2_hazards", off.offset_hazards(inp.rounds, by="task", n_bins=nb, level=lv)),
             # the floor's two-state model is the survival section's (fitted once, in inp.tail())
-            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, by="task", n_bins=10, level=lv, two_state=False))]
+            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, by="task", n_bins=nb, level=lv, two_state=False))]
 
 
 # ---------------------------------------------------------------------------
@@ -361,7 +369,8 @@ def survival(inp: Inputs) -> list:
 def width(inp: Inputs) -> list:
     from glance_law.replay.width import width_allocation
     o = inp.options
-    res = width_allocation(inp.rounds, budgets=o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed)
+    res = width_allocation(inp.rounds, budgets=o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed,
+                           exchange_rate=o.exchange_rate)
     return [Figure("figure5_width_pareto", plots.width_pareto(res),
                    "Accepted value against mean verifier budget for the oracle, entropy-keyed and fixed-width "
                    "policies (replayed)"),
@@ -386,7 +395,8 @@ def transfer_drafters(inp: Inputs) -> list:
     ref = inp.options.reference or ("block" if "block" in ds else ds[0])
     if ref not in ds:
         raise GlanceError(f"Table 14: the reference drafter {ref!r} is not in the logs ({', '.join(ds)})")
-    res = transfer(inp.rounds, [ref], [d for d in ds if d != ref], by="drafter", level=inp.options.level)
+    res = transfer(inp.rounds, [ref], [d for d in ds if d != ref], by="drafter", n_bins=inp.options.transfer_bins,
+                   level=inp.options.level)
     return [Table("table14_transfer_drafters", res), Table("table14_calibration", res.calibration())]
 
 
@@ -404,7 +414,8 @@ def transfer_tasks(inp: Inputs) -> list:
             left.append(task)
             continue
         try:
-            res = transfer(inp.rounds, [x for x in tasks if x != task], [task], by="task", level=inp.options.level)
+            res = transfer(inp.rounds, [x for x in tasks if x != task], [task], by="task", n_bins=inp.options.transfer_bins,
+                           level=inp.options.level)
         except MissingColumnError:
             raise
         except GlanceError as exc:
@@ -433,7 +444,7 @@ def probe(inp: Inputs) -> list:
         raise MissingColumnError("rounds of the mismatched condition", "Table 16 (the probe)",
                                  SUPPLIED_BY["condition=mismatched"])
     o = inp.options
-    return [Table("table16_probe", run_probe(inp.rounds, by="task", level=o.level, n_boot=o.boot, seed=o.seed))]
+    return [Table("table16_probe", run_probe(inp.rounds, by="task", level=o.level, n_boot=o.probe_boot, seed=o.seed))]
 
 
 # ---------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import sys
 from collections.abc import Sequence
 
 from glance_law.cli import reduce as _reduce
+from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
 from glance_law.errors import GlanceError
 from glance_law.law.fit import LAW_INPUT, fit_law
@@ -70,15 +71,6 @@ SECTIONS: list[tuple[str, str, str]] = [
 LAW_READ_COLUMNS = LAW_INPUT + ("task", "prompt_id", "condition", "drafter")
 
 
-class UsageError(GlanceError):
-    """A command-line mistake (bad option or value)."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, no usage block: main() prints it and exits 2
-        raise UsageError(f"{message} (see {PROG} --help)")
-
-
 def _flag(spec: str) -> tuple[str, str | None, str]:
     parts = spec.split()
     name = parts[0]
@@ -87,7 +79,7 @@ def _flag(spec: str) -> tuple[str, str | None, str]:
 
 def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
     """The parser; ``extend``: section modules whose ``add_cli_arguments`` to apply."""
-    p = _Parser(prog=PROG, allow_abbrev=False,
+    p = Parser(prog=PROG, allow_abbrev=False,
                 description="Fit the draftability law logit p = b0 - b1 H, E[a|H] = p(1-p^L)/(1-p) to round "
                             "logs: one row per task plus the pooled row, with prompt-clustered intervals.")
     p.add_argument("paths", nargs="+", metavar="PATHS", help="round-log files, folders or globs")
@@ -243,9 +235,10 @@ def _write(text: str, out: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
+
+    def body() -> None:
         args, mods = parse_args(argv)
-        if args.engine or _reduce.inputs_reduced(args.paths):  # out of core: glance_law.reduce (issue 9)
+        if args.engine or _reduce.inputs_reduced(args.paths):  # out of core: glance_law.scale (issue 9)
             law, sections = _reduce.cli_fit(args, mods)
         else:
             logs = load(args, [m for _, m in mods])
@@ -254,13 +247,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             law = law_result(logs, args)
             sections = [(flag.lstrip("-"), list(mod.cli_section(logs, args))) for flag, mod in mods]
         _write(render(law, sections, args.format), args.out)
-    except GlanceError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+
+    return run_main(PROG, body)
 
 
 if __name__ == "__main__":  # pragma: no cover

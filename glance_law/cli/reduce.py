@@ -7,8 +7,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data import schema as S
-from glance_law.errors import GlanceError
 from glance_law.scale.engines import ENGINES, reduce_logs
 from glance_law.scale.law_reduced import fit_reduced, tail_reduced
 from glance_law.scale.reduce import DEFAULT_BUCKETS, Grid, write_reduced
@@ -32,18 +32,9 @@ def add_reduce_arguments(p: argparse.ArgumentParser, engine_default: str | None 
                    help="skip the duplicate-round check (run_id, prompt_id, condition, round) across files")
 
 
-class UsageError(GlanceError):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{message} (see {PROG} --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from glance_law.results import format as _fmt
-    p = _Parser(prog=PROG, allow_abbrev=False,
+    p = Parser(prog=PROG, allow_abbrev=False,
                 description="Reduce round logs to the law's sufficient statistics (one small Parquet file of kind "
                             "'reduced' that python -m glance_law.fit accepts; reduced inputs are merged).")
     p.add_argument("paths", nargs="+", metavar="LOGS", help="round-log (or reduced) files, folders or globs")
@@ -111,17 +102,13 @@ def cli_fit(args, mods) -> tuple:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
+
+    def body() -> None:
         args = build_parser().parse_args(argv)
         red = reduce_logs(args.paths, **options(args))
         for path, reason in red.info.get("skipped", []):
             print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
         write_reduced(red, args.out)
         sys.stdout.write(red.summary(args.format))
-    except GlanceError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    return 0
+
+    return run_main(PROG, body)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import shlex
@@ -47,7 +48,16 @@ from pathlib import Path
 
 from glance_law import appendix as A
 from glance_law._version import __version__
+from glance_law.cli.common import (
+    Parser,
+    UsageError,
+    add_section_options,
+    deprecated_alias,
+    names,
+    run_main,
+)
 from glance_law.errors import GlanceError
+from glance_law.replay.width import parse_budgets
 
 PROG = "python -m glance_law.report"
 MANIFEST = "manifest.json"
@@ -55,31 +65,21 @@ INDEX = "index.md"
 TABLE_FORMATS = (("md", "markdown"), ("tex", "latex"), ("csv", "csv"))
 
 
-class UsageError(GlanceError):
-    """A command-line mistake."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(x) for x in str(text).split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not out or min(out) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return out
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in str(text).split(",") if x.strip()]
+#: section modules whose options the report uses (declared once, in each module), by destination
+SECTION_OPTIONS = (
+    ("glance_law.tail.report", ("tail_bootstrap", "tail_quantile", "tail_threshold", "tail_folds")),
+    ("glance_law.replay.width", ("budgets", "width_bootstrap", "exchange_rate")),
+    ("glance_law.evidence.offsets", ("offset_bins",)),
+    ("glance_law.evidence.probe", ("signal", "probe_bootstrap")),
+    ("glance_law.evidence.order", ("task_order", "order_bootstrap")),
+    ("glance_law.evidence.transfer", ("transfer_bins",)),
+    ("glance_law.evidence.audit", ("tie_threshold",)),
+    ("glance_law.evidence.timing", ("timing_bootstrap",)),
+)
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, allow_abbrev=False,
+    p = Parser(prog=prog, allow_abbrev=False,
                 description="Regenerate the theory appendix (every table and figure) from round logs: Markdown, "
                             "LaTeX and CSV tables, PNG and PDF figures, DIR/index.md and DIR/manifest.json.")
     p.add_argument("paths", nargs="*", metavar="LOGS",
@@ -87,9 +87,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="output folder (created; a previous report there is replaced)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every bootstrap (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--only", type=_names, default=None, metavar="S1,S2",
+    p.add_argument("--only", type=names, default=None, metavar="S1,S2",
                    help="run only these sections (see --list)")
-    p.add_argument("--skip", type=_names, default=[], metavar="S1,S2", help="leave these sections out")
+    p.add_argument("--skip", type=names, default=[], metavar="S1,S2", help="leave these sections out")
     p.add_argument("--list", action="store_true", help="list the sections and exit")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out unreadable log files (listed in the index) instead of stopping")
@@ -101,42 +101,35 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--budget", type=int, default=None, metavar="N",
                    help="budget N of Figure 4's 2 ln N / H ceiling (default: the logs' median budget, else 31)")
     g.add_argument("--gamma", type=float, default=0.2, help="AdaEDL's constant in Figure 4 (default 0.2)")
-    g.add_argument("--signal", action="append", default=[], metavar="COLUMN",
-                   help="Table 13's signal column (repeatable; default: the logs' extra numeric columns, "
-                        "else position)")
-    g.add_argument("--task-order", type=_names, default=None, metavar="T1,T2,...",
-                   help="the expected task order, open to grounded (default caption,textvqa,infovqa,docvqa,chartqa)")
     g.add_argument("--reference-drafter", default=None, metavar="NAME",
                    help="Table 14's training drafter (default: block when present)")
-    g.add_argument("--budgets", type=_ints, default=(15, 31, 47, 63), metavar="N,N,...",
-                   help="Figure 5's mean verifier budgets (default 15,31,47,63)")
     g.add_argument("--vocab-size", type=float, default=None, metavar="V",
                    help="the target's vocabulary size for the Fano check (default: from the run metadata)")
-    g.add_argument("--tie-threshold", type=float, default=0.1, metavar="LOGITS",
-                   help="the audit's near-tie margin (default 0.1)")
-    g.add_argument("--tail-bootstrap", type=int, default=199, metavar="N",
-                   help="parametric-bootstrap replicates of the tail LRT p-value (default 199)")
-    g.add_argument("--bootstrap", type=int, default=2000, metavar="N",
-                   help="prompt-bootstrap replicates of the probe and the ordering (default 2000)")
-    g.add_argument("--width-bootstrap", type=int, default=200, metavar="N",
-                   help="prompt-bootstrap replicates of the width gains (default 200)")
-    g.add_argument("--timing-bootstrap", type=int, default=8000, metavar="N",
-                   help="paired prompt-bootstrap replicates of the timing margin (default 8000)")
+    # the old --bootstrap of the report meant the probe's and the ordering's replicates
+    deprecated_alias(g, "--bootstrap", "probe_bootstrap", "order_bootstrap", type=int)
+    for module, dests in SECTION_OPTIONS:
+        add_section_options(p, importlib.import_module(module), only=dests)
     return p
 
 
 def options_from(args) -> A.Options:
-    for name in ("tail_bootstrap", "bootstrap", "width_bootstrap", "timing_bootstrap"):
+    for name in ("tail_bootstrap", "probe_bootstrap", "order_bootstrap", "width_bootstrap", "timing_bootstrap"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0")
     if not 0.0 < args.level < 1.0:
         raise UsageError("--level must lie strictly between 0 and 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    if args.tail_folds < 2 or args.offset_bins < 2 or args.transfer_bins < 2:
+        raise UsageError("--tail-folds, --offset-bins and --transfer-bins must be >= 2")
     return A.Options(seed=args.seed, level=args.level, budget=args.budget, gamma=args.gamma,
-                     tail_boot=args.tail_bootstrap, boot=args.bootstrap, timing_boot=args.timing_bootstrap,
-                     width_boot=args.width_bootstrap, budgets=tuple(args.budgets), signals=tuple(args.signal),
-                     task_order=tuple(args.task_order) if args.task_order else None,
+                     tail_boot=args.tail_bootstrap, tail_quantile=args.tail_quantile,
+                     tail_threshold=args.tail_threshold, tail_folds=args.tail_folds,
+                     probe_boot=args.probe_bootstrap, order_boot=args.order_bootstrap,
+                     timing_boot=args.timing_bootstrap, width_boot=args.width_bootstrap,
+                     budgets=tuple(parse_budgets(args.budgets)), exchange_rate=args.exchange_rate,
+                     offset_bins=args.offset_bins, transfer_bins=args.transfer_bins, signals=tuple(args.signal),
+                     task_order=tuple(names(args.task_order)) if args.task_order else None,
                      reference=args.reference_drafter, vocab_size=args.vocab_size,
                      tie_threshold=args.tie_threshold)
 
@@ -401,19 +394,15 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     def log(msg):
         print(msg, file=sys.stderr)
 
-    try:
+    def body() -> int:
         args = build_parser(prog).parse_args(argv)
         if args.list:
             for s in A.SECTIONS:
                 print(f"{s.name:18s} {s.paper:22s} {s.what}")
             return 0
         return run(args, argv, prog, log)
-    except GlanceError as exc:
-        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+
+    return run_main(prog, body)
 
 
 if __name__ == "__main__":  # pragma: no cover

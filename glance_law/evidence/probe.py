@@ -497,10 +497,11 @@ def signal_effect(rounds, column: str, *, by="task", n_bins: int = 10, control: 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("mismatched-image probe (--probe)")
-    g.add_argument("--probe-signal", action="append", default=[], metavar="COLUMN",
+    g.add_argument("--signal", action="append", default=[], metavar="COLUMN",
                    help="also test a signal column of the round files (e.g. attention mass on image tokens) "
-                        "against entropy, Table 13 style (repeatable); with --probe-signal alone the probe "
-                        "table needs mismatched rounds")
+                        "against entropy, Table 13 style (repeatable)")
+    g.add_argument("--probe-signal", dest="signal", action="append", default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)  # the old spelling, kept working
     g.add_argument("--probe-bootstrap", type=int, default=2000, metavar="B",
                    help="prompt-bootstrap resamples for the relative effect (default 2000)")
 
@@ -511,7 +512,7 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     by = E.cli_by(args) or ["task"]
     n_boot = int(getattr(args, "probe_bootstrap", 2000))
     out: list[Result] = [probe(logs, by=by, level=level, n_boot=n_boot, seed=seed)]
-    for col in getattr(args, "probe_signal", None) or []:
+    for col in getattr(args, "signal", None) or []:
         res = signal_effect(logs, col, by=by, level=level)
         out.append(res)
     return out

@@ -567,7 +567,7 @@ def plot_pareto(result: WidthAllocation, path=None, tasks: Sequence[str] | None 
 
 # --------------------------------------------------------------------------- CLI section
 
-def _parse_budgets(text: str) -> list[int]:
+def parse_budgets(text: str) -> list[int]:
     try:
         out = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError:
@@ -583,8 +583,10 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
                    help="mean verifier budgets to compare, nodes per round (default 15,31,47,63)")
     g.add_argument("--exchange-rate", type=float, default=0.0, metavar="TOKENS",
                    help="stopping rule: buy a node only when it is worth at least this many tokens (default 0)")
-    g.add_argument("--width-boot", type=int, default=200, metavar="N",
+    g.add_argument("--width-bootstrap", type=int, default=200, metavar="N",
                    help="prompt-level bootstrap replicates for the gain intervals (default 200)")
+    g.add_argument("--width-boot", dest="width_bootstrap", type=int, default=argparse.SUPPRESS,
+                   help=argparse.SUPPRESS)  # the old spelling, kept working
     g.add_argument("--width-plot", metavar="FILE", default=None, help="save the Pareto figure (png/pdf/svg)")
 
 
@@ -597,11 +599,11 @@ def cli_section(logs, args) -> list[Result]:
         cond = parts[0] if len(parts) == 1 else parts
     by = getattr(args, "by", "task")
     by = "task" if by is None or str(by).lower() in ("none", "pooled", "") else by
-    if int(getattr(args, "width_boot", 200)) < 0:
+    if int(getattr(args, "width_bootstrap", 200)) < 0:
         raise GlanceError("--width-boot must be >= 0")
-    res = width_allocation(logs, budgets=_parse_budgets(getattr(args, "budgets", "15,31,47,63")), by=by,
+    res = width_allocation(logs, budgets=parse_budgets(getattr(args, "budgets", "15,31,47,63")), by=by,
                            exchange_rate=float(getattr(args, "exchange_rate", 0.0)),
-                           n_boot=int(getattr(args, "width_boot", 200)), level=getattr(args, "level", 0.95),
+                           n_boot=int(getattr(args, "width_bootstrap", 200)), level=getattr(args, "level", 0.95),
                            seed=getattr(args, "seed", 0), condition=cond)
     if getattr(args, "width_plot", None):
         import matplotlib.pyplot as plt
