@@ -41,7 +41,7 @@ MODULES = (
     ("glance_law.errors", "User-facing errors (one line, exit 2 in the CLIs).", ["GlanceError", "MissingColumnError"]),
     ("glance_law.results", "The frozen result base class.", ["Result"]),
     ("glance_law.results.format", "Rendering tables: text, Markdown, LaTeX, HTML, JSON, CSV.",
-     ["FORMATS", "render", "render_many", "fmt_number", "display_frame", "records"]),
+     ["FORMATS", "render", "fmt_number", "display_frame", "records"]),
     ("glance_law.stats.cluster", "Prompt-clustered inference primitives.",
      ["CLUSTER_BY", "cluster_codes", "t_crit", "cluster_sums", "cr1_covariance", "clustered_mean",
       "bootstrap_counts", "percentile_interval"]),

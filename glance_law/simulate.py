@@ -34,7 +34,7 @@ true (b0, b1) are also the marginal ones.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -295,11 +295,6 @@ def simulate_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | None = N
         for c in ("_p", "_tail", "_g"):
             frame[c] = arr[c]
     return frame
-
-
-def with_task_params(spec: TaskSpec, **changes) -> TaskSpec:
-    """A copy of ``spec`` with fields replaced (convenience for sweeps)."""
-    return replace(spec, **changes)
 
 
 def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | None = None, *,

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 
 __all__ = ["TASKS", "TaskItem"]
 
-#: Task families ordered from open to grounded, then the no-decode-loop control.
-TASKS = ("caption", "textvqa", "infovqa", "docvqa", "chartqa", "scienceqa")
+from glance_law.data.tasks import TASKS  # open to grounded, then the no-decode-loop control
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ token at offset ``j`` is ``stream[position + j]``):
 """
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -376,9 +375,3 @@ class RoundLogger:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-def tau_of(rows) -> float:
-    if not rows:
-        return math.nan
-    return float(np.mean([r["accepted"] + 1 for r in rows]))

@@ -26,8 +26,6 @@ from glance_law.errors import GlanceError
 
 from .items import TASKS, TaskItem  # noqa: F401 (public here too)
 
-GROUNDING_ORDER = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
-
 
 @dataclass(frozen=True)
 class TaskSpec:

@@ -163,10 +163,6 @@ def parse_args(argv: Sequence[str]):
     return args, mods
 
 
-def _by(args) -> str | None:
-    return args.by
-
-
 def _conditions(args):
     c = str(args.condition)
     if c.lower() == "all":
@@ -177,7 +173,7 @@ def _conditions(args):
 
 def load(args, modules: Sequence = ()) -> LogSet:
     """Read the round logs once, only the columns the law and the requested sections need."""
-    columns: list[str] | None = list(LAW_READ_COLUMNS) + ([_by(args)] if _by(args) else [])
+    columns: list[str] | None = list(LAW_READ_COLUMNS) + ([args.by] if args.by else [])
     for mod in modules:
         extra = getattr(mod, "CLI_COLUMNS", None)
         if extra is None:
@@ -191,7 +187,7 @@ def load(args, modules: Sequence = ()) -> LogSet:
 
 def law_result(logs: LogSet, args):
     """The law table for the logs (the step a reduced-table reader plugs into)."""
-    return fit_law(logs, by=_by(args), method=args.method, level=args.level, n_boot=args.bootstrap,
+    return fit_law(logs, by=args.by, method=args.method, level=args.level, n_boot=args.bootstrap,
                    seed=args.seed, condition=_conditions(args))
 
 

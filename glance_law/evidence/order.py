@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from glance_law.data.tasks import GROUNDING_ORDER
 from glance_law.errors import GlanceError
 from glance_law.results.base import Result, TableResult
 from glance_law.stats.cluster import (
@@ -45,7 +46,7 @@ from . import common as E
 
 __all__ = ["DEFAULT_ORDER", "task_order", "OrderResult", "cli_section", "add_cli_arguments"]
 
-DEFAULT_ORDER = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
+DEFAULT_ORDER = GROUNDING_ORDER
 ANALYSIS = "the task ordering"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).

@@ -9,7 +9,6 @@ import sys
 import types
 
 from .chains import (
-    REPLAY_COLUMNS,
     Replay,
     ReplayArrays,
     chain_run,
@@ -21,7 +20,7 @@ from .chains import (
 )
 
 __all__ = ["replay_arrays", "target_prefixes", "group_labels", "ReplayArrays", "round_arrays", "replay", "Replay",
-           "chain_run", "REPLAY_COLUMNS"]
+           "chain_run"]
 
 
 class _ReplayPackage(types.ModuleType):

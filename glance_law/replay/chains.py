@@ -47,10 +47,9 @@ from glance_law.stats.cluster import cluster_codes, clustered_mean, t_crit
 from . import tree as _tree
 
 __all__ = ["replay_arrays", "target_prefixes", "group_labels", "ReplayArrays", "round_arrays", "replay", "Replay",
-           "chain_run", "REPLAY_COLUMNS"]
+           "chain_run"]
 
 #: the round columns the replay reads
-REPLAY_COLUMNS = ("topk_logq", "target_rank", "horizon")
 #: rounds converted to float64 at a time
 _CHUNK_ROUNDS = 1 << 16
 

@@ -193,13 +193,3 @@ def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
         return frame.to_csv(index=False, lineterminator="\n")
     df = display_frame(frame, digits, intervals)
     return {"text": _text, "markdown": _markdown, "latex": _latex, "html": _html_table}[fmt](df, title, notes)
-
-
-def render_many(sections: Sequence[tuple[str, pd.DataFrame, Sequence[str]]], fmt: str = "text",
-                digits: int = 3) -> str:
-    """Several titled tables in one document. JSON: an object keyed by section title."""
-    if fmt == "json":
-        return json.dumps({t: records(f) for t, f, _ in sections}, indent=2, allow_nan=False) + "\n"
-    if fmt == "csv":
-        return "\n".join(f"# {t}\n" + f.to_csv(index=False, lineterminator="\n") for t, f, _ in sections)
-    return "\n".join(render(f, fmt, t, n, digits) for t, f, n in sections)

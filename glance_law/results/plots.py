@@ -27,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
+from glance_law.data.tasks import TASKS
 from glance_law.errors import GlanceError
 
 __all__ = ["TASK_ORDER", "task_styles", "decile_curves", "law_fits", "law_brackets", "survival_curves",
            "width_pareto", "save_figure", "FIGURE_FORMATS"]
 
 #: Known task families in the order of grounding (open to grounded); others follow, sorted.
-TASK_ORDER = ("caption", "textvqa", "infovqa", "docvqa", "chartqa", "scienceqa")
+TASK_ORDER = TASKS  # open to grounded, then the control (glance_law.data.tasks)
 FIGURE_FORMATS = ("png", "pdf")
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")

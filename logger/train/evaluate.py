@@ -25,6 +25,8 @@ import sys
 
 import numpy as np
 
+from ..items import TASKS
+
 GROUNDED = ("infovqa", "docvqa", "chartqa")
 
 
@@ -186,7 +188,7 @@ def main(argv=None) -> int:
                                  description="Held-out exact match, value retrieval and entropy of the default target.")
     ap.add_argument("--model", default="logger/default/target")
     ap.add_argument("--block", default=None, help="also measure this block head's chain acceptance")
-    ap.add_argument("--tasks", nargs="+", default=["caption", "textvqa", "infovqa", "docvqa", "chartqa", "scienceqa"])
+    ap.add_argument("--tasks", nargs="+", default=list(TASKS))
     ap.add_argument("--n", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1,

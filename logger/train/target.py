@@ -44,7 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-VAL_TASKS = ("caption", "textvqa", "infovqa", "docvqa", "chartqa", "scienceqa")
+from ..items import TASKS
+
+VAL_TASKS = TASKS
 
 
 def make_model(vocab_size: int, hidden=128, layers=4, heads=4, inter=384, seed=0):
