@@ -8,7 +8,7 @@ inputs the logs do not carry raises :class:`glance_law.errors.MissingColumnError
 naming the logger flag that records them (``glance_law.schema.SUPPLIED_BY``); the
 report lists it as skipped. No statistics are computed here: every number comes
 from the analysis modules (law, tail, width, probe, order, transfer, offsets,
-audit, timing, fano), figures from :mod:`glance_law.plots`.
+audit, timing, fano), figures from :mod:`glance_law.results.plots`.
 
 The ``analyses/`` scripts run one section each; ``python -m glance_law.report``
 runs them all.

@@ -170,7 +170,7 @@ def best_tree_value(marginals, budget: int, log: bool = False):
     not be sorted. Under independent offsets a tree's value is the sum over its
     nodes of the product of the marginals along the node's path; path products
     never grow with depth, so the best tree is the best-first one of
-    :func:`glance_law.tree.best_first` and its value the sum of its nodes'
+    :func:`glance_law.replay.tree.best_first` and its value the sum of its nodes'
     path probabilities. Exact for the logged top-k (the full distribution's best
     tree when k >= budget). NaN entries are padding (an absent token: probability 0).
     Each row holds probabilities of distinct tokens, so it may sum to at most 1 (up to

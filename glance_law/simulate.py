@@ -305,7 +305,7 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
                          truth: bool = False, seed: int = 0, run_id: str = "sim-tree",
                          drafter: str = "block", condition: str = "matched") -> pd.DataFrame:
     """Simulated *tree-mode* round log: drafter marginals, the target's path, and the accepted
-    length of the best-first tree of ``budget`` nodes built by :mod:`glance_law.tree`.
+    length of the best-first tree of ``budget`` nodes built by :mod:`glance_law.replay.tree`.
 
     Per task (a :class:`TaskSpec`; its two-state ``tail`` is not used here), prompt g and
     round: the root entropy H is drawn as in :func:`simulate_arrays`; the drafter's top-1
@@ -323,7 +323,7 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
     width is ``r (1 - p^L)``-shaped, not ``p (1 - p^L)``.
 
     ``accepted`` is the length of the target's path inside the best-first tree of
-    ``budget`` nodes (:func:`glance_law.tree.best_first`, membership of each prefix),
+    ``budget`` nodes (:func:`glance_law.replay.tree.best_first`, membership of each prefix),
     ``horizon = L``. With ``end_unknown`` the last round of each prompt ends the stream: its
     offsets past ``accepted + 1`` are unknown (``target_rank = -1``, ``match = -1``), as in
     logger logs. ``truth=True`` adds ``_p``, ``_r`` and ``_g``.

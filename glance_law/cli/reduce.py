@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options(args) -> dict:
-    """Keyword arguments of :func:`glance_law.engines.reduce_logs` from parsed options."""
+    """Keyword arguments of :func:`glance_law.scale.engines.reduce_logs` from parsed options."""
     cond = str(getattr(args, "condition", "matched"))
     return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
                 condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),

@@ -442,7 +442,7 @@ def _cast_to_contract(path, kind: str, table: pa.Table) -> pa.Table:
 
 
 # --------------------------------------------------------------------------
-# duplicates (the key arithmetic lives in glance_law.keys)
+# duplicates (the key arithmetic lives in glance_law.data.keys)
 # --------------------------------------------------------------------------
 
 def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, kind: str,

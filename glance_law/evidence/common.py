@@ -118,7 +118,7 @@ def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None, cov: str = "cr1"):
     The point estimate is the exact truncated-geometric MLE of
     :func:`glance_law.law.fit_affine_logit` (the same estimator as ``fit_law(method="mle")``).
     ``cov="cr1"``: the sandwich ``G/(G-1) I^-1 (sum_g u_g u_g^T) I^-1``; ``cov="cr3"``: the
-    cluster jackknife of :func:`glance_law.cluster.cr3_covariance` (one Newton step per
+    cluster jackknife of :func:`glance_law.stats.cluster.cr3_covariance` (one Newton step per
     deleted prompt), the law table's default. Returns (b, cov, per-round scores, information).
     """
     b, info, _ = _law.fit_affine_logit(H, a, L, weight=weight)

@@ -96,7 +96,7 @@ def leading_runs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def decile_bins(H: np.ndarray, n_bins: int = 10) -> np.ndarray:
     """Equal-count entropy bins 0..n_bins-1, exactly the law's decile-curve bins
-    (:func:`glance_law.curve.equal_count_bins` on the stable entropy order)."""
+    (:func:`glance_law.stats.curve.equal_count_bins` on the stable entropy order)."""
     H = np.asarray(H, dtype=np.float64)
     if len(H) == 0:
         return np.zeros(0, dtype=np.int64)

@@ -51,7 +51,7 @@ ANALYSIS = "the transfer analysis"
 
 def curve_r2(a, pred, bins) -> float:
     """R^2 of the binned curve (the law table's ``r2_curve``): observed bin means against
-    predicted bin means, unweighted over bins (:func:`glance_law.curve.r_squared`)."""
+    predicted bin means, unweighted over bins (:func:`glance_law.stats.curve.r_squared`)."""
     a = np.asarray(a, float)
     pred = np.asarray(pred, float)
     ks = np.unique(bins)

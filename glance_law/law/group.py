@@ -44,7 +44,7 @@ def _fit_b(method, H, a, L, w, b_init=None):
 
 def _cluster_cov(method, b, H, a, L, w, cl, G, p=None, kind="cr3"):
     """Prompt-clustered covariance of (b0, b1): ``kind="cr3"`` (default, the cluster
-    jackknife: one Newton step per deleted prompt, :func:`glance_law.cluster.cr3_covariance`)
+    jackknife: one Newton step per deleted prompt, :func:`glance_law.stats.cluster.cr3_covariance`)
     or ``"cr1"`` (the sandwich with the G/(G-1) factor). ``p``: fitted match probabilities."""
     if method == "nls":
         M, J = _law.mean_and_jacobian(b, H, L)

@@ -9,7 +9,7 @@ best-first tree ``S_N`` of *every* budget N (Definition 1):
 * the target's prefix ``Y_{1:d}`` is the node whose choices are the ranks
   ``target_rank[0..d-1]``; it exists while every rank is inside the logged
   top-k (``0 <= rank < k`` with a finite log-probability);
-* the best-first order is a total order on nodes (:mod:`glance_law.tree`), so
+* the best-first order is a total order on nodes (:mod:`glance_law.replay.tree`), so
   each target prefix has a position ``pos_d`` in it, and the tree of budget N
   is the first N nodes; positions increase along the path (parents first), so
 
@@ -17,7 +17,7 @@ best-first tree ``S_N`` of *every* budget N (Definition 1):
 
 One best-first pass per round gives every ``pos_d < N_max`` and hence the whole
 curve ``N -> A(S_N)`` for ``N <= N_max``. The pass uses the builder the live
-decoder uses (:func:`glance_law.tree.best_first`) with the score of the deepest
+decoder uses (:func:`glance_law.replay.tree.best_first`) with the score of the deepest
 target prefix as its floor: nodes below it cannot move any target prefix.
 
 Unknown offsets (``target_rank == -1``, past the end of the committed stream):
@@ -112,7 +112,7 @@ def chain_run(target_rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def target_prefixes(logq: np.ndarray, rank: np.ndarray):
     """The target's prefixes as tree nodes: ``(score, code, placeable, known)``.
 
-    ``logq`` (R, L, k) already checked (:func:`glance_law.tree.check_logq`); ``rank`` (R, L).
+    ``logq`` (R, L, k) already checked (:func:`glance_law.replay.tree.check_logq`); ``rank`` (R, L).
     ``score``/``code`` (R, L) are those of the prefix of depth d+1 (scores accumulated in
     float64 from offset 1, exactly as the builder does); ``placeable`` (R,) counts the leading
     offsets whose target token is inside the logged top-k with a finite log-probability,
@@ -142,7 +142,7 @@ def replay_arrays(logq, target_rank, n_max: int) -> ReplayArrays:
     -inf = not proposed); ``target_rank``: (R, L) ints (>= k: outside the logged top-k;
     -1: unknown). Vectorised over rounds; rounds whose offset-1 target is outside the top-k
     skip the pass (A = 0 at every budget), the others enumerate only the nodes that can
-    precede a target prefix (:func:`glance_law.tree.target_positions`).
+    precede a target prefix (:func:`glance_law.replay.tree.target_positions`).
     """
     shape = np.shape(logq)
     if len(shape) != 3:

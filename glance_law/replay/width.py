@@ -189,7 +189,7 @@ class WidthAllocation(Result):
 # --------------------------------------------------------------------------- node masses
 
 def node_masses(logq: np.ndarray, depth: np.ndarray, code: np.ndarray, p: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """Law-indexed masses of the listed nodes (from :func:`glance_law.tree.best_first`).
+    """Law-indexed masses of the listed nodes (from :func:`glance_law.replay.tree.best_first`).
 
     A node's mass is the probability that it lies on the target's path under the entropy-indexed
     model: per offset, the target is the drafter's top-1 with probability ``p`` (the law), else

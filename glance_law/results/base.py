@@ -5,7 +5,7 @@ subclass supplies ``to_frame()`` (one flat row per group, intervals as
 ``x, x_lo, x_hi``) and a ``title``; the base class gives ``summary()`` in every
 format, ``to_latex()``, ``to_markdown()``, ``to_json()``, ``_repr_html_`` for
 notebooks and a readable ``repr``. Formatting itself lives in
-:mod:`glance_law.format`.
+:mod:`glance_law.results.format`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Figures of the theory appendix, drawn from result objects (matplotlib, Agg backend, no maths).
 
 Every function takes a fitted result (:class:`glance_law.law.LawFit`,
-:class:`glance_law.tail.TailFit`, :class:`glance_law.width.WidthAllocation`) and
+:class:`glance_law.tail.TailFit`, :class:`glance_law.replay.width.WidthAllocation`) and
 returns a matplotlib ``Figure``; :func:`save_figure` writes it as PNG and PDF with
 fixed metadata (no timestamps, no version strings), so the same result gives the
 same bytes.
@@ -299,7 +299,7 @@ def survival_curves(tail, tasks: Sequence[str] | None = None, ncols: int = 3):
 
 def width_pareto(width, tasks: Sequence[str] | None = None, ncols: int = 3):
     """Figure 5: accepted value (tokens per round) against mean verifier budget (nodes per
-    round) for the oracle, entropy-keyed and fixed-width policies (:func:`glance_law.width.plot_pareto`)."""
+    round) for the oracle, entropy-keyed and fixed-width policies (:func:`glance_law.replay.width.plot_pareto`)."""
     _plt()
     if tasks is None:
         tasks = ordered(width.pareto["task"].astype(str).unique())

@@ -1,8 +1,8 @@
 """Equal-count entropy bins over reduced cells: the law's decile curve and the noise ceiling
-of a reduction (used by :mod:`glance_law.law_reduced`).
+of a reduction (used by :mod:`glance_law.scale.law_reduced`).
 
 The exact path cuts the rounds, sorted by entropy, into bins of equal count
-(:func:`glance_law.curve.equal_count_bins`). A reduction knows each cell's fine entropy
+(:func:`glance_law.stats.curve.equal_count_bins`). A reduction knows each cell's fine entropy
 bin, count and mean entropy, so a cut that falls inside a fine bin is placed by modelling
 the rounds of every cell in that bin with the linear density on the bin whose mean is the
 cell's mean entropy (``f(u) = 1 + k (u - 1/2)`` on the bin rescaled to [0, 1], ``k = 12

@@ -85,7 +85,7 @@ def noise_ceiling(H, a, bins: int = DEFAULT_BINS, weights=None, order=None, posi
     """The paper's binned ceiling and its bias-corrected version in one pass.
 
     ``order`` (argsort of H) and ``position`` (each round's place in it, see
-    :func:`glance_law.curve.sort_key`) may be passed to reuse a sort. NaN when there
+    :func:`glance_law.stats.curve.sort_key`) may be passed to reuse a sort. NaN when there
     are fewer than 4 rounds or ``a`` does not vary.
     """
     sst, ssb, ssw, B, n = _anova(H, a, bins, weights, order, position)

@@ -2,7 +2,7 @@
 the decreasing isotonic fit and tie-aware ranks.
 
 These are the building blocks of the law's decile curve (:mod:`glance_law.law`)
-and of the noise ceiling (:mod:`glance_law.ceiling`). Everything is a pure
+and of the noise ceiling (:mod:`glance_law.stats.ceiling`). Everything is a pure
 numpy function over arrays of rounds; optional ``weights`` are counts of
 identical rounds (reduced tables), so a weighted call equals the unweighted
 call on the expanded rounds wherever ranks or bins do not split a weighted row.

@@ -270,7 +270,7 @@ class GeometricFit:
 @dataclass(frozen=True)
 class TwoStateFit:
     """Maximum likelihood of the two-state model: the identified law (lambda1, lambda2, s1)
-    and a canonical theta producing it (see :func:`glance_law.tail_mle.theta_from_law`)."""
+    and a canonical theta producing it (see :func:`glance_law.tail.mle.theta_from_law`)."""
 
     theta: tuple
     lambda1: float
@@ -301,7 +301,7 @@ def fit_W(W: np.ndarray, n_local: int = 4):
 
 
 def fit_two_state(accepted, horizon, n_local: int = 4) -> TwoStateFit:
-    """Global maximum likelihood of the two-state model (see :mod:`glance_law.tail_mle`)."""
+    """Global maximum likelihood of the two-state model (see :mod:`glance_law.tail.mle`)."""
     a, L = check_rounds(accepted, horizon)
     l1, l2, s1, ll, _, _ = fit_W(_mle.counts(a, L)[None], n_local)
     th = _mle.theta_from_law(l1, l2, s1)[0]

@@ -1,4 +1,4 @@
-"""The tail analysis per regime and per task: fits, tests, results, CLI (held-out splits: :mod:`glance_law.tail_heldout`).
+"""The tail analysis per regime and per task: fits, tests, results, CLI (held-out splits: :mod:`glance_law.tail.heldout`).
 
 Re-exported by :mod:`glance_law.tail` (import it from there): :func:`tail_test`
 (one regime from arrays), :func:`fit_tail` (round logs, the floor of each task),

@@ -14,7 +14,7 @@ is identified by a 64-bit hash of its strings.
 
 Duplicate keys: every batch is cut into runs of one stream with strictly increasing
 rounds; runs of a stream whose round ranges overlap are the only possible duplicates
-(:func:`glance_law.engines.suspect_streams`) and are confirmed by re-reading just those
+(:func:`glance_law.scale.engines.suspect_streams`) and are confirmed by re-reading just those
 streams from the files that hold them. Distinct prompts per (drafter, task) are counted
 by 64-bit hashes of (task, prompt_id).
 """
