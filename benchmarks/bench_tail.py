@@ -30,6 +30,7 @@ from scipy import special, stats
 from glance_law import tail
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_rounds
 from glance_law.tail import mle as tail_mle
+from glance_law.tail import model as tail_model
 
 
 def wilson(k: int, n: int, z: float = 1.96):
@@ -44,7 +45,7 @@ def null_section(R: int, seed: int):
     n, L, p = 122, 15, special.expit(1.226)
     W = np.stack([tail_mle.counts(np.minimum(rng.geometric(1 - p, size=n) - 1, L), np.full(n, L), L)
                   for _ in range(R)])
-    l1, l2, s1, ll2, _, ll1 = tail.fit_W(W)
+    l1, l2, s1, ll2, _, ll1 = tail_model.fit_W(W)
     lrt = np.maximum(0.0, 2 * (ll2 - ll1))
     q95 = np.quantile(lrt, 0.95)
     k4 = int(np.sum(stats.chi2.sf(lrt, 4) <= 0.05))
@@ -107,8 +108,8 @@ def warp_section(R: int, seed: int, spec: TaskSpec, corrs=(0.0, 0.3)):
             nfl.append(a.size)
             Wo.append(tail_mle.counts(a, L, 15))
             p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
-            Wb.append(tail._simulate_geometric(float(p), L.astype(np.int64), 1, rng)[0])
-        fo, fb = tail.fit_W(np.stack(Wo)), tail.fit_W(np.stack(Wb))
+            Wb.append(tail_model._simulate_geometric(float(p), L.astype(np.int64), 1, rng)[0])
+        fo, fb = tail_model.fit_W(np.stack(Wo)), tail_model.fit_W(np.stack(Wb))
         lo_ = np.maximum(0, 2 * (fo[3] - fo[5]))
         lb_ = np.maximum(0, 2 * (fb[3] - fb[5]))
         k = int(np.sum(lo_ > np.quantile(lb_, 0.95)))
@@ -132,7 +133,7 @@ def accuracy_section(R: int, seed: int):
                 a = (S[None, :] > rng.random(n)[:, None]).sum(axis=1)
             W.append(tail_mle.counts(a, np.full(n, 15), 15))
         W = np.stack(W)
-        fast = tail.fit_W(W)[3]
+        fast = tail_model.fit_W(W)[3]
         orig_grid = (tail_mle.N_U, tail_mle.N_V)
         tail_mle.N_U, tail_mle.N_V = 160, 161
         tail_mle._grid.cache_clear()
@@ -147,9 +148,9 @@ def speed_section(seed: int):
     rng = np.random.default_rng(seed)
     W = np.stack([tail_mle.counts(np.minimum(rng.geometric(0.23, size=150) - 1, 15), np.full(150, 15), 15)
                   for _ in range(400)])
-    tail.fit_W(W[:2])
+    tail_model.fit_W(W[:2])
     t0 = time.time()
-    tail.fit_W(W)
+    tail_model.fit_W(W)
     per = (time.time() - t0) / 400 * 1e3
     df = simulate_rounds(n_prompts=40, seed=seed)
     t0 = time.time()

@@ -16,6 +16,7 @@ from glance_law.io import write_table
 from glance_law.law import truncated_mean
 from glance_law.simulate import TaskSpec, TwoStateTail, simulate_rounds, two_state_survival_matrix
 from glance_law.tail import mle as tail_mle
+from glance_law.tail import model as tail_model
 
 THETAS = [(0.3, 0.98, 0.77, 0.97, 0.9), (0.5, 0.4, 0.9, 0.2, 0.6), (0.0, 1.0, 0.5, 1.0, 0.0),
           (1.0, 0.0, 1.0, 0.0, 1.0), (0.2, 0.7, 0.7, 0.5, 0.5), (0.9, 0.95, 0.3, 0.1, 0.05)]
@@ -506,8 +507,8 @@ def test_bootstrap_lrt_size_on_pure_geometric_logs():
         a, L = df["accepted"].to_numpy()[fl], df["horizon"].to_numpy().astype(np.int64)[fl]
         Wo.append(tail_mle.counts(a, L, 15))
         p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
-        Wb.append(tail._simulate_geometric(float(p), L, 1, rng)[0])
-    fo, fb = tail.fit_W(np.stack(Wo)), tail.fit_W(np.stack(Wb))
+        Wb.append(tail_model._simulate_geometric(float(p), L, 1, rng)[0])
+    fo, fb = tail_model.fit_W(np.stack(Wo)), tail_model.fit_W(np.stack(Wb))
     lrt, lrt_star = 2 * (fo[3] - fo[5]), 2 * (fb[3] - fb[5])
     size = np.mean(lrt > np.quantile(lrt_star, 0.95))
     assert 0.03 <= size <= 0.07
@@ -562,9 +563,9 @@ def test_bootstrap_lrt_size_with_correlated_rounds_is_prompt_aware():
         a, L = df["accepted"].to_numpy()[fl], df["horizon"].to_numpy().astype(np.int64)[fl]
         Wo.append(tail_mle.counts(a, L, 15))
         p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
-        Wb.append(tail._simulate_geometric(float(p), L, 1, rng)[0])
+        Wb.append(tail_model._simulate_geometric(float(p), L, 1, rng)[0])
         deff.append(tail.histogram_design_effect(a, df["prompt_id"].cat.codes.to_numpy()[fl]))
-    fo, fb = tail.fit_W(np.stack(Wo)), tail.fit_W(np.stack(Wb))
+    fo, fb = tail_model.fit_W(np.stack(Wo)), tail_model.fit_W(np.stack(Wb))
     lrt, lrt_star = 2 * (fo[3] - fo[5]), 2 * (fb[3] - fb[5])
     q = np.quantile(lrt_star, 0.95)
     size_aware = np.mean(lrt / np.array(deff) > q)
