@@ -373,7 +373,7 @@ class TwoModelDrafter(Drafter):
 def make_drafter(name: str, target, *, draft_model=None, branch_k: int = 8, draft_len: int | None = None,
                  trust_remote_code: bool = False):
     """Build a drafter by name for ``target``. A ``draft_model`` folder that ships its own code
-    (a DFlash checkpoint, custom HF classes) is refused unless ``trust_remote_code=True``."""
+    (a DFlash checkpoint, custom HF classes) is refused unless ``trust_remote_code`` is set."""
     if name == "ar":
         return ARDrafter()
     if name == "pld":

@@ -54,7 +54,7 @@ def check_remote_code(path, trust_remote_code: bool, what: str = "model") -> Non
     """Refuse a folder that needs remote code unless the user opted in (``--trust-remote-code``)."""
     if not trust_remote_code and needs_remote_code(path):
         raise GlanceError(f"{what} {path} ships its own Python code (auto_map in its config), which would run "
-                          "on this machine; pass --trust-remote-code (trust_remote_code=True) only if you "
+                          "on this machine; pass --trust-remote-code (the trust_remote_code keyword) only if you "
                           "trust that folder")
 
 
@@ -121,7 +121,7 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
     """Load a target (model + tokenizer/processor) from a local folder with the real HF loaders.
 
     A folder whose config asks for its own code (``auto_map``) is refused unless
-    ``trust_remote_code=True`` (the CLI's ``--trust-remote-code``)."""
+    ``trust_remote_code`` set (the CLI's ``--trust-remote-code``)."""
     from transformers import AutoConfig, AutoTokenizer
 
     path = Path(path)
