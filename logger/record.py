@@ -84,7 +84,7 @@ def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[int | No
         row = ids[j]
         match[j] = 1 if int(row[0]) == tok else 0
         hit = np.flatnonzero(row == tok)
-        if hit.size and np.isfinite(logq[j, hit[0]]):
+        if hit.size and logq[j, hit[0]] != -np.inf:      # in the logged top-k (its logq NaN when unknown)
             rank[j] = int(hit[0])
             tlq[j] = logq[j, hit[0]]
         elif j < m:

@@ -1,0 +1,106 @@
+"""GLANCE's ``generate(on_round=...)`` dictionaries as round rows (see docs/hooks.md).
+
+Torch-free: the dictionaries' tensor values are read through ``.item()``.
+"""
+from __future__ import annotations
+
+from glance_law import schema as S
+from glance_law.errors import GlanceError
+from glance_law.io import LogWriter, run_metadata
+
+__all__ = ["GlanceOnRound"]
+
+
+class GlanceOnRound:
+    """A callable for GLANCE's ``generate(on_round=...)``: each dictionary becomes a round row.
+
+    GLANCE reports the root entropy, the accepted length and the tree size; keys are read
+    with common aliases (``entropy``/``root_entropy``/``H``; ``accepted``/``accept_len``/
+    ``acceptance_length``, or ``tau`` = accepted + 1; ``tree_size``/``budget``/``num_nodes``;
+    ``horizon``/``depth``/``block_size`` - a block size B gives horizon B - 1). Rows carry
+    only what the dictionaries carry: no per-offset vectors, no margins unless present.
+    Call :meth:`next_prompt` between prompts (or pass ``prompt_id`` in the dictionary)."""
+
+    ALIASES = {
+        "root_entropy": ("root_entropy", "entropy", "H", "ent"),
+        "accepted": ("accepted", "accept_len", "acceptance_length", "accepted_len", "n_accepted"),
+        "budget": ("budget", "tree_size", "num_nodes", "n_nodes"),
+        "horizon": ("horizon", "depth", "max_depth"),
+        "prompt_id": ("prompt_id", "sample_id", "id"),
+        "round": ("round", "round_idx", "step"),
+        "root_margin": ("root_margin", "margin"),
+        "root_pmax": ("root_pmax", "pmax", "max_prob"),
+        "round_ms": ("round_ms", "time_ms"),
+    }
+
+    def __init__(self, out_dir, *, task: str, run_id: str = "glance", horizon: int | None = None,
+                 drafter: str = "block", run: dict | None = None, flush_rows: int = 4096):
+        self.task, self.run_id, self.horizon, self.drafter = task, run_id, horizon, drafter
+        self.writer = LogWriter(out_dir, S.KIND_ROUNDS, run=run or run_metadata(run_id=run_id, source="glance"),
+                                stem=f"{run_id}-glance", flush_rows=flush_rows)
+        self._prompt = 0
+        self._round = 0
+        self.skipped = 0
+
+    def next_prompt(self, prompt_id=None) -> None:
+        self._prompt = prompt_id if prompt_id is not None else (self._prompt + 1 if isinstance(self._prompt, int)
+                                                                 else 0)
+        self._round = 0
+
+    def _get(self, d, name):
+        for k in self.ALIASES[name]:
+            if k in d and d[k] is not None:
+                v = d[k]
+                return v.item() if hasattr(v, "item") else v
+        return None
+
+    def __call__(self, d: dict) -> None:
+        h = self._get(d, "root_entropy")
+        a = self._get(d, "accepted")
+        if a is None and d.get("tau") is not None:
+            a = int(d["tau"]) - 1
+        L = self._get(d, "horizon")
+        if L is None and d.get("block_size") is not None:
+            L = int(d["block_size"]) - 1
+        L = L if L is not None else self.horizon
+        if h is None or a is None or L is None:
+            raise GlanceError("GLANCE on_round dictionary lacks entropy, accepted length or horizon "
+                              f"(keys: {', '.join(sorted(d))}); pass horizon= to GlanceOnRound if the dict has none")
+        pid = self._get(d, "prompt_id")
+        rnd = self._get(d, "round")
+        row = {"run_id": self.run_id, "task": self.task, "prompt_id": str(pid if pid is not None else self._prompt),
+               "round": int(rnd if rnd is not None else self._round), "root_entropy": float(h),
+               "accepted": int(a), "horizon": int(L), "drafter": self.drafter}
+        for name in ("budget", "root_margin", "root_pmax", "round_ms"):
+            v = self._get(d, name)
+            if v is not None:
+                row[name] = v
+        if self.writer._buffer and set(self.writer._buffer[-1]) != set(row):
+            self.writer.flush()        # one part file per column set: optional columns are never half-null
+        self.writer.append(row)
+        self._round += 1
+        self.writer.maybe_flush()
+
+    @classmethod
+    def convert_jsonl(cls, paths, out_dir, **kw) -> int:
+        """Convert GLANCE JSONL files of on_round dictionaries into a rounds log; returns rows."""
+        import json
+
+        rec = cls(out_dir, **kw)
+        n = 0
+        for p in ([paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "open") else paths):
+            with open(p, encoding="utf-8") as fh:
+                for lineno, line in enumerate(fh, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        d = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise GlanceError(f"{p}:{lineno}: malformed JSON ({exc.msg})") from None
+                    rec(d)
+                    n += 1
+        rec.close()
+        return n
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,223 @@
+"""Hugging Face ``generate`` with a candidate generator (assisted generation, prompt lookup,
+early exit, MTP, DFlash, the Gemma 4 assistant, cross-tokenizer assistants): rounds from the
+candidate generator that ``_get_candidate_generator`` returns (see docs/hooks.md).
+
+``get_candidates`` gives the draft chain (and the drafter's logits when the generator returns
+them); ``update_candidate_strategy`` gives the verified scores (root entropy, margins) and the
+accepted count. Tested with transformers 5.24 (the pinned range).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from glance_law.errors import GlanceError
+from glance_law.tree import chain_tree
+
+from ..decode import PromptEvent, RoundEvent, Timer
+from ..drafters import topk_rows
+from ..models import eos_token_ids
+from .common import Attachments
+from .common import stop_reason as _stop_reason
+
+__all__ = ["hf_generate_hook", "HFRoundRecorder", "GENERATORS", "generator_kind"]
+
+# transformers' candidate generator classes (5.24) -> (drafter label, draft passes per round):
+# "count" = the drafting model's forward calls during get_candidates (an autoregressive
+# assistant: one per drafted token of its own vocabulary), "chain" = one per drafted token
+# (MTP: one MTP layer per token), "one" = a single pass (DFlash drafts the block at once),
+# "none" = model-free.
+GENERATORS = {
+    "PromptLookupCandidateGenerator": ("pld", "none"),
+    "AssistedCandidateGenerator": ("two_model", "count"),
+    "AssistedCandidateGeneratorDifferentTokenizers": ("two_model_xtok", "count"),
+    "UniversalSpeculativeDecodingGenerator": ("two_model_usd", "count"),
+    "EarlyExitCandidateGenerator": ("early_exit", "count"),
+    "MTPCandidateGenerator": ("mtp", "chain"),
+    "DFlashTokenCandidateGenerator": ("block", "one"),
+    "SinglePositionMultiTokenCandidateGenerator": ("gemma4_assistant", "count"),
+}
+
+
+def generator_kind(gen) -> tuple[str, str]:
+    """(drafter label, pass rule) of a candidate generator: its class or the nearest known base
+    class; ``("hf", "count")`` for a generator this table does not know."""
+    for cls in type(gen).__mro__:
+        if cls.__name__ in GENERATORS:
+            return GENERATORS[cls.__name__]
+    return "hf", "count"
+
+
+class _CandidateProxy:
+    """Delegates to the wrapped candidate generator and reports each round to the recorder."""
+
+    def __init__(self, inner, recorder: HFRoundRecorder):
+        self._inner = inner
+        self._rec = recorder
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get_candidates(self, input_ids, *args, **kwargs):
+        self._rec._begin(input_ids)
+        counted = getattr(self._inner, "assistant_model", None) if self._rec.rule == "count" else None
+        calls = [0]
+        handle = None
+        if isinstance(counted, torch.nn.Module):
+            handle = counted.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+        try:
+            cand, logits = self._inner.get_candidates(input_ids, *args, **kwargs)
+        finally:
+            if handle is not None:
+                handle.remove()
+        self._rec._drafted(input_ids, cand, logits, calls[0] if handle is not None else None)
+        return cand, logits
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        self._rec._verified(input_ids, scores, num_matches)
+        return self._inner.update_candidate_strategy(input_ids, scores, num_matches)
+
+
+class HFRoundRecorder:
+    """Builds :class:`RoundEvent` objects from the assisted-generation loop of ``generate``.
+
+    A first iteration that drafts nothing (the generators that need the target's outputs to
+    draft - MTP, DFlash, the Gemma 4 assistant - and prompt lookup without a match) is the
+    prefill: no round, its time is the prompt's ``prefill_ms`` and output token 0 is in no
+    round (glance-log's convention). A first iteration that drafts is verified together with
+    the prefill and is round 0 (it commits output token 0; see docs/hooks.md)."""
+
+    def __init__(self, model, logger, drafter: str | None, branch_k: int = 8):
+        self.model = model
+        self.logger = logger
+        self.drafter = drafter
+        self.rule = "count"
+        self.k = int(branch_k)
+        self.timer = Timer(next(model.parameters()).device)
+        self._rounds: list = []
+        self._cur = None
+        self.prompt_len = None
+        self._prefill = None            # (start, end) marks of a separate prefill iteration
+        self._started = False           # a first iteration was seen
+        self._finished = False
+
+    def _bind(self, gen) -> None:
+        label, self.rule = generator_kind(gen)
+        if self.drafter is None:
+            self.drafter = label
+
+    def _begin(self, input_ids):
+        if self.prompt_len is None:
+            self.prompt_len = int(input_ids.shape[1])
+            self._t0 = self.timer.mark()
+        self._cur = {"m0": self.timer.mark(), "cur_len": int(input_ids.shape[1])}
+
+    def _drafted(self, input_ids, cand, logits, calls):
+        c = self._cur
+        c["m1"] = self.timer.mark()
+        c["draft"] = cand[0, input_ids.shape[1]:]
+        c["draft_logits"] = None if logits is None else logits[0]
+        c["calls"] = calls
+
+    def _passes(self, L: int, calls) -> int:
+        if not L or self.rule == "none":
+            return 0
+        if self.rule == "one":
+            return 1
+        if self.rule == "count" and calls:
+            return int(calls)
+        return L
+
+    def _verified(self, input_ids, scores, num_matches):
+        c = self._cur
+        m2 = self.timer.mark()
+        a = int(num_matches)
+        L = int(c["draft"].shape[0])
+        first, self._started = not self._started, True
+        if first and L == 0:                                    # the prefill alone: no round
+            self._prefill = (c["m0"], m2)
+            return
+        new = input_ids[0, c["cur_len"]:]                      # committed this round (device)
+        sc = scores[0]                                          # (L+1, V) verified rows (float32)
+        model_free = self.rule == "none"
+        if L and c["draft_logits"] is not None:
+            logp, val, idx = topk_rows(c["draft_logits"][:L], self.k)
+            point, full = False, logp
+        elif L:                                                 # the proposal only
+            fill = 0.0 if model_free else float("nan")          # model-free: probability 1; else unknown
+            val = torch.full((L, 1), fill, device=sc.device)
+            idx = c["draft"].view(L, 1)
+            point, full = model_free, None
+        else:
+            val = torch.zeros(0, 1, device=sc.device)
+            idx = torch.zeros(0, 1, dtype=torch.long, device=sc.device)
+            point, full = False, None
+        row_tokens = torch.argmax(sc, dim=-1)
+        n_new = int(new.shape[0])
+        row_tokens[:n_new] = new                                # the tokens actually committed
+        path = torch.arange(min(a, L) + 1, device=sc.device)
+        ev = RoundEvent(round=len(self._rounds), position=c["cur_len"] - self.prompt_len, root=-1, accepted=min(a, L),
+                        committed=new, horizon=L, budget=L, tree=chain_tree(L) if L else None,
+                        logq=val, ids=idx, draft_passes=self._passes(L, c["calls"]), point_mass=point,
+                        verify_logits=sc, path_rows=path, row_tokens=row_tokens,
+                        full_logp=full if L else None, marks=(c["m0"], c["m1"], m2, m2), drafter=self.drafter,
+                        position_offset=1)
+        self._rounds.append(ev)
+        self.logger.on_round(ev)
+
+    def finish(self, output_ids, stop_reason: str | None = None) -> None:
+        """Write the prompt: ``output_ids`` as ``generate`` returned them (a tensor, or the output
+        object holding ``sequences``)."""
+        if self._finished:
+            return
+        self._finished = True
+        reason = stop_reason
+        output_ids = getattr(output_ids, "sequences", output_ids)
+        t1 = self.timer.mark()
+        seq = output_ids[0].tolist()
+        gen = seq[self.prompt_len:]
+        stream = [seq[self.prompt_len - 1]] + gen               # index 0: the prompt's last token
+        if reason is None:
+            reason = _stop_reason(gen, eos_token_ids(self.model, getattr(self.logger, "tokenizer", None)))
+        self.timer.resolve()
+        start = self._prefill[1] if self._prefill else self._t0
+        self.logger.on_prompt_end(PromptEvent(prompt_tokens=self.prompt_len, tokens=gen, resolve_stream=stream,
+                                              rounds=len(self._rounds), stop_reason=reason,
+                                              prefill_marks=self._prefill or (None, None),
+                                              decode_marks=(start, t1), timer=self.timer))
+
+
+@contextlib.contextmanager
+def hf_generate_hook(model, logger, prompt_id: str, *, drafter: str | None = None, branch_k: int = 8,
+                     reference=None):
+    """Log the rounds of one ``model.generate(...)`` call that drafts (batch size 1): with
+    ``assistant_model=``, ``prompt_lookup_num_tokens=``, ``assistant_early_exit=``,
+    ``use_mtp=True``, ``speculation_type="dflash"``, a Gemma 4 assistant, or an assistant with
+    its own tokenizer. Usage::
+
+        with hf_generate_hook(model, logger, "p0") as rec:
+            out = model.generate(ids, assistant_model=draft, max_new_tokens=64)
+            rec.finish(out)
+
+    ``logger``: a :class:`glance_log.record.RoundLogger`. ``drafter``: the label to log (default:
+    the generator's, :data:`GENERATORS`). Nothing stays attached to ``model`` after the block,
+    whatever raised inside it; the prompt is written only by ``rec.finish(output)``."""
+    if getattr(model, "_glance_hooked", False):
+        raise GlanceError("hf_generate_hook: this model is already hooked")
+    rec = HFRoundRecorder(model, logger, drafter, branch_k)
+    original = model._get_candidate_generator
+
+    def patched(*args, **kwargs):
+        gen = original(*args, **kwargs)
+        rec._bind(gen)
+        return _CandidateProxy(gen, rec)
+
+    att = Attachments()
+    try:
+        att.patch(model, "_glance_hooked", True)
+        att.patch(model, "_get_candidate_generator", patched)
+        logger.begin_prompt(prompt_id, reference)
+        yield rec
+    finally:
+        att.remove()
