@@ -167,7 +167,10 @@ def _fake_dflash_generate(model, target, input_ids, max_new_tokens, stop_token_i
     model.trace = []
     while (start < max_length if legacy else start + 1 < max_length) and not stopped:
         model.start = start - n_in
-        dl = model.compute_logits(None, None)
+        if hasattr(model, "compute_logits"):
+            dl = model.compute_logits(None, None)
+        else:                                  # z-lab/dflash main: the target's head on the draft's hidden states
+            dl = target.lm_head(model.hidden(start - n_in))
         block = torch.tensor([[seq[start]] + dl[0].argmax(-1).tolist()])
         out = target(block, position_ids=torch.arange(start, start + L + 1)[None], past_key_values=cache,
                      use_cache=True)
@@ -384,3 +387,42 @@ def test_dflash_hook_final_block_cut_by_the_output(models, dflash_greedy, tmp_pa
     assert list(last["committed"]) == greedy[p + 1:cut + 1] and list(last["match"]) == [1] * (cut - p)
     assert prompt["stop_reason"] == end.replace("stop_token", "eos")
     _check_dflash_rows(f, prompt, gen, fake.trace, 5)
+
+
+class _HeadlessDraft:
+    """A draft in the shape of z-lab/dflash main (44947fb): no compute_logits, no propose; the loop
+    calls ``target.lm_head`` on its hidden states (here random, seeded per block)."""
+
+    def __init__(self, hidden, L, seed=0):
+        self.H, self.L, self.seed = hidden, L, seed
+        self.blocks = []
+
+    def hidden(self, start):
+        h = torch.randn(1, self.L, self.H, generator=torch.Generator().manual_seed(self.seed + start))
+        self.blocks.append(h)
+        return h
+
+
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")
+def test_dflash_hook_reads_the_target_head_when_the_draft_has_no_compute_logits(models, dflash_greedy, tmp_path):
+    """The lm_head path: the draft logits are what the target's head returned outside the target's
+    own forward (the verify calls go through the same head and must not count)."""
+    model, _, tok = models
+    ids, greedy = dflash_greedy
+    draft = _HeadlessDraft(model.config.hidden_size, L=4)
+    lg = RoundLogger(tmp_path, run_id="df", task="docvqa", tokenizer=tok)
+    with torch.no_grad(), dflash_hook(model, draft, lg, "p0", branch_k=4) as h:
+        out = _fake_dflash_generate(draft, model, ids, max_new_tokens=20)
+        assert h.mode == "lm_head" and len(model.lm_head._forward_hooks) == 1
+    h.finish(out, num_input_tokens=ids.shape[1])
+    lg.close()
+    assert not model.lm_head._forward_hooks and not model._forward_hooks and not model._forward_pre_hooks
+    f = gio.read_logs(tmp_path).frame.sort_values("round")
+    gen = out[0, ids.shape[1]:].tolist()
+    assert gen == greedy[:20]
+    _check_dflash_rows(f, gio.read_logs(tmp_path, kind="prompts").frame.iloc[0], gen, draft.trace, 4)
+    with torch.no_grad():
+        for (_, r), hid in zip(f.iterrows(), draft.blocks):
+            L = int(r["horizon"])
+            want = torch.topk(torch.log_softmax(model.lm_head(hid)[0].float(), -1), 4).values[:L].numpy()
+            assert np.allclose(np.asarray(r["topk_logq"]).reshape(L, 4), want, atol=1e-5)
