@@ -4,9 +4,9 @@ Torch-free: the dictionaries' tensor values are read through ``.item()``.
 """
 from __future__ import annotations
 
-from glance_law import schema as S
+from glance_law.data import schema as S
+from glance_law.data.io import LogWriter, run_metadata
 from glance_law.errors import GlanceError
-from glance_law.io import LogWriter, run_metadata
 
 __all__ = ["GlanceOnRound"]
 

@@ -13,7 +13,7 @@ import contextlib
 import torch
 
 from glance_law.errors import GlanceError
-from glance_law.tree import chain_tree
+from glance_law.replay.tree import chain_tree
 
 from ..decode import PromptEvent, RoundEvent, Timer
 from ..drafters import topk_rows
