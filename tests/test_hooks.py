@@ -426,3 +426,14 @@ def test_dflash_hook_reads_the_target_head_when_the_draft_has_no_compute_logits(
             L = int(r["horizon"])
             want = torch.topk(torch.log_softmax(model.lm_head(hid)[0].float(), -1), 4).values[:L].numpy()
             assert np.allclose(np.asarray(r["topk_logq"]).reshape(L, 4), want, atol=1e-5)
+
+
+def test_glance_on_round_imports_no_torch():
+    """GLANCE's dictionaries need no torch: the hooks package imports its engines lazily."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from glance_log.hooks import GlanceOnRound; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-500:]

@@ -5,12 +5,31 @@ contract) so the rows follow glance-log's contract and resolution rules:
 * :mod:`.hf` - :func:`hf_generate_hook`: Hugging Face ``generate`` with any candidate generator
   transformers ships (assistant model, prompt lookup, early exit, MTP, DFlash, Gemma 4
   assistant, cross-tokenizer assistants);
-* :mod:`.glance` - :class:`GlanceOnRound`: GLANCE's ``generate(on_round=...)`` dictionaries;
+* :mod:`.glance` - :class:`GlanceOnRound`: GLANCE's ``generate(on_round=...)`` dictionaries
+  (torch-free);
 * :mod:`.dflash` - :class:`dflash_hook`: the ``dflash`` package's ``dflash_generate``;
 * :mod:`.common` - what they share (attachments removed on every exit, stop reasons).
+
+The names are imported lazily: ``from glance_log.hooks import GlanceOnRound`` does not import
+torch.
 """
-from .dflash import dflash_hook
-from .glance import GlanceOnRound
-from .hf import GENERATORS, HFRoundRecorder, generator_kind, hf_generate_hook
+
+_EXPORTS = {
+    "hf_generate_hook": "hf", "HFRoundRecorder": "hf", "GENERATORS": "hf", "generator_kind": "hf",
+    "GlanceOnRound": "glance",
+    "dflash_hook": "dflash",
+}
 
 __all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder", "GENERATORS", "generator_kind"]
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module 'glance_log.hooks' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
