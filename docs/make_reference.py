@@ -27,6 +27,8 @@ COMMANDS = (
      "The whole theory appendix: every table and figure, the index and the manifest."),
     ("python -m glance_law.reduce", "glance_law.cli.reduce", "build_parser",
      "Reduce round logs to the law's sufficient statistics (serving scale)."),
+    ("python -m glance_law.ingest", "glance_law.cli.ingest", "build_parser",
+     "Import logs of other tools (Spec-Bench, GLANCE, vLLM, SGLang) as contract Parquet ([your-logs.md](your-logs.md))."),
 )
 
 #: (module, one line, names when the module has no __all__)
@@ -38,6 +40,7 @@ MODULES = (
     ("glance_law.data.schema", "The round-log contract: columns, types, checks (also `glance_law.schema`).",
      ["SCHEMA_VERSION", "ROUND_COLUMNS", "PROMPT_COLUMNS", "REDUCED_COLUMNS", "SUPPLIED_BY", "Column", "columns",
       "column", "required_names", "arrow_schema", "check_type", "check_values"]),
+    ("glance_law.data.importers", "Importers of other tools' logs (Spec-Bench, GLANCE, vLLM, SGLang).", None),
     ("glance_law.errors", "User-facing errors (one line, exit 2 in the CLIs).", ["GlanceError", "MissingColumnError"]),
     ("glance_law.results", "The frozen result base class.", ["Result"]),
     ("glance_law.results.format", "Rendering tables: text, Markdown, LaTeX, HTML, JSON, CSV.",

@@ -356,8 +356,8 @@ BAD_FILES = [
      "no glance.kind"),
     ("unknown kind", lambda p: raw_write(gio.to_arrow(_frame(), "rounds"), p, kind="tokens"),
      "unknown log kind 'tokens'"),
-    ("unknown version", lambda p: raw_write(gio.to_arrow(_frame(), "rounds"), p, schema_version="2"),
-     "schema version '2' is not supported"),
+    ("unknown version", lambda p: raw_write(gio.to_arrow(_frame(), "rounds"), p, schema_version="3"),
+     "schema version '3' is not supported"),
     ("no version", lambda p: raw_write(gio.to_arrow(_frame(), "rounds"), p, schema_version=None),
      "no glance.schema"),
 ]

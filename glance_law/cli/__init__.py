@@ -1,2 +1,3 @@
 """The command-line layer: ``python -m glance_law.fit`` (:mod:`.fit`), ``.report``
-(:mod:`.report`) and ``.reduce`` (:mod:`.reduce`); thin ``main(argv) -> int`` functions."""
+(:mod:`.report`), ``.reduce`` (:mod:`.reduce`) and ``.ingest`` (:mod:`.ingest`); thin
+``main(argv) -> int`` functions."""

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 (pa.compute)
 import pyarrow.parquet as pq
 
 from glance_law._version import __version__
@@ -65,10 +66,10 @@ class LogError(GlanceError):
 # metadata
 # --------------------------------------------------------------------------
 
-def _kv(kind: str, run: Mapping | None) -> dict:
+def _kv(kind: str, run: Mapping | None, version: str = S.SCHEMA_VERSION) -> dict:
     return {
         S.META_KIND: kind.encode(),
-        S.META_SCHEMA: S.SCHEMA_VERSION.encode(),
+        S.META_SCHEMA: version.encode(),
         S.META_RUN: json.dumps(dict(run or {}), sort_keys=True, default=str).encode(),
     }
 
@@ -140,7 +141,7 @@ def to_arrow(rows, kind: str) -> pa.Table:
             want = f"as {col.type}" if col is not None else "in Arrow"
             raise LogError(None, f"cannot store the values {want} ({str(exc).splitlines()[0][:120]})",
                            "check the values the logger produces for this column", column=name) from None
-        if col is not None and col.required and arr.null_count:
+        if col is not None and col.required and not col.nullable and arr.null_count:
             raise LogError(None, f"{arr.null_count} row(s) have no value for a required column",
                            f"every {kind} row needs {name} (see docs/schema.md)", column=name)
         arrays.append(arr)
@@ -171,7 +172,15 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
     if table.num_rows == 0:
         raise LogError(path, "refusing to write a log file without rows",
                        "the reader rejects empty files; write when there are rows")
-    table = table.replace_schema_metadata(_kv(kind, run if run is not None else run_metadata()))
+    # only null entropies (not measured) and their reduced cells (hbin -1) need version 2; any other
+    # file is a valid version-1 file and says so, so that older readers keep reading it
+    version = "1"
+    if "root_entropy" in table.column_names and table.column("root_entropy").null_count:
+        version = S.SCHEMA_VERSION
+    if kind == S.KIND_REDUCED and "hbin" in table.column_names and table.num_rows and \
+            pa.compute.min(table.column("hbin")).as_py() < 0:
+        version = S.SCHEMA_VERSION
+    table = table.replace_schema_metadata(_kv(kind, run if run is not None else run_metadata(), version))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
@@ -315,10 +324,12 @@ def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
             cand = [Path(s)]
         for c in cand:
             if c.is_dir():
-                found = sorted(q for q in c.rglob("*.parquet")
-                               if not q.name.startswith(".") and q.is_file())
+                from glance_law.data.importers.common import is_foreign
+                found = sorted(q for q in c.rglob("*")
+                               if not q.name.startswith(".") and q.is_file()
+                               and (q.suffix == ".parquet" or is_foreign(q)))
                 if not found:
-                    raise LogError(c, "the folder holds no *.parquet files",
+                    raise LogError(c, "the folder holds no *.parquet files (nor .jsonl/.jsonl.gz logs to import)",
                                    "point at the folder glance-log wrote (its --out)")
                 out.extend(found)
             elif c.exists():
@@ -504,6 +515,10 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
         columns = [columns]
     files = expand_paths(paths)
     tables, infos, skipped, other = [], [], [], []
+    files, foreign = split_foreign(files)
+    notes_in: list[str] = []
+    if foreign:
+        _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes_in)
     for path, got in zip(files, _load_all(files, kind, columns, skip_bad)):
         if isinstance(got, LogError):
             if not skip_bad:
@@ -524,7 +539,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
         raise LogError(", ".join(str(p) for p in files[:3]) + (" ..." if len(files) > 3 else ""),
                        f"no {kind} files among the inputs{found}",
                        f"pass the {kind}-*.parquet parts that glance-log writes")
-    notes = _absence_notes(tables)
+    notes = notes_in + _absence_notes(tables)
     if columns is not None:
         everywhere = set().union(*(t.column_names for t in tables))
         contract = {c.name for c in S.columns(kind)}
@@ -551,6 +566,56 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
             raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
                            "fix the files or point at other logs")
     return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
+
+
+def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
+    """(contract Parquet files, foreign logs to import: .jsonl / .jsonl.gz / .prom ...)."""
+    from glance_law.data.importers.common import is_foreign
+    foreign = [p for p in files if p.suffix != ".parquet" and is_foreign(p)]
+    return ([p for p in files if p not in foreign], foreign) if foreign else (files, [])
+
+
+def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes) -> None:
+    """Import foreign logs in memory (glance_law.data.importers) and add their tables, one per
+    source file, as if read from contract files; the import and its oddities become notes."""
+    from glance_law.data.importers import import_logs
+    imp = import_logs(foreign, skip_bad=skip_bad)
+    notes.append(f"imported {len(imp.sources)} file(s) as {imp.format} in memory (glance_law.data.importers; "
+                 "python -m glance_law.ingest writes them as contract Parquet)")
+    notes.extend(imp.notes)
+    skipped.extend(imp.skipped)
+    whole = imp.rounds_table if kind == S.KIND_ROUNDS else imp.prompts_table if kind == S.KIND_PROMPTS else None
+    start = 0
+    required = set(S.required_names(kind))
+    for path, _fmt, n_r, n_p, run in imp.parts:
+        n = n_r if kind == S.KIND_ROUNDS else n_p
+        other_n = n_p if kind == S.KIND_ROUNDS else n_r
+        other_kind = S.KIND_PROMPTS if kind == S.KIND_ROUNDS else S.KIND_ROUNDS
+        if other_n:
+            other.append(FileInfo(path, other_kind, other_n, run))
+        if n == 0 or whole is None:
+            continue
+        part = whole.slice(start, n)
+        start += n
+        keep = [c for c in part.column_names if c in required or part.column(c).null_count < n]
+        if columns is not None:
+            key = S.ROUND_KEY if kind == S.KIND_ROUNDS else S.PROMPT_KEY
+            wanted = set(S.required_names(kind)) | set(key) | set(columns)
+            keep = [c for c in keep if c in wanted]
+        part = part.select(keep)
+        try:
+            p = S.check_values(kind, part)
+            if p is not None:
+                raise LogError(path, p.problem, p.fix, p.column)
+            part = _cast_to_contract(path, kind, part)
+        except LogError as exc:
+            exc = exc if exc.path is not None else exc.at(path)
+            if not skip_bad:
+                raise exc from None
+            skipped.append((path, str(exc)))
+            continue
+        tables.append(part)
+        infos.append(FileInfo(path, kind, part.num_rows, run))
 
 
 def _load_one(path: Path, kind: str, columns):

@@ -1,4 +1,4 @@
-"""The round-log contract, version 1.
+"""The round-log contract, version 2 (version 1 files are read too).
 
 One Parquet row per decoding round (file kind ``rounds``), one row per prompt
 (file kind ``prompts``), and the reduced sufficient-statistics table (file kind
@@ -6,7 +6,7 @@ One Parquet row per decoding round (file kind ``rounds``), one row per prompt
 metadata entries:
 
 ``glance.kind``    ``rounds`` | ``prompts`` | ``reduced``
-``glance.schema``  the contract version (``"1"``)
+``glance.schema``  the contract version (``"2"``; ``"1"`` is read too)
 ``glance.run``     JSON: tool version, target, drafter config, dtype, device,
                    temperature, seed, command line, created_at, library versions
 
@@ -26,8 +26,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = "1"
-SUPPORTED_VERSIONS = ("1",)
+#: Version 2 made ``root_entropy`` nullable (null where the source did not measure it, e.g.
+#: imported Spec-Bench logs; NaN stays refused). Version 1 files are read unchanged.
+SCHEMA_VERSION = "2"
+SUPPORTED_VERSIONS = ("1", "2")
 
 META_KIND = b"glance.kind"
 META_SCHEMA = b"glance.schema"
@@ -72,6 +74,9 @@ class Column:
     #: length == horizon), "Lk" (row-major L x k, length a multiple of horizon,
     #: each row sorted descending), "a+1" (length <= accepted + 1).
     length: str = ""
+    #: In a nullable float column, whether NaN also reads as "unknown" (True) or is refused
+    #: while null is allowed (False: root_entropy).
+    nan_ok: bool = True
 
     @property
     def type_name(self) -> str:
@@ -95,7 +100,8 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "0-based index of the round within its prompt.", lo=0),
     _c("root_entropy", pa.float32(), FLOAT, True,
        "Shannon entropy of the target's next-token distribution at the round root, "
-       "from the raw fp32 logits (temperature 1).", "nats", lo=0, hi=MAX_ENTROPY),
+       "from the raw fp32 logits (temperature 1); null where the source did not measure it.",
+       "nats", nullable=True, lo=0, hi=MAX_ENTROPY, nan_ok=False),
     _c("accepted", pa.int16(), INT, True,
        "Draft tokens accepted this round, bonus token excluded (tau = accepted + 1). "
        "0 <= accepted <= horizon.", "tokens", lo=0),
@@ -368,12 +374,15 @@ def _fmt(x) -> str:
     return str(int(x)) if x.is_integer() else f"{x:.6g}"
 
 
-def _check_numbers(col: Column, v: np.ndarray, row_of=None, what="value") -> Problem | None:
-    """Bounds, NaN and inf of numbers ``v`` (scalars, or list elements mapped to rows by row_of)."""
+def _check_numbers(col: Column, v: np.ndarray, row_of=None, what="value", nulls=None) -> Problem | None:
+    """Bounds, NaN and inf of numbers ``v`` (scalars, or list elements mapped to rows by row_of);
+    ``nulls``: a mask of null entries (read as NaN in ``v``), which are not NaN values."""
     row = (lambda i: i) if row_of is None else row_of
     if v.dtype.kind == "f":
         nan = np.isnan(v)
-        if nan.any() and not (col.nullable or col.family == LIST_FLOAT):
+        if nulls is not None and col.nullable and not col.nan_ok:
+            nan = nan & ~nulls
+        if nan.any() and not ((col.nullable and col.nan_ok) or col.family == LIST_FLOAT):
             i = _first(nan)
             return Problem(col.name, f"{int(nan.sum())} {what}(s) are NaN (first at row {row(i)})",
                            _fix(col.name, "every row needs a finite value; fix the logger"))
@@ -490,9 +499,11 @@ def check_values(kind: str, table: pa.Table) -> Problem | None:
     scalars: dict[str, np.ndarray] = {}
     for c in cols:
         if c.family in (INT, FLOAT):
-            v = _np(table.column(c.name))
+            arr = table.column(c.name)
+            v = _np(arr)
             scalars[c.name] = v
-            p = _check_numbers(c, v)
+            nulls = np.asarray(arr.is_null()) if (arr.null_count and not c.nan_ok) else None
+            p = _check_numbers(c, v, nulls=nulls)
             if p is not None:
                 return p
     if "accepted" in scalars and "horizon" in scalars:

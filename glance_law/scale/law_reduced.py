@@ -88,9 +88,13 @@ def law_frame(reduced: Reduced, quadrature: bool = True, cells: pd.DataFrame | N
     base = {k: c[k].to_numpy() if k not in ("task", "drafter") else c[k].reset_index(drop=True)
             for k in ("task", "drafter", "bucket", "accepted", "horizon")}
     if not quadrature:
-        return pd.DataFrame({**base, "root_entropy": c["sum_h"].to_numpy() / n, "weight": n})
-    lo, hi = reduced.grid.edges(c["hbin"].to_numpy())
+        mean = np.where(c["hbin"].to_numpy() < 0, np.nan, c["sum_h"].to_numpy() / n)
+        return pd.DataFrame({**base, "root_entropy": mean, "weight": n})
+    hb = c["hbin"].to_numpy()
+    lo, hi = reduced.grid.edges(np.maximum(hb, 0))
     h1, w1, h2, w2 = two_point(n, c["sum_h"].to_numpy(), c["sum_h2"].to_numpy(), lo, hi)
+    if (hb < 0).any():   # hbin -1: rounds without a measured entropy (null root_entropy)
+        h1, w1, w2 = np.where(hb < 0, np.nan, h1), np.where(hb < 0, n, w1), np.where(hb < 0, 0.0, w2)
     two = np.flatnonzero(w2 > 0)
     first = pd.DataFrame({**base, "root_entropy": h1, "weight": w1})
     second = pd.DataFrame({k: (v.iloc[two].reset_index(drop=True) if isinstance(v, pd.Series) else v[two])

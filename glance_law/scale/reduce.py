@@ -415,7 +415,9 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     drafted = L > 0
     keep = drafted & (np.ones(n, bool) if cond is None else np.isin(col["condition"], cond))
     other = pd.Series(col["condition"][drafted & ~keep]).value_counts().sort_index()
-    H = np.maximum(frame["root_entropy"].to_numpy().astype(np.float32).astype(np.float64), 0.0)[keep]
+    Hall = pd.to_numeric(frame["root_entropy"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    hnull = np.isnan(Hall)[keep]          # null: not measured (the reader refused NaN) -> hbin -1, sum_h 0
+    H = np.maximum(np.nan_to_num(Hall.astype(np.float32).astype(np.float64), nan=0.0), 0.0)[keep]
     if H.size and H.max() > MAX_ENTROPY:
         raise GlanceError(f"column 'root_entropy': a value of {H.max():.6g} nats is impossible")
     task = frame["task"].astype(str).to_numpy()[keep]
@@ -423,7 +425,7 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     pairs = pd.DataFrame({"t": task, "p": prompt})
     codes, uniq = pd.MultiIndex.from_frame(pairs).factorize()
     bucket = buckets_of(uniq.get_level_values(0), uniq.get_level_values(1), B)[codes]
-    cells = pd.DataFrame({"task": task, "drafter": col["drafter"][keep], "bucket": bucket, "hbin": grid.index(H),
+    cells = pd.DataFrame({"task": task, "drafter": col["drafter"][keep], "bucket": bucket, "hbin": np.where(hnull, -1, grid.index(H)),
                           "horizon": L[keep], "accepted": frame["accepted"].to_numpy()[keep].astype(np.int64),
                           "n": 1, "sum_h": H, "sum_h2": H * H})
     prompts: dict = {}

@@ -1,1 +1,218 @@
-"""Importers: foreign decode logs converted to the round-log contract (one module per source)."""
+"""Importers of foreign decode logs into the round-log contract (no torch).
+
+::
+
+    from glance_law.data.importers import import_logs, detect_format
+    imp = import_logs(["answers/"], horizon=None, skip_bad=False)
+    imp.rounds, imp.prompts, imp.notes, imp.format, imp.sources
+
+Formats (:data:`FORMATS`; the format is detected from the records, never the file name):
+``spec-bench`` (:mod:`.spec_bench`), ``glance`` (:mod:`.glance`), ``vllm`` (:mod:`.vllm`),
+``sglang`` (:mod:`.sglang`). ``docs/your-logs.md`` says what each carries and which
+analyses it allows. The frames follow the contract (``docs/schema.md``); columns the
+format does not carry are absent, ``root_entropy`` is null where the source did not
+measure it, and each importer adds a few extra columns (``turn``, ``ends_output``,
+``drafted_horizon``, ``extended``, ``aggregate``) that analyses may ask for by name.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from glance_law.data.importers.common import (
+    FOREIGN_SUFFIXES,
+    FORMATS,
+    QUESTIONS,
+    FileResult,
+    concat,
+    detect_format,
+    is_foreign,
+    open_bytes,
+    parse_horizon_option,
+    read_json_lines,
+    realkey,
+    supported_line,
+)
+from glance_law.data.io import LogError
+
+__all__ = ["import_logs", "import_file", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
+           "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS"]
+
+from glance_law.data.importers.spec_bench import METHODS  # noqa: E402  (the documented method table)
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What :func:`import_logs` made of foreign logs.
+
+    ``rounds``: contract rounds as a pandas frame (no rows for prompt-level sources; strings as
+    categoricals, a null ``root_entropy`` as NaN, as :func:`glance_law.io.read_logs` returns
+    them); ``prompts``: contract prompt rows; ``rounds_table`` / ``prompts_table``: the same as
+    contract-typed Arrow tables (nulls kept); ``notes``: one line per oddity and what was done
+    with it; ``format``: the format(s) read (``"spec-bench"``, or several joined by ``+``);
+    ``sources``: the files read; ``skipped``: (file, reason) of files refused under
+    ``skip_bad``; ``parts``: per source file (path, format, rounds rows, prompt rows,
+    glance.run document), in the order of the rows."""
+
+    rounds_table: object
+    prompts_table: object
+    notes: tuple[str, ...]
+    format: str
+    sources: tuple[str, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    parts: tuple[tuple[str, str, int, int, Mapping], ...] = ()
+
+    @cached_property
+    def rounds(self) -> pd.DataFrame:
+        return _frame(self.rounds_table)
+
+    @cached_property
+    def prompts(self) -> pd.DataFrame:
+        return _frame(self.prompts_table)
+
+    @property
+    def entropy(self) -> bool:
+        """Whether any round carries a measured root_entropy."""
+        t = self.rounds_table
+        return t is not None and "root_entropy" in t.column_names and t.column("root_entropy").null_count < t.num_rows
+
+
+def _frame(table) -> pd.DataFrame:
+    if table is None:
+        return pd.DataFrame()
+    return table.to_pandas()
+
+
+_MODULES = {"spec-bench": "spec_bench", "glance": "glance", "vllm": "vllm", "sglang": "sglang"}
+_CACHE: dict = {}
+_CACHE_MAX = 64
+
+
+def foreign_files(paths) -> list[Path]:
+    """Files, folders (every importable file below them, hidden ones excluded) and globs."""
+    import glob as _glob
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list[Path] = []
+    for p in paths:
+        s = str(p)
+        cand = [Path(h) for h in sorted(_glob.glob(s, recursive=True))] if set("*?[") & set(s) and not \
+            Path(s).exists() else [Path(s)]
+        if not cand:
+            raise LogError(s, "the pattern matches no files", "check the path")
+        for c in cand:
+            if c.is_dir():
+                found = sorted(q for q in c.rglob("*") if q.is_file() and not q.name.startswith(".")
+                               and is_foreign(q))
+                if not found:
+                    raise LogError(c, "the folder holds no importable files (" + ", ".join(FOREIGN_SUFFIXES) + ")",
+                                   supported_line())
+                out.extend(found)
+            elif c.is_file():
+                out.append(c)
+            else:
+                raise LogError(c, "no such file or folder", "check the path")
+    seen, uniq = set(), []
+    for p in out:
+        k = os.path.realpath(p)
+        if k not in seen:
+            seen.add(k)
+            uniq.append(p)
+    return uniq
+
+
+def _key(h):
+    if isinstance(h, Mapping):
+        return tuple(sorted((str(k), int(v)) for k, v in h.items()))
+    return h
+
+
+def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool = False,
+                task: str | None = None) -> FileResult:
+    """One file through its importer (cached by path, size and mtime, and the options)."""
+    ck = (realkey(path), format, _key(horizon), bool(skip_bad), task)
+    hit = _CACHE.get(ck)
+    if hit is None and not skip_bad:
+        # the same file imported earlier in this process with skip_bad (e.g. a CLI's --skip-bad
+        # rounds read, then its prompt rows): reuse that import, whose notes list what was skipped
+        hit = _CACHE.get(ck[:3] + (True,) + ck[4:])
+    if hit is not None:
+        return hit
+    raw = open_bytes(path)
+    fmt = format or detect_format(path, raw)
+    if fmt not in FORMATS and fmt != QUESTIONS:
+        raise LogError(None, f"unknown format {fmt!r}", supported_line())
+    if fmt == "vllm":
+        from glance_law.data.importers import vllm as mod
+        res = mod.import_file(path, horizon=horizon, skip_bad=skip_bad, task=task, raw=raw)
+    else:
+        lines = read_json_lines(path, skip_bad, raw)
+        if fmt == QUESTIONS:
+            from glance_law.data.importers.spec_bench import questions_file
+            res = questions_file(path, lines)
+        elif fmt == "spec-bench":
+            from glance_law.data.importers import spec_bench as mod
+            res = mod.import_file(path, lines, horizon=horizon, task=task)
+        elif fmt == "glance":
+            from glance_law.data.importers import glance as mod
+            res = mod.import_file(path, lines, horizon=horizon, task=task)
+        else:
+            from glance_law.data.importers import sglang as mod
+            res = mod.import_file(path, lines, horizon=horizon, task=task)
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[ck] = res
+    return res
+
+
+def import_logs(paths, *, format: str | None = None, horizon=None, skip_bad: bool = False,
+                task: str | None = None) -> Imported:
+    """Import foreign logs (files, folders, globs) into contract frames.
+
+    ``format``: one of :data:`FORMATS` (default: detected per file from its records).
+    ``horizon``: the deepest draft offset L, overriding the method table (an int for every
+    file, or a mapping from method / model_id / file name / stem to L). ``skip_bad``: skip
+    corrupt lines and refused files, listing each in ``notes`` / ``skipped``; without it the
+    first problem raises :class:`glance_law.io.LogError` (one line: file, line, fix).
+    ``task``: the task of records that carry none (default ``unknown``).
+    """
+    if format is not None and format not in FORMATS:
+        raise LogError(None, f"unknown format {format!r}", supported_line())
+    files = foreign_files(paths) if not isinstance(paths, FileResult) else []
+    results: list[FileResult] = []
+    skipped: list[tuple[str, str]] = []
+    for f in files:
+        try:
+            results.append(import_file(f, format=format, horizon=horizon, skip_bad=skip_bad, task=task))
+        except LogError as exc:
+            if not skip_bad:
+                raise
+            exc = exc if exc.path is not None else exc.at(f)
+            skipped.append((str(f), str(exc)))
+    return combine(results, skipped)
+
+
+def combine(results: Iterable[FileResult], skipped=()) -> Imported:
+    results = list(results)
+    notes: list[str] = []
+    for r in results:
+        notes.extend(r.notes)
+    for _path, why in skipped:
+        notes.append(f"skipped {why}")
+    data = [r for r in results if r.format != QUESTIONS]
+    if not data:
+        if skipped:
+            raise LogError(None, f"every file was refused ({len(skipped)}); first: {skipped[0][1]}",
+                           "fix the files or point at other logs")
+        raise LogError(", ".join(r.path for r in results[:3]) or None, "no decode logs among the inputs "
+                       "(only question files)", "pass the model_answer files too")
+    R = concat([r.rounds for r in data])
+    P = concat([r.prompts for r in data])
+    fmts = "+".join(dict.fromkeys(r.format for r in data))
+    parts = tuple((r.path, r.format, r.n_rounds, r.n_prompts, r.run) for r in data)
+    return Imported(R, P, tuple(notes), fmts, tuple(r.path for r in results), tuple(skipped), parts)

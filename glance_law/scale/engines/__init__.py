@@ -97,8 +97,25 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     B = check_buckets(buckets)
     cond = normalize_condition(condition)
     mod = _engine(engine)
-    rounds, reduced, _, skipped = scan(paths, skip_bad)
+    from glance_law.data.io import expand_paths, split_foreign
+    files, foreign = split_foreign(expand_paths(paths))
     parts: list[Reduced] = []
+    if foreign:  # .jsonl/.jsonl.gz/.prom logs: imported in memory, reduced in pandas, merged below
+        from glance_law.data.importers import import_logs
+        from glance_law.scale.reduce import reduce_frame
+        imp = import_logs(foreign, skip_bad=skip_bad)
+        if len(imp.rounds):
+            red = reduce_frame(imp.rounds, buckets=B, grid=grid, condition=cond)
+            parts.append(Reduced(red.cells, red.grid, red.buckets,
+                                 {**red.info, "skipped": [list(s) for s in imp.skipped], "imported": list(imp.notes),
+                                  "sources": [{"engine": "import", "files": len(imp.sources),
+                                               "rounds_read": int(red.info.get("rounds_read", 0))}]}))
+        if not files:
+            if not parts:
+                raise LogError(None, "the imported logs hold no rounds (prompt-level rows only)",
+                               "a reduction needs per-round rows; see docs/your-logs.md")
+            return merge(parts)
+    rounds, reduced, _, skipped = scan(files, skip_bad)
     if rounds:
         while True:
             try:

@@ -122,8 +122,14 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
     di, dv, dnull = _strings(table, "drafter", S.FILLED_WHEN_NULL["drafter"])
     part.filled["condition"] = part.filled.get("condition", 0) + cnull
     part.filled["drafter"] = part.filled.get("drafter", 0) + dnull
-    H = np.asarray(table.column("root_entropy").to_numpy(), dtype=np.float32).astype(np.float64)
-    np.maximum(H, 0.0, out=H)  # (entropies above 2^20 nats were refused by the contract check in _read)
+    hcol = table.column("root_entropy")
+    H = np.asarray(hcol.to_numpy(), dtype=np.float32).astype(np.float64)
+    # null entropy (not measured; NaN itself was refused by the contract check in _read, as were
+    # entropies above 2^20 nats) goes to hbin -1 with sum_h 0
+    hnull = np.asarray(hcol.is_null()) if hcol.null_count else None
+    if hnull is not None:
+        H[hnull] = 0.0
+    np.maximum(H, 0.0, out=H)
     a = table.column("accepted").to_numpy().astype(np.int64)
     L = table.column("horizon").to_numpy().astype(np.int64)
     if check_keys:
@@ -145,6 +151,7 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
         return
     if not inc.all():
         ti, pi, di, H, a, L = ti[inc], pi[inc], di[inc], H[inc], a[inc], L[inc]
+        hnull = hnull[inc] if hnull is not None else None
     P, D = len(pv), len(dv)
     u, inv = _unique(ti * P + pi, len(tv) * P)
     ut, up = (u // P).tolist(), (u % P).tolist()
@@ -159,6 +166,8 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
     ph = np.fromiter((hash((tv[ti[i]], pv[pi[i]])) for i in first.tolist()), dtype=np.int64, count=w.size)
     part.prompts.append((td[first], ph))
     hbin = sh.grid.index(H)
+    if hnull is not None:
+        hbin[hnull] = -1
     sh.add_cells(_aggregate([td.astype(np.int64), bucket, hbin, L, a], [np.ones(H.size), H, H * H]))
 
 

@@ -74,7 +74,7 @@ def source_sql(dialect: Dialect, columns: set[str]) -> str:
 
 
 BAD = {
-    "bad_h": f"h_raw IS NULL OR NOT (h_raw >= {-S.FLOAT_TOL!r} AND h_raw <= {MAX_ENTROPY!r})",
+    "bad_h": f"h_raw IS NOT NULL AND NOT (h_raw >= {-S.FLOAT_TOL!r} AND h_raw <= {MAX_ENTROPY!r})",
     "bad_a": "accepted IS NULL OR horizon IS NULL OR accepted < 0 OR horizon < 0 OR accepted > horizon",
     "bad_null": "run_id IS NULL OR task IS NULL OR prompt_id IS NULL OR rnd IS NULL",
     "bad_round": "rnd < 0",
@@ -135,8 +135,10 @@ def buckets_sql(dialect: Dialect, buckets: int, condition) -> str:
 def cells_sql(dialect: Dialect, grid: Grid, condition) -> str:
     h = "h"
     return (f"SELECT s.task, s.drafter, b.bucket, s.hbin, s.horizon, s.accepted, count(*) AS n, sum(s.h) AS sum_h, "
-            f"sum(s.h * s.h) AS sum_h2 FROM (SELECT task, prompt_id, drafter, horizon, accepted, h, {grid.sql(h)} "
-            f"AS hbin FROM (SELECT task, prompt_id, drafter, horizon, accepted, greatest(h_raw, CAST(0 AS DOUBLE)) "
+            f"sum(s.h * s.h) AS sum_h2 FROM (SELECT task, prompt_id, drafter, horizon, accepted, COALESCE(h, 0.0) AS h, "
+            f"CASE WHEN h IS NULL THEN -1 ELSE {grid.sql(h)} END "
+            f"AS hbin FROM (SELECT task, prompt_id, drafter, horizon, accepted, CASE WHEN h_raw IS NULL THEN NULL "
+            f"ELSE greatest(h_raw, CAST(0 AS DOUBLE)) END "
             f"AS h FROM glance_src WHERE horizon > 0 AND {_in('cond', condition)}) r) s "
             f"JOIN glance_pb b ON s.task = b.task AND s.prompt_id = b.prompt_id "
             f"GROUP BY s.task, s.drafter, b.bucket, s.hbin, s.horizon, s.accepted")
@@ -152,7 +154,7 @@ def _violations(st_files: pd.DataFrame, index: dict) -> list[tuple[str, str]]:
             msg = LogError(path, f"{int(r['bad_null'])} row(s) with a null run_id, task, prompt_id or round",
                            "every row needs a value here; fix the logger or drop those rows")
         elif r["bad_h"] > 0:
-            msg = LogError(path, f"{int(r['bad_h'])} value(s) are null, NaN, infinite, negative or above "
+            msg = LogError(path, f"{int(r['bad_h'])} value(s) are NaN, infinite, negative or above "
                                  f"{MAX_ENTROPY:g} nats",
                            "entropy is in nats from finite fp32 logits; fix the logger, or drop those rounds",
                            "root_entropy")

@@ -1,0 +1,331 @@
+"""Shared plumbing of the importers: reading JSON lines (plain or gzip), format detection,
+the per-file result, run identifiers and the horizon override.
+
+No torch, no analysis: records in, contract frames and one-line notes out. Every oddity of
+the input is reported in a note or refused with a :class:`glance_law.io.LogError` naming
+the file (and line) and what to do.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from glance_law.data.io import LogError
+
+#: Formats an importer reads (``format=`` / the ingest CLI's FORMAT), with what they are.
+FORMATS: Mapping[str, str] = {
+    "spec-bench": "FastChat model_answer JSONL of Spec-Bench, EAGLE, Medusa, Hydra and forks",
+    "glance": "GLANCE round-log rows (the decoder's on_round dict plus task and prompt)",
+    "vllm": "vLLM Prometheus scrapes of the spec-decode counters, or OpenAI-server responses with "
+            "metrics.speculative_decoding",
+    "sglang": "SGLang /generate responses with meta_info.spec_verify_ct / spec_accept_length",
+}
+#: Auxiliary inputs recognised beside logs (used, not imported as rounds).
+QUESTIONS = "spec-bench-questions"
+
+#: File names an importer reads when a folder is given (``*.parquet`` are contract logs).
+FOREIGN_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".prom", ".prom.gz")
+
+
+def supported_line() -> str:
+    return "supported formats: " + "; ".join(f"{k} ({v})" for k, v in FORMATS.items())
+
+
+def is_foreign(path) -> bool:
+    """Whether ``path`` names a file the importers read (by suffix; the format itself is
+    detected from the records)."""
+    name = str(path).lower()
+    return name.endswith(FOREIGN_SUFFIXES)
+
+
+def open_bytes(path) -> bytes:
+    """The whole file, gunzipped when it starts with the gzip magic (whatever its name)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise LogError(p, f"cannot be opened ({exc.strerror})", "check the path and permissions") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise LogError(p, f"the gzip stream is corrupt or truncated ({exc})",
+                           "re-copy the file (gzip -t tells whether it is whole)") from None
+    return raw
+
+
+@dataclass
+class Lines:
+    """The parsed records of one JSON-lines file, with the corrupt lines found."""
+
+    path: str
+    records: list            # (line number, object)
+    bad: list                # (line number, message)
+
+
+def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
+    """Every non-blank line parsed as JSON. A corrupt line raises (file and line number, the
+    fix) unless ``skip_bad``, which skips it and lists it. A file holding one JSON array (or
+    one object) is read as its elements."""
+    raw = open_bytes(path) if raw is None else raw
+    path = str(path)
+    stripped = raw.lstrip()
+    if stripped[:1] == b"[":
+        try:
+            data = json.loads(raw)
+            return Lines(path, [(1, d) for d in data], [])
+        except ValueError:
+            pass  # not one array: fall through to lines
+    body = raw.strip()
+    if body[:1] == b"{":
+        # fast path: every line one object, no blank or corrupt line -> one JSON array parse
+        # (any problem falls through to the line-by-line parse, which finds and numbers it)
+        try:
+            data = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
+            return Lines(path, list(enumerate(data, 1)), [])
+        except ValueError:
+            pass
+    recs, bad = [], []
+    loads = json.loads
+    for i, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            recs.append((i, loads(line)))
+        except ValueError as exc:
+            what = "NUL bytes" if b"\x00" in line else str(exc).split(":")[0]
+            if not skip_bad:
+                raise LogError(path, f"line {i}: not valid JSON ({what})",
+                               "repair or delete that line, or pass --skip-bad (skip_bad=True) to skip "
+                               "corrupt lines and list them") from None
+            bad.append((i, what))
+    return Lines(path, recs, bad)
+
+
+# --------------------------------------------------------------------------
+# detection
+# --------------------------------------------------------------------------
+
+_ENTROPY_KEYS = ("root_entropy", "entropy", "H", "ent")
+_ACCEPT_KEYS = ("accepted", "accept_len", "acceptance_length", "accepted_len", "n_accepted", "tau")
+_PROM = re.compile(rb"^\s*(#\s*(HELP|TYPE)\s+)?vllm:spec_decode", re.M)
+
+
+def classify(rec) -> str | None:
+    """The format of one parsed record, or None when no importer knows its shape."""
+    if not isinstance(rec, dict):
+        return None
+    if isinstance(rec.get("data"), dict) and ("metrics" in rec["data"] or "choices" in rec["data"]):
+        rec = rec["data"]
+    ch = rec.get("choices")
+    if ("question_id" in rec and isinstance(ch, list) and ch and isinstance(ch[0], dict)
+            and any(k in ch[0] for k in ("accept_lengths", "idxs", "decoding_steps"))):
+        return "spec-bench"
+    if "question_id" in rec and "turns" in rec and "choices" not in rec:
+        return QUESTIONS
+    meta = rec.get("meta_info")
+    if isinstance(meta, dict) and any(k.startswith("spec_") for k in meta):
+        return "sglang"
+    m = rec.get("metrics")
+    if isinstance(m, dict) and isinstance(m.get("speculative_decoding"), dict):
+        return "vllm"
+    if any(k in rec for k in _ENTROPY_KEYS) and any(k in rec for k in _ACCEPT_KEYS):
+        return "glance"
+    return None
+
+
+def _shape(rec) -> str:
+    if isinstance(rec, dict):
+        keys = sorted(rec)
+        return "keys " + ", ".join(keys[:12]) + (" ..." if len(keys) > 12 else "")
+    return type(rec).__name__
+
+
+def _head_lines(raw: bytes, limit: int = 200):
+    """The first lines of ``raw``, without splitting the whole buffer."""
+    pos = 0
+    for _ in range(limit):
+        if pos >= len(raw):
+            return
+        nl = raw.find(b"\n", pos)
+        nl = len(raw) if nl < 0 else nl
+        yield raw[pos:nl]
+        pos = nl + 1
+
+
+def detect_format(path, raw: bytes | None = None) -> str:
+    """The format of a file, from its records (not its name): one of :data:`FORMATS`, or
+    ``spec-bench-questions`` for a Spec-Bench ``question.jsonl``. An unknown shape raises
+    :class:`LogError` with one line listing the supported formats. ``raw``: the file's
+    (gunzipped) bytes when already read."""
+    raw = open_bytes(path) if raw is None else raw
+    if _PROM.search(raw[:1 << 16]):
+        return "vllm"
+    first = None
+    seen = 0
+    for line in _head_lines(raw):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if raw.lstrip()[:1] == b"[":
+                try:
+                    arr = json.loads(raw)
+                except ValueError:
+                    arr = None
+                if isinstance(arr, list) and arr:
+                    fmt = classify(arr[0])
+                    if fmt:
+                        return fmt
+                    first = arr[0]
+                break
+            continue                     # a corrupt line: judge by the others
+        if first is None:
+            first = rec
+        fmt = classify(rec)
+        if fmt is not None:
+            return fmt
+        seen += 1
+        if seen >= 5:
+            break
+    what = "no JSON records" if first is None else f"records with {_shape(first)}"
+    raise LogError(path, f"not a log format glance-law can import ({what})",
+                   supported_line() + " (or contract *.parquet files)")
+
+
+# --------------------------------------------------------------------------
+# per-file results
+# --------------------------------------------------------------------------
+
+@dataclass
+class FileResult:
+    """What one importer made of one file: contract-typed Arrow tables (None: no rows of that
+    kind; a pandas frame given here is typed by the contract on construction)."""
+
+    path: str
+    format: str
+    rounds: object
+    prompts: object
+    notes: list = field(default_factory=list)
+    run: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        from glance_law.data.io import to_arrow
+        for kind, name in (("rounds", "rounds"), ("prompts", "prompts")):
+            v = getattr(self, name)
+            if isinstance(v, pd.DataFrame):
+                setattr(self, name, to_arrow(v, kind) if len(v) else None)
+            elif v is not None and v.num_rows == 0:
+                setattr(self, name, None)
+
+    @property
+    def n_rounds(self) -> int:
+        return 0 if self.rounds is None else self.rounds.num_rows
+
+    @property
+    def n_prompts(self) -> int:
+        return 0 if self.prompts is None else self.prompts.num_rows
+
+
+def run_base(path) -> str:
+    """A run identifier that depends on the file alone: its stem, prefixed by the nearest
+    folder that is not ``model_answer`` (Spec-Bench's layout), e.g. ``vase/vicuna-7b-v1.3-medusa``."""
+    p = Path(path)
+    name = p.name
+    for suf in (".gz", ".jsonl", ".json", ".prom"):
+        if name.lower().endswith(suf):
+            name = name[: -len(suf)]
+    parent = next((q.name for q in p.resolve().parents if q.name and q.name != "model_answer"), "")
+    return f"{parent}/{name}" if parent else name
+
+
+def horizon_for(horizon, keys) -> int | None:
+    """The override for a file: an int applies everywhere; a mapping is looked up by each of
+    ``keys`` in order (file name, stem, run, model_id, method)."""
+    if horizon is None:
+        return None
+    if isinstance(horizon, Mapping):
+        for k in keys:
+            if k is not None and str(k) in horizon:
+                return int(horizon[str(k)])
+        return None
+    return int(horizon)
+
+
+def parse_horizon_option(values) -> int | dict | None:
+    """``--horizon`` values: ``L`` (every file) or ``KEY=L`` (a method, model_id, file name or stem)."""
+    if not values:
+        return None
+    out: dict = {}
+    plain = None
+    for v in values:
+        s = str(v)
+        key, sep, num = s.rpartition("=")
+        try:
+            L = int(num)
+        except ValueError:
+            raise LogError(None, f"--horizon {s!r}: expected L or KEY=L with an integer L",
+                           "e.g. --horizon 4, or --horizon ssd=4") from None
+        if L < 0:
+            raise LogError(None, f"--horizon {s!r}: L must be >= 0", "L is the deepest draft offset")
+        if sep:
+            out[key] = L
+        else:
+            plain = L
+    if plain is not None and not out:
+        return plain
+    if plain is not None:
+        out.setdefault("*", plain)
+    return out
+
+
+def ids_list(ids, limit: int = 8) -> str:
+    ids = [str(x) for x in ids]
+    return ", ".join(ids[:limit]) + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
+
+
+def concat(tables: list):
+    """Row-wise concatenation of Arrow tables (columns missing from some read as null), or None."""
+    import pyarrow as pa
+    tables = [t for t in tables if t is not None and t.num_rows]
+    if not tables:
+        return None
+    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+
+
+def frame(cols: Mapping, n: int) -> pd.DataFrame:
+    """A DataFrame from equal-length columns (scalars broadcast)."""
+    data = {}
+    for k, v in cols.items():
+        if isinstance(v, (list, np.ndarray, pd.Series)):
+            data[k] = v
+        else:
+            data[k] = [v] * n
+    return pd.DataFrame(data)
+
+
+_BASE_RUN: dict = {}
+
+
+def file_run(**fields) -> dict:
+    """The glance.run document of an imported file (provenance computed once per process)."""
+    if not _BASE_RUN:
+        from glance_law.data.io import run_metadata
+        _BASE_RUN.update(run_metadata())
+    from datetime import datetime, timezone
+    return {**_BASE_RUN, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "imported": True, **{k: v for k, v in fields.items() if v is not None}}
+
+
+def realkey(path) -> tuple:
+    st = os.stat(path)
+    return (os.path.realpath(path), st.st_mtime_ns, st.st_size)

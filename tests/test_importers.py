@@ -1,0 +1,371 @@
+"""Importers of foreign logs (glance_law.data.importers): real Spec-Bench slices, every file of
+../shared/realdata, golden hand-counted cases, vLLM/SGLang fixtures built from their sources,
+GLANCE rows without torch, the ingest CLI and the readers' in-memory import."""
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from glance_law.data.importers import detect_format, import_logs
+from glance_law.data.importers.spec_bench import METHODS, parse_model_id, sps_schedule
+from glance_law.io import LogError, read_logs
+
+HERE = Path(__file__).parent
+SLICES = HERE / "data" / "realdata"
+REAL = HERE.parent.parent / "shared" / "realdata"
+MODEL = "vicuna-7b-v1.3-eagle-float16-temperature-0.0"
+
+
+def write_jsonl(path: Path, records, gz=False) -> Path:
+    text = "\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n"
+    if gz:
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def answer(qid, cat, steps, al, nt, wt, model=MODEL, turns=None):
+    return {"question_id": qid, "category": cat, "answer_id": "x", "model_id": model,
+            "choices": [{"index": 0, "turns": turns or ["t"] * len(steps), "decoding_steps": steps,
+                         "new_tokens": nt, "wall_time": wt, "accept_lengths": al}], "tstamp": 0.0}
+
+
+# --------------------------------------------------------------------------
+# spec-bench: golden cases
+# --------------------------------------------------------------------------
+
+def test_spec_bench_two_questions_counted_by_hand(tmp_path):
+    f = write_jsonl(tmp_path / "a.jsonl", [answer(1, "writing", [3, 2], [3, 1, 2, 6, 1], [6, 7], [0.5, 0.25]),
+                                           answer(2, "math", [2], [2, 4], [6], [0.1])])
+    imp = import_logs(f)
+    r = imp.rounds
+    assert imp.format == "spec-bench" and len(r) == 7 and r["root_entropy"].isna().all()
+    q1, q2 = r[r.prompt_id == "1"], r[r.prompt_id == "2"]
+    assert q1["round"].tolist() == [0, 1, 2, 3, 4] and q2["round"].tolist() == [0, 1]
+    assert q1["accepted"].tolist() == [2, 0, 1, 5, 0] and q2["accepted"].tolist() == [1, 3]
+    # eagle: L = 5; the last round of each turn is output-ending: horizon = accepted
+    assert q1["horizon"].tolist() == [5, 5, 1, 5, 0] and q2["horizon"].tolist() == [5, 3]
+    assert q1["drafted_horizon"].tolist() == [5] * 5
+    assert q1["ends_output"].tolist() == [False, False, True, False, True]
+    assert q1["turn"].tolist() == [0, 0, 0, 1, 1] and q1["position"].tolist() == [0, 3, 4, 0, 6]
+    assert set(r["task"]) == {"writing", "math"} and set(r["drafter"]) == {"eagle"}
+    p = imp.prompts.set_index("prompt_id")
+    assert p.loc["1", "new_tokens"] == 13 and p.loc["1", "rounds"] == 5 and p.loc["1", "turns"] == 2
+    assert p.loc["1", "decode_ms"] == pytest.approx(750.0) and p.loc["2", "decode_ms"] == pytest.approx(100.0)
+    assert detect_format(f) == "spec-bench"
+
+
+def test_parse_model_id_and_method_table():
+    assert parse_model_id("vicuna-7b-v1.3-sps-68m-float16-temp-0.0") == ("vicuna-7b-v1.3", "sps", "sps-68m")
+    assert parse_model_id("llama2-7b-chat-ssd-float16-temperature-0.0") == ("llama2-7b-chat", "ssd", "ssd")
+    assert parse_model_id("Qwen2.5-7B-Instruct-vanilla-float16-temp-0.0")[1] == "vanilla"
+    assert parse_model_id("my-model-foo")[1] is None
+    assert METHODS["eagle"] == 5 and METHODS["medusa"] == 4 and METHODS["hydra"] == 4 and METHODS["ssd"] == 3
+
+
+def _generable(n, h0=5):
+    """Every accepted sequence of length n the HF heuristic schedule can produce (brute force)."""
+    out = set()
+
+    def go(prefix, h):
+        if len(prefix) == n:
+            out.add(tuple(prefix))
+            return
+        for a in range(h + 1):
+            go(prefix + [a], h + 2 if a == h else max(1, h - 1))
+    go([], h0)
+    return out
+
+
+def test_sps_schedule_brute_force():
+    ok = _generable(4)
+    for seq in itertools.product(range(10), repeat=4):
+        _, bad = sps_schedule(np.array(seq))
+        assert (bad < 0) == (seq in ok), seq
+    hor, bad = sps_schedule(np.array([0, 4, 6, 2, 0]))
+    assert bad == -1 and hor.tolist() == [5, 4, 6, 8, 7]
+
+
+def test_sps_contradiction_refused_unless_horizon(tmp_path):
+    sps = "vicuna-7b-v1.3-sps-68m-float16-temp-0.0"
+    # accepted 7 in the first round: more than the schedule's 5
+    f = write_jsonl(tmp_path / "s.jsonl", [answer(1, "qa", [2], [8, 1], [9], [0.1], model=sps)])
+    with pytest.raises(LogError, match="schedule .* contradicted.*--horizon"):
+        import_logs(f)
+    imp = import_logs(f, horizon={"sps": 8})
+    assert imp.rounds["drafted_horizon"].tolist() == [8, 8]
+    ok = write_jsonl(tmp_path / "ok.jsonl", [answer(1, "qa", [3], [6, 8, 2], [16], [0.1], model=sps)])
+    r = import_logs(ok).rounds
+    assert r["drafted_horizon"].tolist() == [5, 7, 9] and r["horizon"].tolist() == [5, 7, 1]
+
+
+def test_unknown_method_refused_with_the_fix(tmp_path):
+    f = write_jsonl(tmp_path / "m.jsonl", [answer(1, "qa", [1], [3], [3], [0.1], model="vicuna-7b-lookahead-fp16")])
+    with pytest.raises(LogError, match="no horizon in the method table.*--horizon L"):
+        import_logs(f)
+    assert import_logs(f, horizon=4).rounds["drafted_horizon"].tolist() == [4]
+
+
+def test_idxs_variant_prompt_rows_only(tmp_path):
+    rec = {"question_id": 7, "category": "math", "model_id": "ea-vicuna-7b-fp16",
+           "choices": [{"index": 0, "turns": ["a", "b"], "idxs": [9, 4], "new_tokens": [30, 12],
+                        "wall_time": [1.0, 0.5]}]}
+    imp = import_logs(write_jsonl(tmp_path / "e.jsonl", [rec]))
+    assert len(imp.rounds) == 0
+    p = imp.prompts.iloc[0]
+    assert p["rounds"] == 15 and p["new_tokens"] == 42 and p["decode_ms"] == pytest.approx(1500.0)
+    assert any("prompt rows only" in n for n in imp.notes)
+
+
+def test_steps_disagreeing_with_list_and_unknown_shape(tmp_path):
+    f = write_jsonl(tmp_path / "d.jsonl", [answer(1, "qa", [3], [2, 2], [4], [0.1]),
+                                           answer(2, "qa", [1], [2], [2], [0.1])])
+    imp = import_logs(f)
+    assert set(imp.rounds["prompt_id"]) == {"2"}
+    assert any("do not sum to the length" in n and "question_id 1" in n for n in imp.notes)
+    g = write_jsonl(tmp_path / "x.jsonl", [{"foo": 1, "bar": [2]}])
+    with pytest.raises(LogError, match="supported formats: spec-bench .*glance .*vllm .*sglang"):
+        import_logs(g)
+
+
+# --------------------------------------------------------------------------
+# spec-bench: committed real slices (tests/data/realdata, see PROVENANCE.md)
+# --------------------------------------------------------------------------
+
+def test_real_slice_corrupt_line(tmp_path):
+    f = SLICES / "spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz"
+    with pytest.raises(LogError, match=r"line 4: not valid JSON \(NUL bytes\).*--skip-bad"):
+        import_logs(f)
+    imp = import_logs(f, skip_bad=True)
+    assert any("skipped corrupt line 4" in n for n in imp.notes)
+    assert imp.prompts["prompt_id"].tolist() == ["81", "82", "244"]
+    assert imp.rounds.groupby("prompt_id")["turn"].max().to_dict() == {"244": 0, "81": 1, "82": 1}
+    assert (imp.rounds["accepted"] <= 5).all() and imp.rounds["accepted"].max() == 5
+
+
+def test_real_slice_empty_and_repeated():
+    imp = import_logs(SLICES / "multiclass_product_classification__vicuna-13b-v1.3-vanilla-float16-temp-0.0.jsonl.gz")
+    assert any("empty accept_lengths" in n and "question_id 4" in n for n in imp.notes)
+    assert set(imp.rounds["drafter"]) == {"ar"} and (imp.rounds["horizon"] == 0).all()
+    with pytest.raises(LogError, match="no usable answers"):
+        import_logs(SLICES / "test_bench__vicuna-7b-v1.3-eagle3-float16-temperature-0.0.jsonl.gz")
+    q = import_logs(SLICES / "sentiment_analysis__Qwen2.5-7B-Instruct-sps-68m-float16-temp-0.0.jsonl.gz")
+    assert any("question ids repeat (11 answers for 10 questions)" in n for n in q.notes)
+    assert q.prompts["run_id"].str.endswith("#run2").sum() == 1
+    with pytest.raises(LogError, match="reach 5 .*horizon 3.*--horizon llama2-7b-chat-ssd=4"):
+        import_logs(SLICES / "llama2-7b-chat-ssd-float16-temperature-0.0.jsonl.gz")
+    ll = import_logs(SLICES / "llama2-7b-chat-ssd-float16-temperature-0.0.jsonl.gz", horizon={"llama2-7b-chat-ssd": 4})
+    assert ll.prompts.groupby("prompt_id")["run_id"].nunique().to_dict() == {"81": 3, "91": 3}
+
+
+def test_real_slices_through_the_reader_and_timing_pairs(tmp_path):
+    logs = read_logs([SLICES / "spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz",
+                      SLICES / "spec_bench__vicuna-7b-v1.3-vanilla-float16-temp-0.0.jsonl.gz",
+                      SLICES / "spec_bench__question.jsonl.gz"], skip_bad=True)
+    assert logs.notes[0].startswith("imported 3 file(s) as spec-bench")
+    assert set(logs.frame["drafter"].astype(str)) == {"eagle", "ar"}
+    assert logs.frame["root_entropy"].isna().all()
+    prompts = read_logs([f.path for f in logs.other if f.kind == "prompts"], "prompts").frame
+    from glance_law.evidence.timing import timing_ledger
+    base = prompts[prompts.drafter == "ar"]
+    cand = prompts[prompts.drafter == "eagle"]
+    res = timing_ledger(base, cand, n_boot=200)
+    assert set(res.prompts()["prompt_id"].astype(str)) == {"81", "82", "244"}
+
+
+# --------------------------------------------------------------------------
+# every file of ../shared/realdata, as its README predicts
+# --------------------------------------------------------------------------
+
+EXPECTED_REFUSED = {"test_bench__vicuna-7b-v1.3-eagle3-float16-temperature-0.0.jsonl.gz": "empty accept_lengths",
+                    "llama2-7b-chat-ssd-float16-temperature-0.0.jsonl.gz": "more than the horizon 3"}
+EXPECTED_NOTE = {"spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz":
+                 ["skipped corrupt line 165", "cover 164 of the 480 questions"],
+                 "llama2-7b-chat-ssd-float16-temperature-0.0.jsonl.gz": ["1390 answers for 480 questions"],
+                 "multiclass_product_classification__vicuna-13b-v1.3-vanilla-float16-temp-0.0.jsonl.gz":
+                 ["8 answer(s) with empty accept_lengths"]}
+
+
+@pytest.mark.skipif(not REAL.is_dir(), reason="../shared/realdata is not beside this checkout")
+def test_every_real_file_imports_or_is_refused_as_predicted():
+    files = sorted((REAL / "spec-bench").rglob("*.jsonl.gz"))
+    assert len(files) >= 36
+    for f in files:
+        if "question" in f.name:
+            assert detect_format(f) == "spec-bench-questions"
+            continue
+        assert detect_format(f) == "spec-bench", f
+        if f.name in EXPECTED_REFUSED:
+            with pytest.raises(LogError) as e:
+                import_logs(f, skip_bad=True)
+            assert str(f) in str(e.value) and len(str(e.value).splitlines()) == 1
+            if "empty" in EXPECTED_REFUSED[f.name]:
+                assert "4 with empty accept_lengths" in str(e.value)
+            else:
+                assert EXPECTED_REFUSED[f.name] in str(e.value)
+            continue
+        imp = import_logs(f, skip_bad=True)
+        r = imp.rounds
+        assert len(r) and (r["accepted"] <= r["drafted_horizon"]).all() and (r["horizon"] <= r["drafted_horizon"]).all()
+        for want in EXPECTED_NOTE.get(f.name, []):
+            assert any(want.replace("cover", "answers cover") in n or want in n for n in imp.notes), (f.name, want)
+        method = parse_model_id(str(imp.parts[0][4]["source"]["model_id"]))[1]
+        if method == "vanilla":
+            assert (r["horizon"] == 0).all() and set(r["drafter"]) == {"ar"}
+        elif METHODS.get(method) not in (None, "hf-heuristic"):
+            assert r["drafted_horizon"].max() == METHODS[method]
+    ll = REAL / "spec-bench" / "vase" / "llama2-7b-chat-ssd-float16-temperature-0.0.jsonl.gz"
+    imp = import_logs(ll, horizon={"llama2-7b-chat-ssd": 4})
+    assert any("1390 answers for 480 questions" in n and "3 runs" in n for n in imp.notes)
+
+
+# --------------------------------------------------------------------------
+# GLANCE rows (torch-free)
+# --------------------------------------------------------------------------
+
+GLANCE_ROWS = [
+    {"task": "docvqa", "prompt": "doc-1", "entropy": 0.5, "accept_len": 3, "tree_size": 64, "block_size": 16},
+    {"task": "docvqa", "prompt": "doc-1", "entropy": 0.1, "accept_len": 22, "tree_size": 64, "block_size": 16},
+    {"task": "caption", "prompt": "img-9", "entropy": 2.0, "tau": 1, "tree_size": 32, "block_size": 16},
+]
+
+
+def test_glance_rows_four_defects_fixed(tmp_path):
+    f = write_jsonl(tmp_path / "round_log.jsonl", GLANCE_ROWS)
+    assert detect_format(f) == "glance"
+    r = import_logs(f).rounds
+    assert r["prompt_id"].tolist() == ["doc-1", "doc-1", "img-9"]           # the 'prompt' key
+    assert r["task"].tolist() == ["docvqa", "docvqa", "caption"]            # per-row task
+    assert r["budget"].tolist() == [63, 63, 31]                             # tree_size counts the root
+    assert r["accepted"].tolist() == [3, 22, 0] and r["horizon"].tolist() == [15, 22, 15]   # extended round
+    assert r["extended"].tolist() == [False, True, False] and r["round"].tolist() == [0, 1, 0]
+    assert r["root_entropy"].tolist() == pytest.approx([0.5, 0.1, 2.0])
+
+
+def test_glance_rows_import_without_torch(tmp_path):
+    f = write_jsonl(tmp_path / "round_log.jsonl", GLANCE_ROWS)
+    code = ("import sys; sys.modules['torch'] = None; "
+            "from glance_law.data.importers import import_logs; "
+            f"imp = import_logs({str(f)!r}); "
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]; "
+            "print(len(imp.rounds), sorted(set(imp.rounds.prompt_id)), [int(x) for x in imp.rounds.budget])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "3 ['doc-1', 'img-9'] [63, 63, 31]"
+
+
+# --------------------------------------------------------------------------
+# vLLM and SGLang fixtures, built from their sources
+# --------------------------------------------------------------------------
+
+def prom_scrape(drafts, draft_tokens, accepted, per_pos, model="m"):
+    """Text exposition of vLLM V1's SpecDecodingProm counters (vllm/v1/spec_decode/metrics.py):
+    prometheus_client adds _total to counter names and a _created gauge."""
+    lab = f'engine="0",model_name="{model}"'
+    out = ["# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.",
+           "# TYPE vllm:spec_decode_num_drafts_total counter",
+           f"vllm:spec_decode_num_drafts_total{{{lab}}} {float(drafts)}",
+           f"vllm:spec_decode_num_drafts_created{{{lab}}} 1.7e9",
+           f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {float(draft_tokens)}",
+           f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {float(accepted)}"]
+    out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {float(v)}'
+            for i, v in enumerate(per_pos)]
+    return "\n".join(out)
+
+
+def test_vllm_prometheus_survival_exact(tmp_path):
+    # interval 1: 10 drafts of K = 3: accepted 0 x2, 1 x3, 2 x1, 3 x4 -> per pos (8, 5, 4), 17 accepted
+    # interval 2: +4 drafts, all fully accepted
+    text = prom_scrape(10, 30, 17, [8, 5, 4]) + "\n" + prom_scrape(14, 42, 29, [12, 9, 8])
+    f = tmp_path / "metrics.prom"
+    f.write_text(text)
+    assert detect_format(f) == "vllm"
+    imp = import_logs(f)
+    r = imp.rounds
+    one = r[r.prompt_id == "interval-1"]["accepted"].value_counts().sort_index().to_dict()
+    assert one == {0: 2, 1: 3, 2: 1, 3: 4}
+    assert r[r.prompt_id == "interval-2"]["accepted"].tolist() == [3, 3, 3, 3]
+    assert (r["horizon"] == 3).all() and r["aggregate"].all() and r["root_entropy"].isna().all()
+    assert any("no prompt clustering is possible" in n for n in imp.notes)
+    bad = tmp_path / "bad.prom"
+    bad.write_text(prom_scrape(10, 30, 17, [5, 8, 4]))
+    with pytest.raises(LogError, match="not consistent"):
+        import_logs(bad)
+
+
+def test_vllm_responses_per_request(tmp_path):
+    # vLLM PR #48915: metrics.speculative_decoding in the OpenAI-compatible response
+    resp = {"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"index": 0}],
+            "usage": {"prompt_tokens": 11, "completion_tokens": 54, "total_tokens": 65},
+            "metrics": {"speculative_decoding": {"mean_acceptance_length": 1.2325581395348837,
+                                                 "draft_acceptance_rate": 0.0775, "acceptance_histogram": [39, 1, 0, 3],
+                                                 "num_spec_steps": 43, "num_accepted_draft_tokens": 10,
+                                                 "num_draft_tokens": 129, "num_spec_tokens": 3}}}
+    detailed = json.loads(json.dumps(resp))
+    detailed["id"] = "chatcmpl-2"
+    detailed["metrics"]["speculative_decoding"]["per_step_accepted"] = [3, 0, 1]
+    detailed["metrics"]["speculative_decoding"]["num_spec_steps"] = 3
+    f = write_jsonl(tmp_path / "responses.jsonl", [resp, {"data": detailed}])
+    assert detect_format(f) == "vllm"
+    imp = import_logs(f, task="chat")
+    r = imp.rounds
+    one = r[r.prompt_id == "chatcmpl-1"]
+    assert len(one) == 43 and one["accepted"].sum() == 10 and (one["horizon"] == 3).all()
+    assert r[r.prompt_id == "chatcmpl-2"]["accepted"].tolist() == [3, 0, 1]
+    assert imp.prompts.set_index("prompt_id").loc["chatcmpl-1", "new_tokens"] == 54
+
+
+def test_sglang_meta_info(tmp_path):
+    # python/sglang/srt/managers/tokenizer_manager.py _calculate_spec_decoding_metrics
+    def resp(rid, ct, completion, hist=None):
+        meta = {"id": rid, "prompt_tokens": 20, "completion_tokens": completion, "e2e_latency": 0.5,
+                "finish_reason": {"type": "stop"}, "spec_verify_ct": ct, "spec_accept_length": completion / ct,
+                "spec_accept_rate": 0.5, "spec_accept_token_num": completion - ct, "spec_draft_token_num": 3 * ct}
+        if hist is not None:
+            meta["spec_accept_histogram"] = hist
+        return {"text": "...", "meta_info": meta}
+    f = write_jsonl(tmp_path / "sg.jsonl", [resp("a", 4, 10), resp("b", 5, 12, hist=[1, 2, 1, 1])])
+    assert detect_format(f) == "sglang"
+    imp = import_logs(f)
+    p = imp.prompts.set_index("prompt_id")
+    assert p.loc["a", "rounds"] == 4 and p.loc["a", "new_tokens"] == 10 and p.loc["a", "decode_ms"] == 500.0
+    r = imp.rounds
+    assert r["prompt_id"].tolist() == ["b"] * 5 and r["accepted"].tolist() == [0, 1, 1, 2, 3]
+    assert (r["horizon"] == 3).all()
+
+
+# --------------------------------------------------------------------------
+# the ingest CLI, and fit/reduce on .jsonl directly
+# --------------------------------------------------------------------------
+
+def test_ingest_cli_writes_contract_parquet(tmp_path, capsys):
+    from glance_law.ingest import main
+    out = tmp_path / "out"
+    rc = main(["spec-bench", str(SLICES), "--out", str(out), "--skip-bad", "--horizon", "llama2-7b-chat-ssd=4"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "skipped corrupt line 4" in err and "no usable answers" in err
+    logs = read_logs(out)
+    assert logs.frame["root_entropy"].isna().all() and "turn" in logs.frame.columns
+    prompts = read_logs(out, "prompts").frame
+    assert len(prompts) == 3 + 3 + 2 + 2 + 11 + 6 + 3
+    assert all(p.parent == out for p in out.iterdir())
+    assert main(["spec-bench", str(SLICES / "test_bench__vicuna-7b-v1.3-eagle3-float16-temperature-0.0.jsonl.gz"),
+                 "--out", str(tmp_path / "x")]) == 2
+    assert "no usable answers" in capsys.readouterr().err
+
+
+def test_reduce_accepts_jsonl(tmp_path):
+    from glance_law.reduce import main
+    f = SLICES / "vicuna-7b-v1.3-medusa.jsonl.gz"
+    assert main([str(f), "--out", str(tmp_path / "r.parquet")]) == 0
+    cells = pd.read_parquet(tmp_path / "r.parquet")
+    r = import_logs(f).rounds          # output-ending rounds that accepted 0 have horizon 0: not drafted
+    assert (cells["hbin"] == -1).all() and cells["n"].sum() == int((r["horizon"] > 0).sum()) < len(r)
