@@ -4,6 +4,7 @@ reference method against the MLE.
 
     nice -n 15 python benchmarks/bench_fit.py               # 10^6 and 10^7 rounds
     nice -n 15 python benchmarks/bench_fit.py --sizes 1e6   # 10^6 only
+    python benchmarks/bench_fit.py --against main --sizes 1e6,1e7  # issue 13 item 6: floor, old, new
     python benchmarks/bench_fit.py --reference-only          # the bias of the paper's method
 
 Measured (all in one run, so ratios compare like with like):
@@ -16,6 +17,13 @@ Measured (all in one run, so ratios compare like with like):
 * ``cli``      ``python -m glance_law.fit LOG --format json`` as a fresh process: wall time and
                peak RSS (includes interpreter start and imports);
 * ``cli-read2`` a fresh process that only imports pyarrow and reads the two columns.
+
+With ``--against REF`` (issue 13, item 6) each size is instead timed in fresh processes, side by
+side in one run: the *floor* (pyarrow reads root_entropy and accepted, then one argsort of the
+entropies), ``fit_law`` of this checkout and ``fit_law`` of the commit REF (extracted with
+``git archive`` into a temporary folder), each on the frame already in memory; "added" is the
+fit's peak RSS above the RSS before it (the peak is reset through /proc/self/clear_refs). Each
+figure is the best of ``--repeat`` runs inside its process (imports and the first read excluded).
 
 In-process timings are the best of ``--repeat`` runs (the machine is shared); process
 figures are single runs. Nothing here is asserted: the figures go in the report.
@@ -106,7 +114,7 @@ def fit_only(paths, repeat: int):
     return best_of(lambda: fit_law(frame), repeat)
 
 
-def bench_size(n: int, repeat: int, tmp: Path) -> None:
+def bench_size(n: int, repeat: int, tmp: Path, ref_dir: str | None = None) -> None:
     folder = tmp / f"n{n}"
     folder.mkdir()
     t = time.perf_counter()
@@ -115,6 +123,11 @@ def bench_size(n: int, repeat: int, tmp: Path) -> None:
     size = sum(p.stat().st_size for p in paths) / 1e6
     print(f"\n== {n_real:,} rounds in {len(paths)} Parquet part(s), {size:.0f} MB "
           f"(simulated in {time.perf_counter() - t:.0f} s)")
+    if ref_dir is not None:
+        against(paths, ref_dir, repeat)
+        for p in paths:
+            p.unlink()
+        return
     t_read2, c_read2, _ = best_of(lambda: read_two(paths), repeat)
     t_fit, c_fit, fit = fit_only(paths, repeat)
     t_all, c_all, _ = best_of(lambda: fit_law(read_logs(paths, "rounds", columns=LAW_COLUMNS)), repeat)
@@ -137,6 +150,65 @@ def bench_size(n: int, repeat: int, tmp: Path) -> None:
     print(f"  cli / read2: wall x{cli[0] / r2[0]:.1f}, CPU x{cli[1] / r2[1]:.1f}, RSS x{cli[2] / r2[2]:.1f}")
     for p in paths:
         p.unlink()
+
+
+_FIT_CHILD = """
+import sys, time, gc
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+def rss(key):
+    for line in open('/proc/self/status'):
+        if line.startswith(key):
+            return float(line.split()[1]) / 1024.0
+paths = sys.argv[3:]
+if sys.argv[2].startswith('floor'):
+    import pyarrow.parquet as pq
+    best = (np.inf, np.inf)
+    for _ in range(int(sys.argv[2][5:])):
+        t, c = time.perf_counter(), time.process_time()
+        cols = [pq.read_table(p, columns=['root_entropy', 'accepted']) for p in paths]
+        H = np.concatenate([t_.column(0).to_numpy() for t_ in cols])
+        a = np.concatenate([t_.column(1).to_numpy() for t_ in cols])
+        o = np.argsort(H)
+        best = min(best, (time.perf_counter() - t, time.process_time() - c))
+        del cols, H, a, o
+    print(best[0], best[1], 0.0)
+else:
+    from glance_law.io import read_logs
+    from glance_law.law import fit_law
+    cols = ['root_entropy', 'accepted', 'horizon', 'task', 'prompt_id', 'condition', 'drafter', 'run_id', 'round']
+    frame = read_logs(paths, 'rounds', columns=cols).frame
+    best = (np.inf, np.inf)
+    for _ in range(int(sys.argv[2])):
+        gc.collect()
+        before = rss('VmRSS')
+        open('/proc/self/clear_refs', 'w').write('5')
+        t, c = time.perf_counter(), time.process_time()
+        fit = fit_law(frame)
+        best = min(best, (time.perf_counter() - t, time.process_time() - c))
+        added = rss('VmHWM') - before
+        del fit
+    print(best[0], best[1], added)
+"""
+
+
+def against(paths, ref_dir: str, repeat: int) -> None:
+    """Floor, this checkout's fit_law and REF's fit_law in fresh processes (wall, CPU, added MB)."""
+    here = str(Path(__file__).resolve().parents[1])
+    out = {}
+    for label, root, mode in (("floor", here, f"floor{max(repeat, 3)}"), ("fit (this checkout)", here, str(repeat)),
+                              ("fit (" + Path(ref_dir).name + ")", ref_dir, str(repeat))):
+        r = subprocess.run([sys.executable, "-c", _FIT_CHILD, root, mode] + [str(p) for p in paths],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"  ! {label}: {r.stderr.strip()[-400:]}")
+            continue
+        out[label] = [float(x) for x in r.stdout.split()]
+    floor = out.get("floor", [np.nan] * 3)
+    for label, (wall, cpu, added) in out.items():
+        extra = "" if label == "floor" else (f"   x{wall / floor[0]:.1f} floor wall, x{cpu / floor[1]:.1f} CPU, "
+                                             f"+{added:.0f} MB peak RSS")
+        print(f"  {label:22s} {wall:6.2f} s wall / {cpu:6.2f} s CPU{extra}")
 
 
 def paper_reference(n_prompts: int = 400, seed: int = 0) -> None:
@@ -165,16 +237,26 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1e6,1e7", help="comma-separated round counts (default 1e6,1e7)")
     ap.add_argument("--repeat", type=int, default=3, help="in-process repeats, best taken (default 3)")
     ap.add_argument("--reference-only", action="store_true", help="only the paper-reference comparison")
+    ap.add_argument("--against", metavar="REF", help="a git commit: time its fit_law against this checkout's and "
+                    "the floor (fresh processes, one run)")
     args = ap.parse_args(argv)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    paper_reference()
+    if args.against is None:
+        paper_reference()
     if args.reference_only:
         return 0
     with tempfile.TemporaryDirectory(prefix="bench_fit_") as tmp:
+        ref_dir = None
+        if args.against:
+            ref_dir = str(Path(tmp) / f"ref-{args.against}")
+            os.makedirs(ref_dir)
+            here = Path(__file__).resolve().parents[1]
+            archive = subprocess.run(["git", "-C", str(here), "archive", args.against], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", ref_dir], input=archive.stdout, check=True)
         for s in args.sizes.split(","):
             n = int(float(s))
-            bench_size(n, args.repeat if n <= 2_000_000 else 1, Path(tmp))
+            bench_size(n, args.repeat if n <= 2_000_000 else 1, Path(tmp), ref_dir)
     print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0
 

@@ -308,7 +308,7 @@ def test_law_only_reads_the_columns_it_needs(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "read_logs", spy)
     assert cli.main([str(EXAMPLE), "--format", "csv", "--out", str(tmp_path / "o.csv")]) == 0
     assert set(seen["columns"]) <= {"root_entropy", "accepted", "horizon", "task", "prompt_id", "condition",
-                                    "drafter"}
+                                    "drafter", "run_id", "round"}   # run_id, round: output-ending rounds
 
 
 def test_help_lists_sections(capsys):

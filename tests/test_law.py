@@ -550,3 +550,58 @@ def test_rank_check_false_positive_rate_under_a_clustered_null():
           f"round-level test fires {naive / R:.3f} (two-sided {naive2 / R:.3f})")
     assert 0.01 <= fires / R <= 0.05
     assert naive / R > 3 * fires / R and naive2 / R > 3 * fires2 / R
+
+
+def test_no_draft_rounds_are_counted_by_cause():
+    df = simulate_rounds([TaskSpec("t", 1.0, 0.8)], n_prompts=20, seed=4, vectors=False, drafter="pld")
+    ar = simulate_rounds([TaskSpec("t", 1.0, 0.8)], n_prompts=5, seed=5, vectors=False, drafter="ar",
+                         run_id="ar").assign(horizon=0, accepted=0)
+    df.loc[df.index[:7], ["horizon", "accepted"]] = 0        # pld rounds without a proposal
+    note = [s for s in fit_law(pd.concat([df, ar], ignore_index=True)).notes if "horizon == 0" in s][0]
+    assert f"excluded {7 + len(ar)} round(s)" in note
+    assert f"{len(ar)} autoregressive round(s) (drafter ar)" in note
+    assert "7 round(s) in which drafter pld proposed no draft" in note
+
+
+def _cut_last_rounds(df, rng):
+    """Cut every prompt's last round at the output's end the way the logger does (L = a)."""
+    last = df.groupby("prompt_id")["round"].transform("max") == df["round"]
+    cut = rng.integers(0, df["horizon"].to_numpy()).astype(np.int16)
+    df.loc[last, "accepted"] = np.minimum(df.loc[last, "accepted"].to_numpy(), cut[last.to_numpy()])
+    df.loc[last, "horizon"] = df.loc[last, "accepted"]
+    return df, last.to_numpy() & (df["horizon"].to_numpy() > 0)
+
+
+def test_output_ending_rounds_are_censored_in_the_likelihood_and_left_out_of_the_checks():
+    """Short outputs whose last round sits at low entropy and is cut short: read raw, those
+    rounds turn the rank test around (the block/infovqa defect); the checks leave them out,
+    so rho, the curve and the ceiling equal those of the other rounds, while the MLE keeps them
+    as completed runs (p^a: its estimate differs from dropping them)."""
+    rng = np.random.default_rng(2)
+    df = simulate_rounds([TaskSpec("t", 2.0, 1.5)], n_prompts=120, rounds_per_prompt=4, seed=6, vectors=False)
+    df, ends = _cut_last_rounds(df, rng)
+    df.loc[ends, "root_entropy"] = np.float32(0.001)           # the answer's end is near-certain
+    df.loc[ends & (df["accepted"] == 0).to_numpy(), "horizon"] = 0   # nothing accepted: no draft kept
+    ends &= df["horizon"].to_numpy() > 0
+    fit = fit_law(df)
+    rest = fit_law(df.loc[~ends].drop(columns="round"))       # no round column: nothing told apart
+    r, q = fit.row("t"), rest.row("t")
+    assert r["rho"] == pytest.approx(q["rho"], rel=1e-12) and r["rho"] < 0
+    for c in ("r2_isotonic", "ceiling", "ceiling_binned", "floor_mean", "floor_rounds"):   # fit-free checks
+        assert r[c] == pytest.approx(q[c], rel=1e-9), c
+    cur, cq = fit.curves[("sim", "t")], rest.curves[("sim", "t")]
+    assert cur["mean_accepted"].to_numpy() == pytest.approx(cq["mean_accepted"].to_numpy(), rel=1e-12)
+    assert cur["n"].sum() == len(df.loc[~ends]) - int((df["horizon"] == 0).sum())
+    assert r["rounds"] == len(df) - int((df["horizon"] == 0).sum())
+    assert fit.params("t") != pytest.approx(rest.params("t"), rel=1e-6)
+    assert any("output-ending round(s)" in s for s in fit.notes)
+    raw = fit_law(df.drop(columns="round"))                     # the old reading: raw a everywhere
+    assert raw.row("t")["rho"] > r["rho"]
+
+
+def test_a_narrow_entropy_spread_is_flagged():
+    df = simulate_rounds([TaskSpec("t", 2.0, 1.0)], n_prompts=40, seed=3, vectors=False)
+    wide = fit_law(df)
+    assert not any("narrow entropy spread" in s for s in wide.notes)
+    narrow = fit_law(df.assign(root_entropy=(df["root_entropy"] * 0.01).astype(np.float32)))
+    assert any(s.startswith("t: b1 = ") and "narrow entropy spread" in s for s in narrow.notes)

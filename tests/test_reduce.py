@@ -301,7 +301,7 @@ def test_two_point_quadrature_matches_mean_and_variance_inside_the_bin():
 def test_reduced_fit_equals_exact_fit_on_a_golden_log():
     """Every cell holds rounds of one entropy value, so the reduction loses nothing: every
     point statistic equals the exact fit's (the clusters differ, so intervals are checked
-    against a brute-force bucket-level CR1 instead)."""
+    against a brute-force bucket-level CR1/CR3, stratified by task in the pooled row)."""
     rng = np.random.default_rng(3)
     H = rng.choice([0.0, 0.01, 0.2, 0.7, 1.3, 2.5], size=600).astype(np.float32)
     p = 1 / (1 + np.exp(-(1.2 - 0.9 * H.astype(np.float64))))
@@ -325,9 +325,16 @@ def test_reduced_fit_equals_exact_fit_on_a_golden_log():
     np.add.at(u, cl, X * (s - (s + f) * pr)[:, None])
     info = (X * ((s + f) * pr * (1 - pr))[:, None]).T @ X
     G = cl.max() + 1
+    # the pooled row spans two tasks, each with its own buckets: stratified by task (each
+    # task's bucket scores centred on their task mean, G_t/(G_t-1) per task)
+    task_of = np.array([k.split("/")[0] for k in np.unique([f"{t}/{k}" for t, k in zip(frame["task"], bucket)])])
     from scipy import stats
     Binv = np.linalg.inv(info)
-    se = np.sqrt(np.diag(G / (G - 1) * Binv @ u.T @ u @ Binv))
+    meat = np.zeros((2, 2))
+    for t in np.unique(task_of):
+        ut = u[task_of == t] - u[task_of == t].mean(axis=0)
+        meat += len(ut) / (len(ut) - 1) * ut.T @ ut
+    se = np.sqrt(np.diag(Binv @ meat @ Binv))
     half = stats.t.ppf(0.975, G - 1) * se
     assert red.table["b0_hi"].iloc[-1] == pytest.approx(b[0] + half[0], rel=1e-9)
     assert red.table["b1_lo"].iloc[-1] == pytest.approx(b[1] - half[1], rel=1e-9)
@@ -339,8 +346,12 @@ def test_reduced_fit_equals_exact_fit_on_a_golden_log():
         m = cl == k
         info_k = (X[m] * w[m][:, None]).T @ X[m]
         deltas.append(np.linalg.solve(info - info_k, u[k]))
-    deltas = np.array(deltas) - np.mean(deltas, axis=0)
-    se3 = np.sqrt(np.diag((G - 1) / G * deltas.T @ deltas))
+    deltas = np.array(deltas)
+    v3 = np.zeros((2, 2))
+    for t in np.unique(task_of):
+        dt = deltas[task_of == t] - deltas[task_of == t].mean(axis=0)
+        v3 += (len(dt) - 1) / len(dt) * dt.T @ dt
+    se3 = np.sqrt(np.diag(v3))
     cr3 = LR.fit_reduced(R.reduce_frame(frame)).table.iloc[-1]
     assert cr3["interval"] == "cr3"
     assert cr3["b1_hi"] == pytest.approx(b[1] + stats.t.ppf(0.975, G - 1) * se3[1], rel=1e-9)

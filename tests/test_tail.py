@@ -431,7 +431,9 @@ def test_exclusions_are_counted():
     df.loc[df.index[5:8], "accepted"] = 0
     fit = tail.fit_tail(df, n_boot=0, heldout=False)
     text = " ".join(fit.notes)
-    assert "excluded 3 autoregressive" in text and "excluded 5 round(s) of other conditions" in text
+    # three rounds of a drafting run with horizon 0: counted by their cause (no proposal), not as autoregressive
+    assert "excluded 3 round(s) with horizon == 0" in text and "3 round(s) in which drafter" in text
+    assert "proposed no draft" in text and "excluded 5 round(s) of other conditions" in text
 
 
 def test_several_drafters_are_analysed_separately():

@@ -68,7 +68,7 @@ SECTIONS: list[tuple[str, str, str]] = [
 ]
 
 #: Round columns the law itself reads (besides the contract's required and key columns).
-LAW_READ_COLUMNS = LAW_INPUT + ("task", "prompt_id", "condition", "drafter")
+LAW_READ_COLUMNS = LAW_INPUT + ("task", "prompt_id", "condition", "drafter", "run_id", "round")  # round: output ends
 
 
 def _flag(spec: str) -> tuple[str, str | None, str]:

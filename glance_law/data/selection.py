@@ -18,7 +18,8 @@ from glance_law.errors import GlanceError, MissingColumnError
 
 from .keys import cluster_codes
 
-__all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "cluster_ids", "prepare"]
+__all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "cluster_ids", "prepare", "no_draft_causes",
+           "output_ending"]
 
 POOLED = "pooled"
 
@@ -58,6 +59,8 @@ def compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
     m = int(codes.max()) + 1
     if m <= 4 * codes.size + 1024:
         present = np.bincount(codes, minlength=m) > 0
+        if present.all():  # already 0..G-1 with every id present: no copy
+            return codes, m
         return (np.cumsum(present) - 1)[codes], int(present.sum())
     uniq, inv = np.unique(codes, return_inverse=True)
     return inv.astype(np.int64), int(uniq.size)
@@ -77,6 +80,52 @@ def cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
             return cluster_codes(frame, cols)[0]
         out = out * max(m, 1) + k
     return out
+
+
+def no_draft_causes(frame: pd.DataFrame, mask: np.ndarray) -> str:
+    """Rounds with ``horizon == 0`` (``mask``) counted by cause: those of a run (run_id and
+    drafter) whose every round has horizon 0 are autoregressive decoding (e.g. drafter ``ar``);
+    the others are rounds in which a drafting run proposed nothing (e.g. prompt lookup finding
+    no match). Returns e.g. ``"1939 autoregressive round(s) (drafter ar), 929 round(s) in which
+    drafter pld proposed no draft"``."""
+    n = int(mask.sum())
+    keys = [c for c in ("run_id", "drafter") if c in frame.columns]
+    if not keys:
+        return f"{n} autoregressive round(s)"
+    run = frame[keys[0]].astype(str).to_numpy()
+    if len(keys) == 2:
+        run = run + "\0" + frame["drafter"].astype(str).to_numpy()
+    drafting = np.isin(run, np.unique(run[~mask]))
+    d = frame["drafter"].astype(str).to_numpy() if "drafter" in frame.columns else np.full(len(frame), "unknown")
+    parts = []
+    for name in np.unique(d[mask & ~drafting]):
+        parts.append(f"{int(np.count_nonzero(mask & ~drafting & (d == name)))} autoregressive round(s) "
+                     f"(drafter {name})")
+    for name in np.unique(d[mask & drafting]):
+        parts.append(f"{int(np.count_nonzero(mask & drafting & (d == name)))} round(s) in which drafter {name} "
+                     "proposed no draft")
+    return ", ".join(parts)
+
+
+def output_ending(frame: pd.DataFrame) -> np.ndarray | None:
+    """Rounds whose accepted run ends the output: the last round of its prompt (per run,
+    drafter, condition, task, prompt_id) with ``accepted == horizon > 0`` and the horizon
+    shorter than the prompt's deepest one - the logger records such a round with the horizon
+    cut to the accepted length (docs/theory-law.md, section 1).
+    None when the frame has no ``round`` or ``prompt_id`` column (they cannot be told apart)."""
+    if "round" not in frame.columns or "prompt_id" not in frame.columns or len(frame) == 0:
+        return None
+    keys = [c for c in ("run_id", "drafter", "condition", "task", "prompt_id") if c in frame.columns]
+    k, K = compact(cluster_ids(frame, keys))
+    rnd = frame["round"].to_numpy().astype(np.int64)
+    a, L = frame["accepted"].to_numpy(), frame["horizon"].to_numpy()
+    last = np.full(K, np.iinfo(np.int64).min)
+    np.maximum.at(last, k, rnd)
+    deepest = np.zeros(K, dtype=L.dtype)
+    np.maximum.at(deepest, k, L)
+    # cut: shorter than the prompt's deepest horizon (a full run of the nominal horizon reads the same
+    # whether or not the output ended there, so it is left in)
+    return (last[k] == rnd) & (a == L) & (L > 0) & (L < deepest[k])
 
 
 def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) -> dict:
@@ -112,8 +161,13 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
     ar = L == 0
     if ar.any():
         keep &= ~ar
-        notes.append(f"excluded {int(ar.sum())} autoregressive round(s) (horizon == 0): "
-                     "the law describes drafted rounds")
+        causes = no_draft_causes(frame, ar)
+        if "proposed no draft" in causes:
+            notes.append(f"excluded {int(ar.sum())} round(s) with horizon == 0 (nothing drafted; the law describes "
+                         f"drafted rounds): {causes}")
+        else:
+            notes.append(f"excluded {causes.replace(' (drafter', ' (horizon == 0, drafter')}: "
+                         "the law describes drafted rounds")
     if "condition" in frame.columns:
         cond = frame["condition"]
         present = sorted({str(c) for c in pd.unique(cond)})
@@ -144,7 +198,12 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
             raise GlanceError(f"column '{by}': a group is named '{POOLED}', which labels the pooled row; rename it")
     else:
         gcodes, gnames = np.zeros(int(keep.sum()), dtype=np.int64), []
+    ends = output_ending(frame)
+    if ends is not None and not keep.all():
+        ends = ends[keep]
+    if ends is not None and not ends.any():
+        ends = None
     if not keep.all():
         H, a, L, w = H[keep], a[keep], L[keep], None if w is None else w[keep]
     return {"H": H, "a": a, "L": L, "w": w, "cl": cluster_ids(sub, cluster), "d": dcodes.astype(np.int32),
-            "dnames": dnames, "g": gcodes.astype(np.int32), "gnames": gnames}
+            "dnames": dnames, "g": gcodes.astype(np.int32), "gnames": gnames, "ends": ends}

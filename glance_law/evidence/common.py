@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.schema import SUPPLIED_BY
+from glance_law.data.selection import no_draft_causes
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.law import model as _law
-from glance_law.stats.cluster import cluster_codes, cr1_covariance, cr3_covariance, t_crit
+from glance_law.stats.cluster import cluster_codes, cluster_sums, clustered_covariance, t_crit
 
 GROUP_ALL = "pooled"
 
@@ -58,7 +59,8 @@ def speculative_rounds(frame: pd.DataFrame, notes: list[str], conditions: Sequen
     if "horizon" in frame.columns:
         ar = frame["horizon"].to_numpy() <= 0
         if ar.any():
-            notes.append(f"{int(ar.sum())} round(s) with horizon 0 (autoregressive, nothing drafted) excluded")
+            notes.append(f"{int(ar.sum())} round(s) with horizon 0 (nothing drafted) excluded: "
+                         f"{no_draft_causes(frame, ar)}")
         keep &= ~ar
     if conditions is not None and "condition" in frame.columns:
         cond = frame["condition"].astype(str).to_numpy()
@@ -124,7 +126,8 @@ def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None, cov: str = "cr1"):
     b, info, _ = _law.fit_affine_logit(H, a, L, weight=weight)
     scores, info = _law.score_and_information(b, H, a, L, weight)
     if cov == "cr1":
-        V = cr1_covariance(scores, np.linalg.inv(info), codes, G)
+        # G as given (clusters without rows add nothing to the meat but count in G/(G-1))
+        V = clustered_covariance(cluster_sums(scores, codes, G), kind="cr1", info=info)
     elif cov == "cr3":
         V = cr3(b, H, a, L, codes, G, scores, info, weight)
     else:
@@ -133,22 +136,13 @@ def law_fit(H, a, L, codes: np.ndarray, G: int, weight=None, cov: str = "cr1"):
 
 
 def cr3(b, H, a, L, codes, G, scores, info, weight=None) -> np.ndarray:
-    """CR3 (cluster-jackknife) covariance of the law's (b0, b1) over the clusters present."""
+    """CR3 (cluster-jackknife) covariance of the law's (b0, b1) over the clusters present
+    (:func:`glance_law.stats.cluster.clustered_covariance` from the law's per-cluster sums;
+    ``scores`` are not needed and kept for the callers' signature)."""
     present = np.unique(codes)
     cl = np.searchsorted(present, codes)
-    g = present.size
-    H = np.asarray(H, dtype=np.float64)
-    p = _law.match_prob(H, b[0], b[1])
-    a = np.asarray(a, dtype=np.float64)
-    v = (a + (a < np.asarray(L, dtype=np.float64))) * p * (1.0 - p)
-    if weight is not None:
-        v = v * np.asarray(weight, dtype=np.float64)
-    u = np.stack([np.bincount(cl, scores[:, j], g) for j in range(2)], axis=1)
-    info_g = np.empty((g, 2, 2))
-    info_g[:, 0, 0] = np.bincount(cl, v, g)
-    info_g[:, 0, 1] = info_g[:, 1, 0] = -np.bincount(cl, v * H, g)
-    info_g[:, 1, 1] = np.bincount(cl, v * H * H, g)
-    return cr3_covariance(u, info_g, info)
+    u, info_g = _law.cluster_score_information(b, H, a, L, cl, present.size, weight)
+    return clustered_covariance(u, info_g, "cr3", info=info)
 
 
 def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> pd.DataFrame:

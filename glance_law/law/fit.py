@@ -11,6 +11,7 @@ import pandas as pd
 from glance_law.data import selection as _sel
 from glance_law.errors import GlanceError
 from glance_law.stats import ceiling as _ceiling
+from glance_law.stats import curve as _curve
 from glance_law.stats.cluster import CLUSTER_BY
 
 from . import group as _group
@@ -95,28 +96,40 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     rows, curves, checks = [], {}, {}
     dnames = data["dnames"]
     present_d = sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
+    names = ("H", "a", "L", "w", "cl", "g", "ends")
     for di in present_d:
         dname = dnames[di]
         dmask = data["d"] == di
+        # one stable sort of the entropies per drafter; every array is put in that order once, so
+        # each group's rounds (a subsequence) come sorted and all statistics read them sequentially
         if dmask.all():
-            H, a, L, w, cl, g = (data[k] for k in ("H", "a", "L", "w", "cl", "g"))
+            take = _curve.stable_order(data["H"])
         else:
-            H, a, L, cl, g = (data[k][dmask] for k in ("H", "a", "L", "cl", "g"))
-            w = None if data["w"] is None else data["w"][dmask]
-        order = np.argsort(H, kind="stable")
+            rows_d = np.flatnonzero(dmask)
+            take = rows_d[_curve.stable_order(data["H"][rows_d])]
+            del rows_d
+        del dmask
+        put = {}
+        for k in names:  # one array at a time; with one drafter the unsorted copy is dropped at once
+            put[k] = None if data[k] is None else data[k][take]
+            if len(present_d) == 1:
+                data[k] = None
+        del take
+        H, a, L, w, cl, g, ends = (put.pop(k) for k in names)
         tag = dname if len(present_d) > 1 else None
         present_g = np.flatnonzero(np.bincount(g, minlength=len(data["gnames"]))) if by else []
         for gi in sorted(present_g, key=lambda i: data["gnames"][i]):
             m = g == gi
-            # the group's own sort order: the global order restricted to the group, as positions
-            # within the group's rows (O(n); a binary search here costs seconds at 10^7 rounds)
-            og = (np.cumsum(m, dtype=np.int32 if m.size < 2 ** 31 else np.int64) - 1)[order[m[order]]]
-            row, cur, chk = _group.evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m], og,
-                                      data["gnames"][gi], tag, opt, group_notes)
+            row, cur, chk = _group.evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m],
+                                            data["gnames"][gi], tag, opt, group_notes,
+                                            None if ends is None else ends[m])
+            del m
             rows.append({**row, "drafter": dname})
             curves[(dname, data["gnames"][gi])] = cur
             checks[(dname, data["gnames"][gi])] = chk
-        row, cur, chk = _group.evaluate(H, a, L, w, cl, order, POOLED, tag, opt, group_notes)
+        del g
+        row, cur, chk = _group.evaluate(H, a, L, w, cl, POOLED, tag, opt, group_notes, ends)
+        del H, a, L, w, cl, ends
         rows.append({**row, "drafter": dname})
         curves[(dname, POOLED)] = cur
         checks[(dname, POOLED)] = chk

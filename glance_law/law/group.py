@@ -22,9 +22,8 @@ from glance_law.stats import ceiling as _ceiling
 from glance_law.stats import curve as _curve
 from glance_law.stats.cluster import (
     bootstrap_counts,
+    clustered_covariance,
     clustered_mean,
-    cr1_covariance,
-    cr3_covariance,
     percentile_interval,
     t_crit,
 )
@@ -36,68 +35,19 @@ from .result import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, LawChecks
 __all__ = ["evaluate"]
 
 
-def _fit_b(method, H, a, L, w, b_init=None):
-    if method == "nls":
-        return _law.fit_conditional_mean(H, a, L, w, b_init=b_init)[0]
-    return _law.fit_affine_logit(H, a, L, w, b_init=(0.0, 0.0) if b_init is None else b_init)[0]
-
-
-def _cluster_cov(method, b, H, a, L, w, cl, G, p=None, kind="cr3"):
-    """Prompt-clustered covariance of (b0, b1): ``kind="cr3"`` (default, the cluster
-    jackknife: one Newton step per deleted prompt, :func:`glance_law.stats.cluster.cr3_covariance`)
-    or ``"cr1"`` (the sandwich with the G/(G-1) factor). ``p``: fitted match probabilities."""
-    if method == "nls":
-        M, J = _law.mean_and_jacobian(b, H, L)
-        r = a - M
-        wj = J if w is None else J * w[:, None]
-        u = np.stack([np.bincount(cl, wj[:, j] * r, G) for j in range(2)], axis=1)
-        info_g = np.empty((G, 2, 2))
-        for i in range(2):
-            for j in range(i, 2):
-                info_g[:, i, j] = info_g[:, j, i] = np.bincount(cl, wj[:, i] * J[:, j], G)
-    else:
-        # MLE: the score of a round is x (s - (s + f) p) with x = (1, -H); it is summed per
-        # prompt directly, without an (n, 2) score matrix (this runs on 10^7 rounds)
-        if p is None:
-            p = _law.match_prob(H, b[0], b[1])
-        t = (a < L).astype(np.float64)
-        t += a                                   # s + f
-        v = t * p
-        np.subtract(a, v, out=t)                 # resid = s - (s + f) p
-        if w is not None:
-            t *= w
-        u = np.empty((G, 2))
-        u[:, 0] = np.bincount(cl, t, G)
-        t *= H
-        u[:, 1] = -np.bincount(cl, t, G)
-        del t
-        v -= v * p                               # (s + f) p (1 - p): the information weights
-        if w is not None:
-            v *= w
-        info_g = np.empty((G, 2, 2))
-        info_g[:, 0, 0] = np.bincount(cl, v, G)
-        v *= H
-        info_g[:, 0, 1] = info_g[:, 1, 0] = -np.bincount(cl, v, G)
-        v *= H
-        info_g[:, 1, 1] = np.bincount(cl, v, G)
-    info = info_g.sum(axis=0)
-    if kind == "cr1":
-        # the per-prompt sums are the "observations" of the sandwich's meat
-        return cr1_covariance(u, np.linalg.inv(info), np.arange(G), G)
-    return cr3_covariance(u, info_g, info)
-
-
 def _nan_row() -> dict:
     return {c: np.nan for c in LAW_COLUMNS + LAW_EXTRA_COLUMNS}
 
 
-def _law_moments(p, L, w):
-    """Weighted sums of M, M^2 and Var(a|H) under the law, in chunks (bounded temporaries)."""
+def _law_moments(p, L, w, M_all):
+    """Weighted sums of M, M^2 and Var(a|H) under the law, in chunks (bounded temporaries);
+    ``M_all`` = truncated_mean(p, L), Var = 2 p M' - M - M^2 as truncated_variance."""
     s1 = s2 = sv = 0.0
     for k in range(0, p.size, _law.CHUNK):
         sl = slice(k, k + _law.CHUNK)
-        M = _law.truncated_mean(p[sl], L[sl])
-        V = _law.truncated_variance(p[sl], L[sl])
+        M = M_all[sl]
+        V = 2.0 * p[sl] * _law.truncated_mean_derivative(p[sl], L[sl]) - M - M * M
+        np.maximum(V, 0.0, out=V)
         ws = None if w is None else w[sl]
         s1 += float(M.sum()) if ws is None else _law.dot(ws, M)
         s2 += _law.dot(M, M) if ws is None else _law.dot(ws, M * M)
@@ -105,22 +55,61 @@ def _law_moments(p, L, w):
     return s1, s2, sv
 
 
-def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
+NARROW_SPREAD = 0.1  # nats: the 10-90% entropy range under which a slope is flagged (docs/theory-law.md)
+
+
+def _spread(H, w):
+    """The 10th and 90th (weighted) percentiles of H (sorted ascending)."""
+    n = H.size
+    if w is None:
+        return float(H[int(0.1 * (n - 1))]), float(H[int(0.9 * (n - 1))])
+    c = np.cumsum(w)
+    k = np.minimum(np.searchsorted(c, [0.1 * c[-1], 0.9 * c[-1]]), n - 1)
+    return float(H[k[0]]), float(H[k[1]])
+
+
+def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     """Every statistic of one group; returns (row, curve frame, checks).
 
+    The rounds come sorted by entropy (stable: ties in row order), so the one order the
+    decile bins, the ceiling's bins, the isotonic fit and the ranks share is the identity:
+    every pass below is sequential.
+
+    ``ends``: optional mask of output-ending rounds (``selection.output_ending``): they enter
+    the likelihood as completed runs and are left out of the checks that read ``a`` raw
+    (decile curve, isotonic fit, rank test, ceilings, r2_round).
     Written to keep few round-sized arrays alive at once (10^7 rounds must fit):
     unit weights are never materialised and intermediates are released early.
     """
     where = f"{label}" if drafter is None else f"{drafter}/{label}"
     cl, G = _sel.compact(cl)
-    n = a.size
-    W = float(n) if w is None else float(w.sum())
+    n_all = a.size
+    W = float(n_all) if w is None else float(w.sum())
 
     def wsum(x):
         return float(x.sum()) if w is None else _law.dot(w, x)
 
-    def wbin(bins, x, B):  # per-bin weighted sums
-        return np.bincount(bins, x if w is None else w * x, B)
+    # the rounds the descriptive checks read (all but the output-ending ones)
+    keep = None
+    if ends is not None and ends.any():
+        keep = ~ends
+        n_end = int(ends.sum()) if w is None else _law.dot(w, ends.astype(np.float64))
+        notes.append(f"{where}: {n_end:.0f} output-ending round(s) (a prompt's last round, cut at the output's "
+                     "end to L = a) enter the likelihood as completed runs (p^a) and are left out of the decile "
+                     "curve, the isotonic fit, the rank test, the ceilings and r2_round, whose raw a they would "
+                     "pull down")
+        Hc, ac, clc = H[keep], a[keep], cl[keep]
+        wc = None if w is None else w[keep]
+    else:
+        Hc, ac, clc, wc = H, a, cl, w
+    n = ac.size
+    Wc = float(n) if wc is None else float(wc.sum())
+
+    def wsumc(x):
+        return float(x.sum()) if wc is None else _law.dot(wc, x)
+
+    def wbin(bins, x, B):  # per-bin weighted sums over the checks' rounds
+        return np.bincount(bins, x if wc is None else wc * x, B)
 
     level = opt["level"]
     row = _nan_row()
@@ -135,8 +124,8 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     if L.min() != L.max():
         notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
                      "mean use each round's own L; sup and the horizon column use the largest")
-    key = _curve.sort_key(H, order)
-    ceil = _ceiling.noise_ceiling(H, a, opt["ceiling_bins"], w, order, key.position)
+    key = _curve.sort_key(Hc, is_sorted=True)
+    ceil = _ceiling.noise_ceiling(Hc, ac, opt["ceiling_bins"], wc, is_sorted=True)
     row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
     if ceil.bins >= 2 and ceil.n < 5 * ceil.bins:
         notes.append(f"{where}: {ceil.n:.0f} rounds in {ceil.bins} ceiling bins (fewer than 5 per bin): the "
@@ -145,30 +134,30 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
     bins = bm = floor = None
     if n >= B:
-        bins = _curve.equal_count_bins(order, B, w, key.position)
-        bm = _curve.binned_means(a, bins, B, cl, G, w, level)
+        bins = _curve.sorted_bins(n, B, wc)
+        bm = _curve.binned_means(ac, bins, B, clc, G, wc, level)
         Wb = bm["n"]
-        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": wbin(bins, H, B) / Wb,
+        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": wbin(bins, Hc, B) / Wb,
                               "mean_accepted": bm["mean"], "lo": bm["lo"], "hi": bm["hi"],
                               "predicted": np.nan, "isotonic": np.nan})
-        if w is None:
+        if wc is None:
             curve["n"] = curve["n"].astype(np.int64)
         floor = np.flatnonzero(bins == 0)
         row["floor_rounds"] = int(round(Wb[0]))
         row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
-        iso = _curve.isotonic_decreasing(H, a, weights=w, key=key)
+        iso = _curve.isotonic_decreasing(Hc, ac, weights=wc, key=key)
         curve["isotonic"] = wbin(bins, iso, B) / Wb
         del iso
         row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
     else:
         notes.append(f"{where}: fewer rounds ({n}) than curve bins ({B}); no decile curve")
-    ranks = (_curve.midranks(H, weights=w, key=key), _curve.integer_midranks(a, w))
+    ranks = (_curve.midranks(Hc, weights=wc, key=key), _curve.integer_midranks(ac, wc))
     del key
-    rho, rho_p, _ = spearman_clustered(H, a, cl, G, ranks=ranks, weights=w)
+    rho, rho_p, _ = spearman_clustered(Hc, ac, clc, G, ranks=ranks, weights=wc, overwrite_ranks=True)
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
     try:
-        b = _fit_b(opt["method"], H, a, L, w)
+        b = _law.refit(opt["method"], H, a, L, w)
         row["converged"] = True
     except ValueError as exc:
         notes.append(f"{where}: the law could not be fitted ({exc})")
@@ -181,34 +170,45 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
             lo = hi = np.array([np.nan, np.nan])
             notes.append(f"{where}: a single prompt; no prompt-clustered interval")
         elif opt["n_boot"] > 0:
-            lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where)
+            lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where, keep)
             if bm is not None and cdraw is not None:
                 curve["lo"], curve["hi"] = cdraw[0], cdraw[1]
                 row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
         else:
-            cov = _cluster_cov(opt["method"], b, H, a, L, w, cl, G, p, opt.get("cov", "cr3"))
+            u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"], p=p)
+            cov = clustered_covariance(u, info_g, opt.get("cov", "cr3"))
+            del u, info_g
             half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
             lo, hi = b - half, b + half
         row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
         row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
         row["loglik"] = _law.loglik(b, H, a, L, w)
         row["cap"] = _law.cap(b0)
-        # the model-implied ceiling Var(M) / (Var(M) + E Var(a|H)) (ceiling.model_ceiling, in chunks)
-        s1, s2, sv = _law_moments(p, L, w)
+        # the law's mean M(p, L) once; the model-implied ceiling Var(M) / (Var(M) + E Var(a|H))
+        # (ceiling.model_ceiling) from it and M' in chunks
+        pred = _law.truncated_mean(p, L)
+        s1, s2, sv = _law_moments(p, L, w, pred)
         between = max(s2 / W - (s1 / W) ** 2, 0.0)
         row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
-        pred = _law.truncated_mean(p, L)
         del p
+        if keep is not None:
+            pred = pred[keep]
         if bm is not None:
             curve["predicted"] = wbin(bins, pred, B) / bm["n"]
             row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
-        pred -= a                                          # residuals, in place
-        sse = wsum(pred * pred)
-        d = a - mean_a
-        sst = wsum(d * d)
+        pred -= ac                                         # residuals, in place
+        sse = wsumc(pred * pred)
+        d = ac - (mean_a if keep is None else wsumc(ac) / Wc)
+        sst = wsumc(d * d)
         del pred, d
         row["r2_round"] = 1.0 - sse / sst if sst > 0 else np.nan
+        lo_h, hi_h = _spread(H, w)
+        if hi_h - lo_h < NARROW_SPREAD:
+            notes.append(f"{where}: b1 = {b1:.3g} is fitted on a narrow entropy spread (10-90% of rounds within "
+                         f"[{lo_h:.3g}, {hi_h:.3g}] nats, under {NARROW_SPREAD:g}): the slope says how acceptance "
+                         "moves inside that range only, not at higher entropy (docs/theory-law.md, 'Entropy "
+                         "spread')")
         row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
         if floor is not None and floor.size:
             # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the group's largest L
@@ -226,7 +226,7 @@ def evaluate(H, a, L, w, cl, order, label, drafter, opt, notes):
     return row, curve, checks
 
 
-def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where):
+def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where, keep=None):
     """Prompt-level cluster bootstrap: percentile intervals of (b0, b1), the bin means and the mean.
 
     Each replicate draws G prompts with replacement (multinomial multiplicities),
@@ -245,12 +245,13 @@ def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where)
         for c in counts:
             wr = base * c[cl]
             try:
-                draws[k] = _fit_b(opt["method"], H, a, L, wr, b_init=b)
+                draws[k] = _law.refit(opt["method"], H, a, L, wr, b_init=b)
             except (ValueError, np.linalg.LinAlgError):
                 failed += 1
             if cdraws is not None:
                 with np.errstate(invalid="ignore", divide="ignore"):
-                    cdraws[k] = np.bincount(bins, wr * a, B) / np.bincount(bins, wr, B)
+                    wk, ak = (wr, a) if keep is None else (wr[keep], a[keep])
+                    cdraws[k] = np.bincount(bins, wk * ak, B) / np.bincount(bins, wk, B)
             mdraws[k] = _law.dot(wr, a) / wr.sum()
             k += 1
     if failed:

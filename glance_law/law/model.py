@@ -25,11 +25,14 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
+from glance_law.stats.cluster import design_sums
+
 __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
-           "expected_accepted", "loglik", "score_and_information", "fit_affine_logit",
-           "fit_conditional_mean", "mean_and_jacobian", "law_supremum", "cap"]
+           "expected_accepted", "loglik", "score_and_information", "cluster_score_information",
+           "fit_affine_logit", "fit_conditional_mean", "refit", "mean_and_jacobian", "law_supremum", "cap"]
 
 CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
+_NEWTON_CHUNK = 1 << 15  # rows per chunk of a Newton pass (three float64 buffers stay in cache)
 
 
 def match_prob(H, b0: float, b1: float) -> np.ndarray:
@@ -152,6 +155,45 @@ def score_and_information(b, H, a, L, weight=None):
     return scores, info
 
 
+def cluster_score_information(b, H, a, L, codes, n_clusters: int, weight=None, *, method: str = "mle",
+                              p=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster score sums (G, 2) and information sums (G, 2, 2) of the law at ``b``.
+
+    ``method="mle"``: the truncated geometric's score ``x (s - (s + f) p)`` and information
+    ``(s + f) p (1 - p) x x^T``, ``x = (1, -H)``; ``"nls"``: least squares of ``a`` on
+    ``M(p, L)``, score ``J (a - M)`` and information ``J J^T``, ``J = dM/db``. ``p``: the
+    fitted match probabilities, if already computed. The input for
+    :func:`glance_law.stats.cluster.clustered_covariance` (CR1/CR3); two round-sized
+    temporaries, no (n, 2) matrix.
+    """
+    H = np.asarray(H, dtype=np.float64)
+    a = np.asarray(a, dtype=np.float64)
+    L = np.asarray(L, dtype=np.float64)
+    w = None if weight is None else np.asarray(weight, dtype=np.float64)
+    if p is None:
+        p = match_prob(H, b[0], b[1])
+    if method == "nls":
+        dm = truncated_mean_derivative(p, L) * p * match_prob(H, -b[0], -b[1])  # 1 - p without cancellation
+        resid = a - truncated_mean(p, L)
+        resid *= dm
+        dm *= dm
+        return design_sums(H, resid, dm, codes, n_clusters, w)
+    t = (a < L).astype(np.float64)
+    t += a                                   # s + f
+    v = t * p                                # (s + f) p
+    np.subtract(a, v, out=t)                 # resid = s - (s + f) p
+    v -= v * p                               # (s + f) p (1 - p): the information weights
+    return design_sums(H, t, v, codes, n_clusters, w)
+
+
+def refit(method: str, H, a, L, weight=None, b_init=None):
+    """(b0, b1) by ``method`` ("mle": :func:`fit_affine_logit`, "nls": :func:`fit_conditional_mean`),
+    started at ``b_init`` when given (bootstrap replicates start at the full-sample estimate)."""
+    if method == "nls":
+        return fit_conditional_mean(H, a, L, weight, b_init=b_init)[0]
+    return fit_affine_logit(H, a, L, weight, b_init=(0.0, 0.0) if b_init is None else b_init)[0]
+
+
 def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10, max_iter: int = 100):
     """Exact maximum likelihood of (b0, b1) (Newton on the concave log-likelihood).
 
@@ -170,54 +212,78 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     if H.size == 0:
         raise ValueError("no rounds to fit")
     a_arr, L_arr = np.broadcast_to(np.asarray(a), H.shape), np.broadcast_to(np.asarray(L), H.shape)
-    s, f = _successes_failures(a, L)
+    # successes s = a and trials s + f = a + [a < L] (times the weights): one round-sized array
+    # besides the inputs (s is a itself when unweighted); the passes below run in cache-sized chunks
+    s = np.asarray(a_arr, dtype=np.float64)
+    n_tr = (s < np.asarray(L_arr, dtype=np.float64)).astype(np.float64)
+    n_tr += s
     w = None
     if weight is not None:
         w = np.asarray(weight, dtype=np.float64)
-        s, f = s * w, f * w
-    n_tr = s + f
+        s = s * w
+        n_tr *= w
     S, N = float(s.sum()), float(n_tr.sum())
     if S == 0:
         raise ValueError("every round accepted 0 tokens: p -> 0 and the law has no finite fit")
     if S == N:
         raise ValueError("every round accepted its full horizon: p -> 1 and the law has no finite fit")
     live = n_tr > 0
-    if np.ptp(H[live]) == 0:
+    if np.max(H, where=live, initial=-np.inf) == np.min(H, where=live, initial=np.inf):
         raise ValueError("root_entropy does not vary, so the slope b1 is not identified")
     # (Quasi-)complete separation: some entropy c has every accepted token at H <= c and every
     # rejection at H >= c (or the reverse); the likelihood then rises without bound along
     # b0 = b1 c, b1 -> +-inf, and Newton would stop on a flat ridge at an arbitrary point.
-    hs, hf = H[s > 0], H[f > 0]
-    if hs.max() <= hf.min() or hf.max() <= hs.min():
-        low = "accepted tokens" if hs.max() <= hf.min() else "rejections"
+    np.greater(s, 0, out=live)
+    hs_max, hs_min = np.max(H, where=live, initial=-np.inf), np.min(H, where=live, initial=np.inf)
+    np.greater(n_tr, s, out=live)                    # a failure (rejection) in the round
+    hf_max, hf_min = np.max(H, where=live, initial=-np.inf), np.min(H, where=live, initial=np.inf)
+    del live
+    if hs_max <= hf_min or hf_max <= hs_min:
+        low = "accepted tokens" if hs_max <= hf_min else "rejections"
         raise ValueError(f"the entropies separate acceptances from rejections (every one of the {low} "
                          "lies at or below every other one), so the slope is infinite and the law has no "
                          "finite fit")
     SH = dot(s, H)
-    e, p, npv = np.empty_like(H), np.empty_like(H), np.empty_like(H)
+    del s
+    n = H.size
+    C = min(n, _NEWTON_CHUNK)
+    e_buf, p_buf, n_buf = np.empty(C), np.empty(C), np.empty(C)
 
-    def ll(b):  # uses e as scratch (free between grad_info calls)
-        np.multiply(H, -b[1], out=e)
-        np.add(e, b[0], out=e)
-        np.logaddexp(0.0, e, out=e)
-        return b[0] * S - b[1] * SH - dot(n_tr, e)
+    def ll(b):
+        tot = 0.0
+        for k in range(0, n, C):
+            h = H[k:k + C]
+            e = e_buf[:h.size]
+            np.multiply(h, -b[1], out=e)
+            np.add(e, b[0], out=e)
+            np.logaddexp(0.0, e, out=e)
+            tot += dot(n_tr[k:k + C], e)
+        return b[0] * S - b[1] * SH - tot
 
     def grad_info(b):
         # In place, with p = 1/(1 + e^-eta) and 1 - p = e^-eta p (both without cancellation):
         # this loop dominates the fit's time on 10^6+ rounds.
-        np.multiply(H, b[1], out=e)
-        np.subtract(e, b[0], out=e)
-        np.minimum(e, 700.0, out=e)
-        np.exp(e, out=e)                             # e^-eta
-        np.add(e, 1.0, out=p)
-        np.reciprocal(p, out=p)                      # p
-        np.multiply(n_tr, p, out=npv)                # (s + f) p
-        g = np.array([S - npv.sum(), -(SH - dot(npv, H))])
-        np.multiply(e, p, out=e)                     # 1 - p
-        np.multiply(e, npv, out=e)                   # (s + f) p (1 - p)
-        v0, vh = float(e.sum()), dot(e, H)
-        np.multiply(e, H, out=p)
-        return g, np.array([[v0, -vh], [-vh, dot(p, H)]])
+        g0 = g1 = v0 = vh = vhh = 0.0
+        for k in range(0, n, C):
+            h = H[k:k + C]
+            m = h.size
+            e, p, npv = e_buf[:m], p_buf[:m], n_buf[:m]
+            np.multiply(h, b[1], out=e)
+            np.subtract(e, b[0], out=e)
+            np.minimum(e, 700.0, out=e)
+            np.exp(e, out=e)                         # e^-eta
+            np.add(e, 1.0, out=p)
+            np.reciprocal(p, out=p)                  # p
+            np.multiply(n_tr[k:k + C], p, out=npv)   # (s + f) p
+            g0 += float(npv.sum())
+            g1 += dot(npv, h)
+            np.multiply(e, p, out=e)                 # 1 - p
+            np.multiply(e, npv, out=e)               # (s + f) p (1 - p)
+            v0 += float(e.sum())
+            vh += dot(e, h)
+            np.multiply(e, h, out=p)
+            vhh += dot(p, h)
+        return np.array([S - g0, -(SH - g1)]), np.array([[v0, -vh], [-vh, vhh]])
 
     b = np.asarray(b_init, dtype=np.float64).copy()
     if not np.any(b):

@@ -31,19 +31,15 @@ from glance_law.data.selection import POOLED
 from glance_law.errors import GlanceError
 from glance_law.law.fit import fit_law
 from glance_law.law.model import (
-    fit_affine_logit,
-    fit_conditional_mean,
-    match_prob,
-    truncated_mean,
-    truncated_mean_derivative,
+    cluster_score_information,
+    refit,
 )
 from glance_law.law.result import CURVE_COLUMNS, LawChecks
 from glance_law.stats import curve as _curve
 from glance_law.stats.cluster import (
     bootstrap_counts,
+    clustered_covariance,
     clustered_mean,
-    cr1_covariance,
-    cr3_covariance,
     percentile_interval,
     t_crit,
 )
@@ -140,12 +136,6 @@ def _marginal(c: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return m, inv
 
 
-def _refit(method, H, a, L, w, b):
-    if method == "nls":
-        return fit_conditional_mean(H, a, L, w, b_init=b)[0]
-    return fit_affine_logit(H, a, L, w, b_init=b)[0]
-
-
 class _Acc:
     """Cluster-level sums of one group, accumulated over its cells one (drafter, task) slice at a
     time (clusters are (task, bucket), so no cluster spans two slices): everything the clustered
@@ -165,29 +155,9 @@ class _Acc:
         self.W += np.bincount(g, n, G_all)
         self.Sa += np.bincount(g, n * a, G_all)
         if np.all(np.isfinite(b)):
-            p = match_prob(H, b[0], b[1])
-            if method == "nls":  # least squares: score J r, information J^T J (weights n)
-                dm = truncated_mean_derivative(p, L) * p * (1.0 - p)
-                r = (a - truncated_mean(p, L)) * n
-                J = (dm, -H * dm)
-                for i in range(2):
-                    self.u[:, i] += np.bincount(g, J[i] * r, G_all)
-                    for j in range(i, 2):
-                        v = np.bincount(g, n * J[i] * J[j], G_all)
-                        self.info_g[:, i, j] += v
-                        if i != j:
-                            self.info_g[:, j, i] += v
-            else:  # MLE: score x (s - (s + f) p), information (s + f) p (1 - p) x x^T, x = (1, -H)
-                t = a + (a < L)
-                resid = (a - t * p) * n
-                v = t * p * (1.0 - p) * n
-                self.u[:, 0] += np.bincount(g, resid, G_all)
-                self.u[:, 1] -= np.bincount(g, resid * H, G_all)
-                self.info_g[:, 0, 0] += np.bincount(g, v, G_all)
-                vh = np.bincount(g, v * H, G_all)
-                self.info_g[:, 0, 1] -= vh
-                self.info_g[:, 1, 0] -= vh
-                self.info_g[:, 1, 1] += np.bincount(g, v * H * H, G_all)
+            u, info_g = cluster_score_information(b, H, a, L, g, G_all, n, method=method)
+            self.u += u
+            self.info_g += info_g
         if pieces is not None:
             first, cnt, pk, pf = pieces
             k = cnt[m]
@@ -254,7 +224,7 @@ def _bootstrap(acc, present, b, method, lo, hi, a_m, L_m, B, n_boot, level, rng,
             h1, w1, h2, w2 = two_point(n_m[live], np.bincount(m, sh * f, K)[live], np.bincount(m, sh2 * f, K)[live],
                                        lo[live], hi[live])
             try:
-                draws[k] = _refit(method, np.r_[h1, h2], np.r_[a_m[live], a_m[live]], np.r_[L_m[live], L_m[live]],
+                draws[k] = refit(method, np.r_[h1, h2], np.r_[a_m[live], a_m[live]], np.r_[L_m[live], L_m[live]],
                                   np.r_[w1, w2], b)
             except (ValueError, np.linalg.LinAlgError):
                 pass
@@ -359,8 +329,10 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
     tcode, tnames = _codes(c["task"])
     dcode, dnames = _codes(c["drafter"])
     bucket = c["bucket"].to_numpy().astype(np.int64)
-    cl_all, G_all = np.unique(tcode * (int(bucket.max()) + 1) + bucket, return_inverse=True)
-    cl_all, G_all = G_all.ravel(), cl_all.size
+    nb = int(bucket.max()) + 1
+    keys, cl_all = np.unique(tcode * nb + bucket, return_inverse=True)
+    cl_all, G_all = cl_all.ravel(), keys.size
+    task_of = keys // nb   # each cluster's task: the strata of a group that spans several tasks
     sl = np.flatnonzero(np.r_[True, (tcode[1:] != tcode[:-1]) | (dcode[1:] != dcode[:-1]), True])
     slices = [(int(tcode[i]), int(dcode[i]), i, j) for i, j in zip(sl[:-1], sl[1:])]
     cols = {k: c[k].to_numpy() for k in ("n", "sum_h", "sum_h2", "accepted", "horizon")}
@@ -413,7 +385,8 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
             row["ceiling_fraction"] = ceiling_fraction(r["r2_round"], row["ceiling"])
             tc = t_crit(G, level) if G >= 2 else np.nan
             ids = np.arange(G)
-            _, se_a, _ = clustered_mean(acc.Sa[present] / acc.W[present], ids, G, acc.W[present])
+            _, se_a, _ = clustered_mean(acc.Sa[present] / acc.W[present], ids, G, acc.W[present],
+                                        strata=task_of[present])
             row["mean_accepted_lo"] = r["mean_accepted"] - tc * se_a
             row["mean_accepted_hi"] = r["mean_accepted"] + tc * se_a
             cur = curves[(d, g)].copy()
@@ -444,10 +417,11 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
                     cur["lo"], cur["hi"] = res["curve"]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = (float(x) for x in res["mean"])
             elif np.all(np.isfinite(b)) and G >= 2:
-                u, info_g = acc.u[present], acc.info_g[present]
-                info = info_g.sum(axis=0)
-                cov = (cr1_covariance(u, np.linalg.inv(info), ids, G) if interval == "cr1"
-                       else cr3_covariance(u, info_g, info))
+                # buckets are nested in tasks and each task holds only a few: the pooled row's
+                # covariance is stratified by task (stats.cluster.clustered_covariance)
+                strata = task_of[present]
+                cov = clustered_covariance(acc.u[present], acc.info_g[present], interval,
+                                           strata=strata if np.unique(strata).size > 1 else None)
                 half = tc * np.sqrt(np.maximum(np.diag(cov), 0.0))
                 lo_b, hi_b = b - half, b + half
             elif np.all(np.isfinite(b)):

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .curve import equal_count_bins
+from .curve import equal_count_bins, sorted_bins
 
 __all__ = ["NoiseCeiling", "noise_ceiling", "binned_ceiling", "corrected_ceiling", "model_ceiling",
            "ceiling_fraction", "null_expectation"]
@@ -52,7 +52,7 @@ class NoiseCeiling(NamedTuple):
     n: float            # rounds (total weight)
 
 
-def _anova(H, a, bins: int, weights=None, order=None, position=None):
+def _anova(H, a, bins: int, weights=None, order=None, position=None, sorted_=False):
     H = np.asarray(H, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     if H.shape != a.shape:
@@ -65,9 +65,12 @@ def _anova(H, a, bins: int, weights=None, order=None, position=None):
     B = int(min(int(bins), int(n_rows // 2)))
     if B < 2 or n <= B:
         return np.nan, np.nan, np.nan, max(B, 0), n
-    if order is None:
-        order = np.argsort(H, kind="stable")
-    b = equal_count_bins(order, B, w, position=position if w is None else None)
+    if order is None and position is None and sorted_:
+        b = sorted_bins(n_rows, B, w)
+    else:
+        if order is None:
+            order = np.argsort(H, kind="stable")
+        b = equal_count_bins(order, B, w, position=position if w is None else None)
     wa = a if w is None else w * a
     abar = float(wa.sum()) / n
     d = a - abar
@@ -81,14 +84,16 @@ def _anova(H, a, bins: int, weights=None, order=None, position=None):
     return sst, ssb, max(sst - ssb, 0.0), B_eff, n
 
 
-def noise_ceiling(H, a, bins: int = DEFAULT_BINS, weights=None, order=None, position=None) -> NoiseCeiling:
+def noise_ceiling(H, a, bins: int = DEFAULT_BINS, weights=None, order=None, position=None, *,
+                  is_sorted: bool = False) -> NoiseCeiling:
     """The paper's binned ceiling and its bias-corrected version in one pass.
 
     ``order`` (argsort of H) and ``position`` (each round's place in it, see
-    :func:`glance_law.stats.curve.sort_key`) may be passed to reuse a sort. NaN when there
+    :func:`glance_law.stats.curve.sort_key`) may be passed to reuse a sort; ``is_sorted=True``
+    says H is already in ascending order. NaN when there
     are fewer than 4 rounds or ``a`` does not vary.
     """
-    sst, ssb, ssw, B, n = _anova(H, a, bins, weights, order, position)
+    sst, ssb, ssw, B, n = _anova(H, a, bins, weights, order, position, is_sorted)
     if not np.isfinite(sst) or sst <= 0:
         return NoiseCeiling(np.nan, np.nan, int(B), n)
     msw = ssw / (n - B)

@@ -5,8 +5,13 @@ template and the drafter's luck), so every interval and p-value in the
 toolkit treats the *prompt* as the independent unit:
 
 * :func:`cluster_codes` - integer prompt-cluster ids (cluster = (task, prompt_id)).
-* :func:`cr1_covariance` - the cluster-robust sandwich with the CR1 small-sample
-  factor G/(G-1), used with Student-t(G-1) critical values.
+* :func:`design_sums` - per-cluster score and information sums of a model whose
+  linear index is ``b0 - b1 h`` (the law's MLE and least squares, the evidence fits).
+* :func:`clustered_covariance` - THE clustered covariance of the toolkit: CR1 (the
+  cluster-robust sandwich with the G/(G-1) factor) or CR3 (the cluster jackknife) from
+  per-cluster score and information sums, optionally stratified (clusters nested in
+  strata, e.g. prompt buckets within tasks). Used with Student-t(G-1) critical values.
+* :func:`cr1_covariance`, :func:`cr3_covariance` - the two estimators on their own.
 * :func:`clustered_mean` - a mean with its CR1 standard error.
 * :func:`bootstrap_counts` - multinomial cluster multiplicities for the cluster
   (prompt-level) bootstrap, generated in memory-bounded chunks.
@@ -52,6 +57,118 @@ def cr1_covariance(scores: np.ndarray, bread_inv: np.ndarray, codes: np.ndarray,
     return (G / (G - 1.0)) * bread_inv @ meat @ bread_inv
 
 
+def design_sums(h: np.ndarray, resid: np.ndarray, curv: np.ndarray, codes: np.ndarray, n_clusters: int,
+                weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cluster score sums ``u`` (G, 2) and information sums ``info_g`` (G, 2, 2) of a model
+    whose linear index is ``b0 - b1 h`` (design ``x = (1, -h)``).
+
+    A round contributes the score ``w resid x`` and the information ``w curv x x^T``: for a
+    binomial logit ``resid = s - n p`` and ``curv = n p (1 - p)``; for least squares of a mean
+    ``m(b0 - b1 h)`` with derivative ``dm``, ``resid = dm (y - m)`` and ``curv = dm^2``.
+    ``resid`` and ``curv`` are OVERWRITTEN (the sums are taken in place, without an (n, 2)
+    matrix: this runs on 10^7 rounds); pass arrays you own.
+    """
+    G = int(n_clusters)
+    if weights is not None:
+        resid *= weights
+        curv *= weights
+    u = np.empty((G, 2))
+    u[:, 0] = np.bincount(codes, resid, G)
+    resid *= h
+    u[:, 1] = -np.bincount(codes, resid, G)
+    info_g = np.empty((G, 2, 2))
+    info_g[:, 0, 0] = np.bincount(codes, curv, G)
+    curv *= h
+    info_g[:, 0, 1] = info_g[:, 1, 0] = -np.bincount(codes, curv, G)
+    curv *= h
+    info_g[:, 1, 1] = np.bincount(codes, curv, G)
+    return u, info_g
+
+
+def _stratum_ids(strata, G: int) -> tuple[np.ndarray, int] | None:
+    if strata is None:
+        return None
+    s = np.asarray(strata)
+    if s.shape != (G,):
+        raise ValueError("strata must give one stratum per cluster")
+    ids, S = np.unique(s, return_inverse=True)
+    return S.ravel(), ids.size
+
+
+def _centred_cross(d: np.ndarray, factor, sid: tuple[np.ndarray, int] | None) -> np.ndarray:
+    """sum_s f(G_s) sum_{g in s} (d_g - dbar_s)(d_g - dbar_s)^T (one stratum when ``sid`` is None)."""
+    if sid is None:
+        d = d - d.mean(axis=0)
+        return factor(d.shape[0]) * d.T @ d
+    s, S = sid
+    out = np.zeros((d.shape[1], d.shape[1]))
+    for k in range(S):
+        dk = d[s == k]
+        Gk = dk.shape[0]
+        if Gk < 2:  # a stratum of one cluster carries no within-stratum variation
+            continue
+        dk = dk - dk.mean(axis=0)
+        out += factor(Gk) * dk.T @ dk
+    return out
+
+
+def clustered_covariance(u: np.ndarray, info_g: np.ndarray | None = None, kind: str = "cr3", *,
+                         info: np.ndarray | None = None, strata=None) -> np.ndarray:
+    """The prompt-clustered covariance of an M-estimate from per-cluster sums.
+
+    ``u``: (G, p) per-cluster score sums at the estimate; ``info_g``: (G, p, p) per-cluster
+    information (negative Hessian) sums (needed for CR3); ``info``: their total (default
+    ``info_g.sum(0)``). ``kind="cr1"``: the sandwich ``G/(G-1) I^-1 (sum_g u_g u_g^T) I^-1``;
+    ``kind="cr3"``: the cluster jackknife of :func:`cr3_covariance`.
+
+    ``strata`` (one label per cluster, optional): clusters are nested in fixed strata (e.g.
+    prompt buckets within tasks: every task is always present and only its prompts are
+    sampled). The estimators are then the stratified ones of survey sampling:
+    ``sum_s G_s/(G_s-1) sum_{g in s} (u_g - ubar_s)(u_g - ubar_s)^T`` in the CR1 meat and
+    ``sum_s (G_s-1)/G_s sum_{g in s} (delta_g - dbar_s)(...)^T`` for CR3. With one stratum
+    CR3 is unchanged and CR1 differs only by ``G ubar ubar^T``, zero at the estimate. It
+    matters when the model is fitted across strata with few clusters each: a stratum's
+    total score is then not zero and, unstratified, counts as sampling noise of its few
+    clusters (the interval stops shrinking with more data).
+    """
+    u = np.asarray(u, dtype=np.float64)
+    G = u.shape[0]
+    if kind not in ("cr1", "cr3"):
+        raise ValueError(f"unknown clustered covariance {kind!r}; choose 'cr1' or 'cr3'")
+    if info is None:
+        if info_g is None:
+            raise ValueError("clustered_covariance needs info_g or info")
+        info = info_g.sum(axis=0)
+    sid = _stratum_ids(strata, G)
+    if kind == "cr1":
+        if sid is None:
+            return cr1_covariance(u, np.linalg.inv(info), np.arange(G), G)
+        if G < 2:
+            return np.full_like(info, np.nan, dtype=np.float64)
+        bread = np.linalg.inv(info)
+        return bread @ _centred_cross(u, lambda g: g / (g - 1.0), sid) @ bread
+    if info_g is None:
+        raise ValueError("the CR3 covariance needs the per-cluster information info_g")
+    if sid is None:
+        return cr3_covariance(u, info_g, info)
+    if G < 2:
+        return np.full_like(info, np.nan, dtype=np.float64)
+    return _centred_cross(_jackknife_steps(u, info_g, info), lambda g: (g - 1.0) / g, sid)
+
+
+def _jackknife_steps(u: np.ndarray, info_g: np.ndarray, info: np.ndarray) -> np.ndarray:
+    """delta_g = (info - info_g)^-1 u_g (CR1 term info^-1 u_g where the rest is singular)."""
+    rest = info[None, :, :] - info_g
+    delta = np.empty_like(u)
+    det = np.linalg.det(rest)
+    ok = np.abs(det) > 1e-12 * max(abs(np.linalg.det(info)), 1e-300)
+    if ok.any():
+        delta[ok] = np.linalg.solve(rest[ok], u[ok][:, :, None])[:, :, 0]
+    if (~ok).any():
+        delta[~ok] = u[~ok] @ np.linalg.inv(info).T
+    return delta
+
+
 def cr3_covariance(u: np.ndarray, info_g: np.ndarray, info: np.ndarray) -> np.ndarray:
     """Cluster-jackknife (CR3 / CV3) covariance from per-cluster scores and information.
 
@@ -69,34 +186,43 @@ def cr3_covariance(u: np.ndarray, info_g: np.ndarray, info: np.ndarray) -> np.nd
     G = u.shape[0]
     if G < 2:
         return np.full_like(info, np.nan, dtype=np.float64)
-    rest = info[None, :, :] - info_g
-    delta = np.empty_like(u)
-    det = np.linalg.det(rest)
-    ok = np.abs(det) > 1e-12 * max(abs(np.linalg.det(info)), 1e-300)
-    if ok.any():
-        delta[ok] = np.linalg.solve(rest[ok], u[ok][:, :, None])[:, :, 0]
-    if (~ok).any():
-        delta[~ok] = u[~ok] @ np.linalg.inv(info).T
+    delta = _jackknife_steps(u, info_g, info)
     delta -= delta.mean(axis=0)
     return (G - 1.0) / G * delta.T @ delta
 
 
-def clustered_mean(y: np.ndarray, codes: np.ndarray, n_clusters: int, weights: np.ndarray | None = None):
+def clustered_mean(y: np.ndarray, codes: np.ndarray, n_clusters: int, weights: np.ndarray | None = None, *,
+                   strata=None):
     """Mean of ``y`` and its CR1 standard error treating clusters as the units.
 
     Returns (mean, se, G_effective) where G_effective counts clusters with rows.
+    ``strata``: one label per cluster (0..G-1) when clusters are nested in fixed strata;
+    the cluster totals are then centred within their stratum (as in
+    :func:`clustered_covariance`).
     """
     y = np.asarray(y, dtype=np.float64)
-    w = np.ones_like(y) if weights is None else np.asarray(weights, dtype=np.float64)
-    n = w.sum()
-    if n <= 0:
-        return np.nan, np.nan, 0
-    mu = float((w * y).sum() / n)
-    e = cluster_sums(w * (y - mu), codes, n_clusters)
-    present = cluster_sums(w, codes, n_clusters) > 0
+    if weights is None:  # unit weights, not materialised (this runs on 10^7 rounds)
+        n = float(y.size)
+        if n <= 0:
+            return np.nan, np.nan, 0
+        mu = float(y.sum() / n)
+        e = np.bincount(codes, y - mu, n_clusters)
+        present = np.bincount(codes, minlength=n_clusters) > 0
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        n = w.sum()
+        if n <= 0:
+            return np.nan, np.nan, 0
+        mu = float((w * y).sum() / n)
+        e = cluster_sums(w * (y - mu), codes, n_clusters)
+        present = cluster_sums(w, codes, n_clusters) > 0
     g = int(present.sum())
     if g < 2:
         return mu, np.nan, g
+    if strata is not None and np.unique(np.asarray(strata)[present]).size > 1:
+        ep = e[present][:, None]
+        var = float(_centred_cross(ep, lambda k: k / (k - 1.0), _stratum_ids(np.asarray(strata)[present], g))[0, 0])
+        return mu, float(np.sqrt(var)) / n, g
     var = g / (g - 1.0) * float((e[present] ** 2).sum()) / n ** 2
     return mu, float(np.sqrt(var)), g
 
