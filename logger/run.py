@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from glance_law import schema as S
+from glance_law.data import uri
 from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
 from glance_law.replay.tree import max_code_bits
@@ -93,16 +94,15 @@ def logged_prompts(out: Path, run_id: str, condition: str) -> set:
     import pyarrow.parquet as pq
 
     done = set()
-    if not out.exists():
-        return done
-    for f in sorted(out.glob("prompts-*.parquet")):
+    for f in _parts(out, "prompts-"):
         try:
-            pf = pq.ParquetFile(f)
-            md = pf.schema_arrow.metadata or {}
-            if md.get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
-                continue
-            cols = [c for c in ("run_id", "prompt_id", "condition") if c in pf.schema_arrow.names]
-            tab = pq.read_table(f, columns=cols).to_pydict()
+            with _opened(f) as src:
+                pf = pq.ParquetFile(src)
+                md = pf.schema_arrow.metadata or {}
+                if md.get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
+                    continue
+                cols = [c for c in ("run_id", "prompt_id", "condition") if c in pf.schema_arrow.names]
+                tab = pf.read(columns=cols).to_pydict()
         except Exception:  # noqa: BLE001 - an unreadable part is left for the reader to report
             continue
         conds = tab.get("condition") or [S.CONDITIONS_DEFAULT] * len(tab["run_id"])
@@ -122,9 +122,10 @@ def _orphan_rounds(out: Path, run_id: str, condition: str, done: set) -> int:
     from glance_law.io import write_table
 
     removed = 0
-    for f in sorted(out.glob("rounds-*.parquet")):
+    for f in _parts(out, "rounds-"):
         try:
-            tab = pq.read_table(f)
+            with _opened(f) as src:
+                tab = pq.read_table(src)
         except Exception:  # noqa: BLE001
             continue
         md = tab.schema.metadata or {}
@@ -142,9 +143,33 @@ def _orphan_rounds(out: Path, run_id: str, condition: str, done: set) -> int:
         if keep.num_rows:
             run = json.loads(md.get(S.META_RUN, b"{}").decode() or "{}")
             write_table(keep.replace_schema_metadata(None), f, S.KIND_ROUNDS, run)
+        elif uri.is_uri(f):
+            fs, inner = uri.filesystem(f)
+            fs.delete_file(inner)
         else:
             f.unlink()
     return removed
+
+
+def _parts(out, prefix: str) -> list:
+    """The ``prefix*.parquet`` part files directly in ``out`` (a folder, or a store prefix listed
+    through glance_law.data.uri), sorted; none when ``out`` does not exist yet."""
+    if uri.is_uri(out):
+        base = str(out).rstrip("/") + "/"
+        return [f for f in uri.list_prefix(base) if "/" not in f[len(base):] and f[len(base):].startswith(prefix)]
+    out = Path(out)
+    return sorted(out.glob(f"{prefix}*.parquet")) if out.exists() else []
+
+
+@contextmanager
+def _opened(f):
+    """What pyarrow reads for a part: the local path, or an open store file (closed after)."""
+    src = uri.open_input(f)
+    try:
+        yield src
+    finally:
+        if src is not f:
+            src.close()
 
 
 class Progress:
@@ -200,6 +225,9 @@ def _run_lock(out: Path, run_id: str):
     writes into ``out``: a second glance-log of the same configuration into the same folder is
     refused instead of logging prompts twice or removing the first run's in-flight rows. The
     OS drops the lock when the process ends, so a crashed run never blocks its resume."""
+    if uri.is_uri(out):                 # a store prefix has no lock (documented in docs/scale.md)
+        yield
+        return
     try:
         import fcntl
     except ImportError:                 # not POSIX: no lock (documented)
@@ -226,14 +254,15 @@ def _audit_state(out: Path, run_id: str) -> tuple[int, int, int]:
     import pyarrow.parquet as pq
 
     audited = mismatches = unaudited = 0
-    for f in sorted(out.glob("prompts-*.parquet")):
+    for f in _parts(out, "prompts-"):
         try:
-            pf = pq.ParquetFile(f)
-            names = pf.schema_arrow.names
-            if (pf.schema_arrow.metadata or {}).get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
-                continue
-            cols = [c for c in ("run_id", "condition", "greedy_match") if c in names]
-            tab = pq.read_table(f, columns=cols).to_pydict()
+            with _opened(f) as src:
+                pf = pq.ParquetFile(src)
+                names = pf.schema_arrow.names
+                if (pf.schema_arrow.metadata or {}).get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
+                    continue
+                cols = [c for c in ("run_id", "condition", "greedy_match") if c in names]
+                tab = pf.read(columns=cols).to_pydict()
         except Exception:  # noqa: BLE001 - an unreadable part is left for the reader to report
             continue
         n = len(tab["run_id"])
@@ -333,8 +362,12 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
     if cfg.audit:
         ref_target = target if target.dtype == torch.float32 else load_target(
             cfg.model, "fp32", target.device, trust_remote_code=cfg.trust_remote_code)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if uri.is_uri(cfg.out):             # a store prefix: parts are single-upload objects (glance_law.data.uri)
+        out = str(cfg.out).rstrip("/")
+        uri.check_writable_prefix(out)
+    else:
+        out = Path(cfg.out)
+        out.mkdir(parents=True, exist_ok=True)
     summary = {"out": str(out), "arms": []}
     perm = T.derangement(len(items)) if cfg.probe else None
     rids = [run_id_of(_config_key(cfg, name, dr.config(), target.device.type)) for dr, name in arms]

@@ -16,7 +16,7 @@ with one line naming the file, the column and the fix - or, with
 """
 from __future__ import annotations
 
-import glob as _glob
+import contextlib
 import json
 import os
 import time
@@ -35,6 +35,7 @@ from glance_law._version import __version__
 from glance_law.errors import GlanceError
 
 from . import schema as S
+from . import uri as _uri
 from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
 from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
 
@@ -149,25 +150,19 @@ def to_arrow(rows, kind: str) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(str(path), os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
-
-
 def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, path,
-                kind: str = S.KIND_ROUNDS, run: Mapping | None = None) -> Path:
-    """Write one complete log file atomically: temporary hidden name, fsync, rename, fsync
-    of the folder. Columns are typed by the contract (:func:`to_arrow`); ``run`` is the
-    ``glance.run`` document (default :func:`run_metadata`). Refuses an empty table."""
-    path = Path(path)
+                kind: str = S.KIND_ROUNDS, run: Mapping | None = None):
+    """Write one complete log file atomically. Columns are typed by the contract
+    (:func:`to_arrow`); ``run`` is the ``glance.run`` document (default :func:`run_metadata`).
+    Refuses an empty table.
+
+    A local path: temporary hidden name, fsync, rename, fsync of the folder; returns the Path.
+    A store URI (``s3://``, ``gs://``, ...): the file is serialized in memory and written as
+    one object in one upload, visible only once complete (:func:`glance_law.data.uri.put_atomic`);
+    returns the URI."""
+    remote = _uri.is_uri(path)
+    if not remote:
+        path = Path(path)
     table = to_arrow(table, kind)
     if table.num_rows == 0:
         raise LogError(path, "refusing to write a log file without rows",
@@ -181,6 +176,13 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
             pa.compute.min(table.column("hbin")).as_py() < 0:
         version = S.SCHEMA_VERSION
     table = table.replace_schema_metadata(_kv(kind, run if run is not None else run_metadata(), version))
+    if remote:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        try:
+            return _uri.put_atomic(path, sink.getvalue().to_pybytes())
+        except _uri.StoreError as exc:
+            raise LogError(path, exc.problem, exc.fix) from None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
     try:
@@ -192,7 +194,7 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
     finally:
         if tmp.exists():
             tmp.unlink()
-    _fsync_dir(path.parent)
+    _uri.fsync_dir(path.parent)
     return path
 
 
@@ -213,8 +215,15 @@ class LogWriter:
         S.columns(kind)  # validates kind
         if int(flush_rows) < 1:
             raise GlanceError(f"flush_rows must be >= 1, got {flush_rows}")
-        self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if _uri.is_uri(out_dir):
+            self.out_dir = str(out_dir).rstrip("/")
+            try:
+                _uri.check_writable_prefix(self.out_dir)
+            except _uri.StoreError as exc:
+                raise LogError(exc.location, exc.problem, exc.fix) from None
+        else:
+            self.out_dir = Path(out_dir)
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self.kind = kind
         self.run = dict(run) if run is not None else run_metadata()
         self.stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(stem))[:80]
@@ -224,7 +233,7 @@ class LogWriter:
         self._buffer: list[Mapping] = []
         self._seq = 0
         self._last_flush = time.monotonic()
-        self.paths: list[Path] = []
+        self.paths: list = []  # Paths, or URI strings for a store --out
         self.rows_written = 0
 
     def __len__(self) -> int:
@@ -253,7 +262,7 @@ class LogWriter:
         if not self._buffer:
             return None
         table = to_arrow(self._buffer, self.kind)
-        path = self.out_dir / f"{self.kind}-{self.stem}-{self.token}-{self._seq:05d}.parquet"
+        path = _uri.join(self.out_dir, f"{self.kind}-{self.stem}-{self.token}-{self._seq:05d}.parquet")
         write_table(table, path, self.kind, self.run)
         self._seq += 1
         self.rows_written += table.num_rows
@@ -306,57 +315,38 @@ class LogSet:
 _GLOB_CHARS = set("*?[")
 
 
-def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
+def expand_paths(paths: str | os.PathLike | Iterable) -> list:
     """Files, directories (every ``*.parquet`` below them, hidden files excluded) and globs
-    (``**`` recurses), in the order given, each group sorted, de-duplicated by real path."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out: list[Path] = []
-    for p in paths:
-        s = str(p)
-        if _GLOB_CHARS & set(s) and not Path(s).exists():
-            hits = sorted(_glob.glob(s, recursive=True))
-            if not hits:
-                raise LogError(s, "the pattern matches no files",
-                               "check the path, or run glance-log first to write logs there")
-            cand = [Path(h) for h in hits]
-        else:
-            cand = [Path(s)]
-        for c in cand:
-            if c.is_dir():
-                from glance_law.data.importers.common import is_foreign
-                found = sorted(q for q in c.rglob("*")
-                               if not q.name.startswith(".") and q.is_file()
-                               and (q.suffix == ".parquet" or is_foreign(q)))
-                if not found:
-                    raise LogError(c, "the folder holds no *.parquet files (nor .jsonl/.jsonl.gz logs to import)",
-                                   "point at the folder glance-log wrote (its --out)")
-                out.extend(found)
-            elif c.exists():
-                out.append(c)
-            else:
-                raise LogError(c, "no such file or folder",
-                               "check the path, or run glance-log first to write logs there")
-    seen, uniq = set(), []
-    for p in out:
-        key = os.path.realpath(p)
-        if key not in seen:
-            seen.add(key)
-            uniq.append(p)
-    return uniq
+    (``**`` recurses), in the order given, each group sorted, de-duplicated by real path.
+    A folder contributes its ``*.parquet`` files and the foreign logs the importers read
+    (.jsonl, .jsonl.gz, ...). Local inputs come back as :class:`~pathlib.Path`; store URIs
+    (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``, see :mod:`glance_law.data.uri`)
+    as URI strings."""
+    from glance_law.data.importers.common import is_foreign
+    try:
+        return _uri.expand(paths, accept=lambda name: name.endswith(".parquet") or is_foreign(name),
+                           what="*.parquet files (nor .jsonl/.jsonl.gz logs to import)")
+    except _uri.StoreError as exc:
+        raise LogError(exc.location, exc.problem, exc.fix) from None
 
 
 def file_meta(path: Path):
     """(Parquet metadata, kind, glance.run) of a file, or LogError."""
     try:
-        size = path.stat().st_size
+        size = _uri.size(path)
+    except _uri.StoreError as exc:
+        raise LogError(path, exc.problem, exc.fix) from None
     except OSError as exc:
         raise LogError(path, f"cannot be opened ({exc.strerror})", "check the permissions") from None
+    if size is None:
+        raise LogError(path, "no such file", "check the path; was it deleted while reading?")
     if size == 0:
         raise LogError(path, "the file is empty (0 bytes), so it is not a Parquet file",
                        "delete it; an interrupted copy or an old writer left it")
     try:
-        md = pq.read_metadata(path)
+        md = _read_metadata(path)
+    except _uri.StoreError as exc:
+        raise LogError(path, exc.problem, exc.fix) from None
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types here
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LogError(path, f"not a Parquet file ({msg[:120]})",
@@ -387,6 +377,22 @@ def file_meta(path: Path):
     return md, kind, run
 
 
+def _read_metadata(path):
+    with _uri_input(path) as source:
+        return pq.read_metadata(source)
+
+
+@contextlib.contextmanager
+def _uri_input(path):
+    """The source pyarrow reads: the local path itself, or an open store file (closed after)."""
+    source = _uri.open_input(path)
+    try:
+        yield source
+    finally:
+        if source is not path:
+            source.close()
+
+
 def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
     """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow."""
     schema = md.schema.to_arrow_schema()
@@ -412,11 +418,14 @@ def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Ta
                 raise LogError(path, p.problem, p.fix, p.column)
     strings = [n for n in to_read if n in contract and contract[n].family == S.STRING]
     try:
-        pf = pq.ParquetFile(path, read_dictionary=strings, metadata=md)
-        try:
-            table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
-        finally:
-            pf.close()
+        with _uri_input(path) as source:
+            pf = pq.ParquetFile(source, read_dictionary=strings, metadata=md)
+            try:
+                table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
+            finally:
+                pf.close()
+    except _uri.StoreError as exc:
+        raise LogError(path, exc.problem, exc.fix) from None
     except Exception as exc:  # noqa: BLE001
         raise LogError(path, f"could not be read ({str(exc).splitlines()[0][:120]})",
                        "the file may be truncated or corrupt; delete it and rerun the logger "
@@ -571,7 +580,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
 def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
     """(contract Parquet files, foreign logs to import: .jsonl / .jsonl.gz / .prom ...)."""
     from glance_law.data.importers.common import is_foreign
-    foreign = [p for p in files if p.suffix != ".parquet" and is_foreign(p)]
+    foreign = [p for p in files if not str(p).endswith(".parquet") and is_foreign(p)]
     return ([p for p in files if p not in foreign], foreign) if foreign else (files, [])
 
 

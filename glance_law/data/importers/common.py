@@ -48,9 +48,16 @@ def is_foreign(path) -> bool:
 
 def open_bytes(path) -> bytes:
     """The whole file, gunzipped when it starts with the gzip magic (whatever its name)."""
-    p = Path(path)
+    from glance_law.data import uri
+    p = path if uri.is_uri(path) else Path(path)
     try:
-        raw = p.read_bytes()
+        if uri.is_uri(p):             # a store object (glance_law.data.uri): read in place
+            with uri.open_input(p) as fh:
+                raw = fh.read()
+        else:
+            raw = p.read_bytes()
+    except uri.StoreError as exc:
+        raise LogError(p, exc.problem, exc.fix) from None
     except OSError as exc:
         raise LogError(p, f"cannot be opened ({exc.strerror})", "check the path and permissions") from None
     if raw[:2] == b"\x1f\x8b":

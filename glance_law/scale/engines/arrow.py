@@ -271,11 +271,18 @@ class _Cells:
 
 def _read(src: Source, columns, batch_rows: int):
     """Contract-checked record batches of one file (as tables), with their first row number."""
+    from glance_law.data import uri
     from glance_law.data.io import LogError
     cols = [c for c in columns if c in src.columns]
+    source = None
     try:
-        pf = pq.ParquetFile(src.path, read_dictionary=[c for c in cols if c in STRINGS])
+        source = uri.open_input(src.path)  # a store URI streams from the store: ranged reads per batch
+        pf = pq.ParquetFile(source, read_dictionary=[c for c in cols if c in STRINGS])
+    except uri.StoreError as exc:
+        raise LogError(src.path, exc.problem, exc.fix) from None
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types
+        if source is not None and source is not src.path:
+            source.close()
         raise LogError(src.path, f"could not be read ({str(exc).splitlines()[0][:120]})",
                        "the file may be truncated or corrupt; delete it and rerun the logger") from None
     start = 0
@@ -295,6 +302,8 @@ def _read(src: Source, columns, batch_rows: int):
                        "the file may be truncated or corrupt; delete it and rerun the logger") from None
     finally:
         pf.close()
+        if source is not src.path:
+            source.close()
 
 
 def _reduce_file(src: Source, sh: _Shared, batch_rows: int, check_keys: bool):

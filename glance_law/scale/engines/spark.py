@@ -33,6 +33,16 @@ def session(master: str = "local[*]"):
         raise GlanceError(f"could not start Spark ({str(exc).splitlines()[0][:200]}); is Java 17+ installed?") from None
 
 
+def spark_path(path) -> str:
+    """The name Spark reads: store URIs untouched (s3:// as s3a://, Hadoop's S3 connector),
+    file:// URIs untouched, local paths made absolute (on the driver's filesystem)."""
+    from glance_law.data import uri
+    p = str(path)
+    if uri.is_uri(p):
+        return "s3a://" + p[len("s3://"):] if uri.scheme(p) == "s3" else p
+    return os.path.abspath(p)
+
+
 def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_keys: bool = True,
            skip_bad: bool = False, spark=None, master: str = "local[*]"):
     """Reduce rounds files with Spark; returns (cells DataFrame, info)."""
@@ -44,14 +54,14 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
     own = spark is None and SparkSession.getActiveSession() is None
     spark = spark or SparkSession.getActiveSession() or session(master)
     cached = []
-    live = [os.path.abspath(s.path) for s in sources]
+    live = [spark_path(s.path) for s in sources]
 
     def expose(paths):
         df = spark.read.option("mergeSchema", "true").parquet(*paths)
         df.withColumn("glance_file", F.input_file_name()).createOrReplaceTempView("glance_raw")
 
     def drop(paths):
-        gone = {os.path.abspath(p) for p in paths}
+        gone = {spark_path(p) for p in paths}
         live[:] = [p for p in live if p not in gone]
         expose(live)
 

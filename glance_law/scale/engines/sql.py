@@ -172,17 +172,23 @@ def _violations(st_files: pd.DataFrame, index: dict) -> list[tuple[str, str]]:
     return [(p, m) for _, p, m in out]
 
 
-def file_index(sources: Sequence[Source], names: Sequence[str]) -> dict:
-    """Map the engine's file names (paths or file: URIs) to (input index, path)."""
+def file_key(path) -> str:
+    """A comparable name of a file: the real local path for paths and file: URIs, the URI
+    (s3a:// read as s3://, percent-escapes undone) for store URIs."""
     from urllib.parse import unquote, urlparse
-    real = {os.path.realpath(s.path): (i, s.path) for i, s in enumerate(sources)}
-    out = {}
-    for name in names:
-        p = str(name)
-        if p.startswith("file:"):
-            p = unquote(urlparse(p).path)
-        out[name] = real.get(os.path.realpath(p), (len(sources), p))
-    return out
+    p = str(path)
+    if p.startswith("file:"):
+        return os.path.realpath(unquote(urlparse(p).path))
+    if "://" in p:
+        p = unquote(p)
+        return "s3://" + p[len("s3a://"):] if p.startswith("s3a://") else p
+    return os.path.realpath(p)
+
+
+def file_index(sources: Sequence[Source], names: Sequence[str]) -> dict:
+    """Map the engine's file names (paths, file: URIs or store URIs) to (input index, path)."""
+    real = {file_key(s.path): (i, s.path) for i, s in enumerate(sources)}
+    return {name: real.get(file_key(name), (len(sources), str(name))) for name in names}
 
 
 def run(sources: list[Source], *, grid: Grid, buckets: int, condition, check_keys: bool, skip_bad: bool,

@@ -1,0 +1,540 @@
+"""Paths and store URIs: one small layer every reader, engine, importer and writer calls.
+
+A *location* is either a local path (``str`` or ``os.PathLike``, handled as before with
+local file calls) or a URI with a scheme: ``s3://``, ``gs://`` (``gcs://``), ``abfs://``
+(``abfss://``), ``hdfs://`` (``viewfs://``) and ``file://`` go through pyarrow's
+filesystems; any other scheme fsspec knows (``memory://``, ``az://``, ...) goes through
+fsspec wrapped as a pyarrow filesystem (``pip install fsspec`` and the scheme's package).
+
+Credentials and endpoints come from the standard environment and configuration of each
+store, never from glance-law's arguments: for S3 the AWS credential chain
+(``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, ``AWS_PROFILE`` and
+``~/.aws``, instance roles), ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL`` for an
+S3-compatible store (``http://host:port`` uses plain HTTP) and ``AWS_REGION`` /
+``AWS_DEFAULT_REGION``; for GCS the Google default credentials; for Azure the
+``AZURE_STORAGE_*`` variables; for HDFS the Hadoop configuration (``HADOOP_HOME``,
+``CLASSPATH``). Credentials given inside a URI (``s3://key:secret@bucket/``) are refused:
+they would end up in messages and metadata. Nothing here prints or stores a credential.
+
+Functions:
+
+* :func:`is_uri` - does a string carry a scheme;
+* :func:`filesystem` - ``(pyarrow FileSystem, path inside it)`` for a location;
+* :func:`expand` - files, folders (every ``*.parquet`` below them, hidden files excluded)
+  and globs (``*``, ``?``, ``[...]``; ``**`` recurses), local or in a store;
+* :func:`open_input` - a random-access reader (what Parquet needs) for a location;
+* :func:`size` - the size in bytes, or None when absent;
+* :func:`list_prefix` - the files below a folder/prefix (for resume and listings);
+* :func:`put_atomic` - write bytes so the file becomes visible only complete;
+* :func:`join` - a child location of a folder/prefix.
+
+Store errors come back as :class:`StoreError`, one line naming the location, what went
+wrong (missing bucket, no credentials, access denied, unreachable endpoint) and what to do.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import threading
+import uuid
+from pathlib import Path
+
+from glance_law.errors import GlanceError
+
+__all__ = ["StoreError", "is_uri", "scheme", "filesystem", "expand", "open_input", "size", "exists",
+           "list_prefix", "put_atomic", "join", "basename", "explain", "check_writable_prefix",
+           "OBJECT_STORES", "fsync_dir", "reset_cache"]
+
+#: Schemes whose objects become visible only when their upload completes (one object, one upload).
+OBJECT_STORES = ("s3", "s3a", "gs", "gcs", "abfs", "abfss")
+_ARROW = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs", "file"}
+_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://(.*)$")
+_GLOB = set("*?[")
+
+
+class StoreError(GlanceError):
+    """A store refused or could not serve a location. ``str()`` is one line: where, what, what to do."""
+
+    def __init__(self, location, problem: str, fix: str = ""):
+        self.location = str(location)
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{self.location}: {problem}" + (f"; {fix}" if fix else ""))
+
+
+def is_uri(location) -> bool:
+    """True for a string with a scheme (``s3://...``); False for local paths (also ``C:\\...``)."""
+    return isinstance(location, str) and _URI.match(location) is not None
+
+
+def scheme(location) -> str:
+    """The lower-case scheme of a URI, ``""`` for a local path."""
+    m = _URI.match(location) if isinstance(location, str) else None
+    return m.group(1).lower() if m else ""
+
+
+def _split(uri: str) -> tuple[str, str, str]:
+    """(scheme, authority, path without leading slash) of a URI; refuses credentials in it."""
+    m = _URI.match(uri)
+    sch, rest = m.group(1).lower(), m.group(2)
+    authority, _, path = rest.partition("/")
+    if "@" in authority and ":" in authority.split("@", 1)[0] and sch not in ("abfs", "abfss"):
+        raise StoreError(f"{sch}://{authority.split('@', 1)[1]}/{path}",
+                         "the URI carries credentials (user:secret@)",
+                         "remove them from the URI and give them through the store's environment or "
+                         "configuration (e.g. AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)")
+    return sch, authority, path
+
+
+# --------------------------------------------------------------------------
+# filesystems (one per scheme and authority, created once)
+# --------------------------------------------------------------------------
+
+_cache: dict[tuple, object] = {}
+_lock = threading.Lock()
+
+
+def _s3() -> object:
+    import pyarrow.fs as pafs
+    kw: dict = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        m = re.match(r"^(https?)://(.*?)/?$", endpoint)
+        if m:
+            kw["scheme"], kw["endpoint_override"] = m.group(1), m.group(2)
+        else:
+            kw["endpoint_override"] = endpoint
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        kw["region"] = region
+    elif endpoint:
+        kw["region"] = "us-east-1"  # S3-compatible stores ignore it; avoids a region lookup
+    return pafs.S3FileSystem(**kw)
+
+
+def _make(sch: str, authority: str, uri: str):
+    import pyarrow.fs as pafs
+    try:
+        if sch in ("s3", "s3a"):
+            return _s3()
+        if sch == "file":
+            return pafs.LocalFileSystem()
+        if sch in _ARROW:
+            fs, _ = pafs.FileSystem.from_uri(("gs" if sch == "gcs" else sch) + "://" + authority + "/")
+            return fs
+    except (OSError, ValueError, ImportError) as exc:
+        raise StoreError(uri, f"cannot open the {sch}:// filesystem ({_first(exc)})",
+                         f"check that pyarrow was built with {sch} support and the store's "
+                         "configuration (see docs/scale.md, 'Logs in object storage')") from None
+    try:
+        import fsspec
+        from pyarrow.fs import FSSpecHandler, PyFileSystem
+        return PyFileSystem(FSSpecHandler(fsspec.filesystem(sch)))
+    except ImportError:
+        raise StoreError(uri, f"no filesystem for the {sch}:// scheme",
+                         "use s3://, gs://, abfs://, hdfs:// or file://, or install fsspec and the "
+                         f"package that provides {sch}://") from None
+    except (ValueError, KeyError) as exc:
+        raise StoreError(uri, f"no filesystem for the {sch}:// scheme ({_first(exc)})",
+                         "use s3://, gs://, abfs://, hdfs:// or file://") from None
+
+
+def _first(exc: BaseException) -> str:
+    s = str(exc).strip().splitlines()
+    return (s[0] if s else type(exc).__name__)[:200]
+
+
+def filesystem(location) -> tuple[object, str]:
+    """``(pyarrow.fs.FileSystem, path inside it)`` for a local path or a URI."""
+    if not is_uri(location):
+        import pyarrow.fs as pafs
+        return pafs.LocalFileSystem(), os.path.abspath(os.fspath(location))
+    sch, authority, path = _split(location)
+    if sch == "file":
+        from urllib.parse import unquote
+        return _get(("file", ""), location), unquote("/" + path if authority in ("", "localhost")
+                                                     else f"//{authority}/{path}")
+    key = (sch, authority if sch not in ("s3", "s3a", "gs", "gcs") else "")
+    fs = _get(key, location)
+    if sch in _ARROW and sch not in ("hdfs", "viewfs"):
+        inner = f"{authority}/{path}" if sch not in ("abfs", "abfss") else _abfs_path(authority, path)
+    elif sch in ("hdfs", "viewfs"):
+        inner = "/" + path
+    else:
+        inner = f"{authority}/{path}" if authority else path
+    return fs, inner.rstrip("/") if inner not in ("/", "") else inner
+
+
+def _abfs_path(authority: str, path: str) -> str:
+    container = authority.split("@", 1)[0]
+    return f"{container}/{path}"
+
+
+def _get(key, uri):
+    with _lock:
+        fs = _cache.get(key)
+        if fs is None:
+            fs = _cache[key] = _make(key[0], key[1], uri)
+        return fs
+
+
+def reset_cache() -> None:
+    """Forget the filesystems made so far (e.g. after the environment's credentials changed)."""
+    with _lock:
+        _cache.clear()
+
+
+# --------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------
+
+def explain(location, exc: BaseException) -> StoreError:
+    """One-line :class:`StoreError` for a store failure: missing bucket, no credentials,
+    access denied, unreachable endpoint, or the store's own first line."""
+    msg = _first(exc)
+    low = msg.lower()
+    if "no response body" in low and "access_denied" in low and scheme(location) in ("s3", "s3a"):
+        msg = _probe(location) or msg  # a HEAD's 403 carries no reason: a listing's answer does
+        low = msg.lower()
+    sch = scheme(location) or "file"
+    bucket = _bucket(location)
+    if "nosuchbucket" in low or "no_such_bucket" in low or ("bucket" in low and "not found" in low) \
+            or "does not exist" in low and "bucket" in low:
+        return StoreError(location, f"the bucket {bucket!r} does not exist",
+                          "check the bucket name and the endpoint (AWS_ENDPOINT_URL) or region (AWS_REGION)")
+    if any(k in low for k in ("invalidaccesskeyid", "invalid_access_key_id", "signaturedoesnotmatch",
+                              "signature_does_not_match", "invalidtoken", "expiredtoken", "expired_token",
+                              "the aws access key id you provided does not exist")):
+        return StoreError(location, "the store rejected the credentials (unknown key, wrong secret or expired token)",
+                          "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE")
+    if any(k in low for k in ("no credentials", "unable to locate credentials", "missing credentials",
+                              "credentials provider", "no auth", "unable to find credentials")):
+        return StoreError(location, "no credentials found for the store",
+                          "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE (or the store's "
+                          "equivalent)")
+    if "access_denied" in low or "accessdenied" in low or "access denied" in low or "forbidden" in low \
+            or "403" in low or isinstance(exc, PermissionError):
+        return StoreError(location, f"access denied to {repr(bucket) if bucket else 'the location'}",
+                          "grant the credentials read (and, for --out, write and list) permission on it")
+    if any(k in low for k in ("network_connection", "couldn't connect", "could not connect", "connection refused",
+                              "curlcode", "resolve host", "timed out", "timeout")):
+        return StoreError(location, f"cannot reach the {sch}:// endpoint",
+                          "check the network and the endpoint (AWS_ENDPOINT_URL for S3-compatible stores)")
+    return StoreError(location, f"the store failed ({msg})", "check the location and the store's configuration")
+
+
+def _probe(location) -> str:
+    """The store's first line for a listing of the location's bucket ('' when it succeeds)."""
+    import pyarrow.fs as pafs
+    try:
+        fs, path = filesystem(location)
+        fs.get_file_info(pafs.FileSelector(path.split("/", 1)[0], recursive=False, allow_not_found=True))
+    except (OSError, ValueError) as exc:
+        return _first(exc)
+    return ""
+
+
+def _bucket(location) -> str:
+    if not is_uri(location):
+        return ""
+    try:
+        return _split(location)[1].split("@", 1)[0]
+    except StoreError:
+        return ""
+
+
+# --------------------------------------------------------------------------
+# listing, globbing
+# --------------------------------------------------------------------------
+
+def _info(fs, path, location):
+    try:
+        return fs.get_file_info(path)
+    except (OSError, ValueError) as exc:
+        raise explain(location, exc) from None
+
+
+def _missing(location, fs, path) -> StoreError:
+    """The one line for a location that is not there: a missing bucket, or a missing key."""
+    import pyarrow.fs as pafs
+    if scheme(location) in ("s3", "s3a", "gs", "gcs", "abfs", "abfss"):
+        bucket = path.split("/", 1)[0]
+        if _info(fs, bucket, location).type == pafs.FileType.NotFound:
+            return StoreError(location, f"the bucket {bucket!r} does not exist",
+                              "check the bucket name and the endpoint (AWS_ENDPOINT_URL) or region (AWS_REGION)")
+    return StoreError(location, "no such file, folder or prefix",
+                      "check the path, or run glance-log first to write logs there")
+
+
+def _uri_of(location: str, fs_path: str) -> str:
+    """The URI of ``fs_path`` inside the filesystem of ``location``."""
+    sch, authority, _ = _split(location)
+    if sch == "file":
+        return "file://" + fs_path
+    if sch in ("hdfs", "viewfs"):
+        return f"{sch}://{authority}{fs_path}"
+    if sch in ("abfs", "abfss"):
+        return f"{sch}://{authority}/{fs_path.split('/', 1)[1] if '/' in fs_path else ''}"
+    if sch in _ARROW:
+        return f"{sch}://{fs_path}"
+    return f"{sch}://{fs_path}" if not fs_path.startswith("/") else f"{sch}://{fs_path}"
+
+
+def _walk(fs, base: str, location) -> list:
+    import pyarrow.fs as pafs
+    try:
+        return fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+    except (OSError, ValueError) as exc:
+        raise explain(location, exc) from None
+
+
+def _visible(rel: str) -> bool:
+    return not any(part.startswith((".", "_")) for part in rel.split("/"))
+
+
+def list_prefix(location, suffix: str = ".parquet", accept=None) -> list[str]:
+    """The files below a folder/prefix whose names end with ``suffix`` (or, given ``accept``,
+    for whose name ``accept(name)`` is true), sorted, hidden ones (a path component starting
+    with ``.`` or ``_``) excluded; locations in the input's form (URIs for a URI, paths for a
+    path). A prefix with nothing below lists as empty."""
+    import pyarrow.fs as pafs
+    fs, path = filesystem(location)
+    ok = accept or (lambda name: name.endswith(suffix))
+    out = []
+    for fi in _walk(fs, path, location):
+        rel = fi.path[len(path):].lstrip("/")
+        if fi.type == pafs.FileType.File and ok(fi.base_name) and _visible(rel):
+            out.append(_uri_of(location, fi.path) if is_uri(location) else fi.path)
+    return sorted(out)
+
+
+def _pattern(glob_path: str) -> re.Pattern:
+    """Regex of a glob over '/'-separated paths: ``**/`` any depth, ``*``/``?``/``[..]`` in one part."""
+    out, i, n = "", 0, len(glob_path)
+    while i < n:
+        if glob_path.startswith("**/", i):
+            out += "(?:[^/]*/)*"
+            i += 3
+        elif glob_path.startswith("**", i):
+            out += ".*"
+            i += 2
+        else:
+            c = glob_path[i]
+            if c == "*":
+                out += "[^/]*"
+            elif c == "?":
+                out += "[^/]"
+            elif c == "[":
+                j = glob_path.find("]", i + 1)
+                if j < 0:
+                    out += re.escape(c)
+                else:
+                    out += fnmatch.translate(glob_path[i:j + 1])[4:-3]
+                    i = j
+            else:
+                out += re.escape(c)
+            i += 1
+    return re.compile(out + r"\Z")
+
+
+def _expand_uri(location: str, accept, what: str) -> list[str]:
+    import pyarrow.fs as pafs
+    fs, path = filesystem(location)
+    if _GLOB & set(path):
+        parts = path.split("/")
+        k = next(i for i, p in enumerate(parts) if _GLOB & set(p))
+        base = "/".join(parts[:k])
+        rx = _pattern(path)
+        if not base.strip("/"):
+            raise StoreError(location, "a pattern in the bucket or top-level name is not supported",
+                             "put the pattern after the bucket, e.g. s3://bucket/logs/*.parquet")
+        hits = [fi for fi in _walk(fs, base, location)
+                if rx.match(fi.path) and _visible(fi.path[len(base):].lstrip("/"))]
+        if not hits:
+            if _info(fs, base, location).type == pafs.FileType.NotFound:
+                raise _missing(location, fs, base)
+            raise StoreError(location, "the pattern matches no files",
+                             "check the pattern, or run glance-log first to write logs there")
+        out = []
+        for fi in sorted(hits, key=lambda f: f.path):
+            u = _uri_of(location, fi.path)
+            out.extend(list_prefix(u, accept=accept) if fi.type == pafs.FileType.Directory else [u])
+        return out
+    fi = _info(fs, path, location)
+    if fi.type == pafs.FileType.File:
+        return [_uri_of(location, path)]
+    if fi.type == pafs.FileType.Directory:
+        found = list_prefix(location, accept=accept)
+        if not found:
+            raise StoreError(location, f"the folder/prefix holds no {what}",
+                             "point at the prefix glance-log wrote (its --out)")
+        return found
+    raise _missing(location, fs, path)
+
+
+def expand(paths, accept=None, what: str = "*.parquet files") -> list:
+    """Files, folders and globs -> the files, in the order given, each group sorted,
+    de-duplicated. Local inputs come back as :class:`pathlib.Path` (as they always did), URIs
+    as URI strings (``file://`` URIs stay URIs). Raises :class:`StoreError` for store
+    problems and ``FileNotFoundError``-like :class:`StoreError` for missing locations."""
+    import glob as _glob
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out: list = []
+    for p in paths:
+        if is_uri(p):
+            out.extend(_expand_uri(p, accept, what))
+            continue
+        s = os.fspath(p)
+        if _GLOB & set(s) and not Path(s).exists():
+            hits = sorted(_glob.glob(s, recursive=True))
+            if not hits:
+                raise StoreError(s, "the pattern matches no files",
+                                 "check the path, or run glance-log first to write logs there")
+            cand = [Path(h) for h in hits]
+        else:
+            cand = [Path(s)]
+        for c in cand:
+            if c.is_dir():
+                found = sorted(q for q in c.rglob("*") if not q.name.startswith(".") and q.is_file() and ok(q.name))
+                if not found:
+                    raise StoreError(c, f"the folder holds no {what}",
+                                     "point at the folder glance-log wrote (its --out)")
+                out.extend(found)
+            elif c.exists():
+                out.append(c)
+            else:
+                raise StoreError(c, "no such file or folder",
+                                 "check the path, or run glance-log first to write logs there")
+    seen, uniq = set(), []
+    for p in out:
+        key = p if isinstance(p, str) else os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(p)
+    return uniq
+
+
+# --------------------------------------------------------------------------
+# reading and writing single files
+# --------------------------------------------------------------------------
+
+def open_input(location):
+    """A random-access pyarrow file for a URI (close it after use); the path itself for a local path."""
+    if not is_uri(location):
+        return location
+    fs, path = filesystem(location)
+    try:
+        return fs.open_input_file(path)
+    except FileNotFoundError:
+        raise _missing(location, fs, path) from None
+    except (OSError, ValueError) as exc:
+        raise explain(location, exc) from None
+
+
+def size(location) -> int | None:
+    """Size in bytes of a file, None when it does not exist (store errors raise StoreError)."""
+    import pyarrow.fs as pafs
+    if not is_uri(location):
+        try:
+            return os.stat(location).st_size
+        except FileNotFoundError:
+            return None
+    fs, path = filesystem(location)
+    fi = _info(fs, path, location)
+    return fi.size if fi.type == pafs.FileType.File else None
+
+
+def exists(location) -> bool:
+    """True when a file or a non-empty folder/prefix is at ``location``."""
+    import pyarrow.fs as pafs
+    if not is_uri(location):
+        return os.path.exists(location)
+    fs, path = filesystem(location)
+    return _info(fs, path, location).type != pafs.FileType.NotFound
+
+
+def join(location, name: str):
+    """``location/name``: a Path for a local path, a URI string for a URI."""
+    if is_uri(location):
+        return location.rstrip("/") + "/" + name
+    return Path(location) / name
+
+
+def basename(location) -> str:
+    return str(location).rstrip("/").rsplit("/", 1)[-1] if is_uri(location) else Path(location).name
+
+
+def put_atomic(location, data: bytes) -> str:
+    """Write ``data`` at ``location`` so that readers see either nothing or the whole file.
+
+    * object stores (s3, gs, abfs): one object written in one upload from the finished
+      bytes; the store makes an object visible only when its upload completes, so a
+      process killed mid-upload leaves no object (an S3 multipart upload may be left
+      pending and invisible: a bucket lifecycle rule that aborts incomplete uploads cleans
+      it up);
+    * local paths, file://, hdfs:// and other filesystems: a hidden temporary name in the
+      same folder, then a rename (atomic on POSIX and HDFS); local files are fsync'ed.
+    Returns the location written (a string)."""
+    if not is_uri(location) or scheme(location) == "file":
+        _, path = filesystem(location)
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.parent / f".{p.name}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, p)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        fsync_dir(p.parent)
+        return str(location)
+    fs, path = filesystem(location)
+    try:
+        if scheme(location) in OBJECT_STORES:
+            # the bytes are complete before the stream opens, and go in one write: there is no
+            # moment at which a partial object could be completed by an interrupted writer
+            with fs.open_output_stream(path) as out:
+                out.write(data)
+        else:
+            parent, _, name = path.rpartition("/")
+            tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
+            fs.create_dir(parent, recursive=True)
+            with fs.open_output_stream(tmp) as out:
+                out.write(data)
+            fs.move(tmp, path)
+    except (OSError, ValueError) as exc:
+        raise explain(location, exc) from None
+    return location
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def check_writable_prefix(location) -> None:
+    """Fail early, in one line, when the bucket of an output URI is missing or unreachable."""
+    if not is_uri(location) or scheme(location) == "file":
+        return
+    import pyarrow.fs as pafs
+    fs, path = filesystem(location)
+    if scheme(location) in OBJECT_STORES:
+        bucket = path.split("/", 1)[0]
+        if _info(fs, bucket, location).type == pafs.FileType.NotFound:
+            raise StoreError(location, f"the bucket {bucket!r} does not exist",
+                             "create it first (glance-law never creates buckets) or check the endpoint")
+    else:
+        _info(fs, path, location)
