@@ -37,6 +37,8 @@ MODULES = (
     ("glance_law.data.io", "Reading and writing round logs (the only I/O module; also `glance_law.io`).",
      ["read_logs", "read_rounds", "read_prompts", "write_table", "LogWriter", "LogSet", "FileInfo", "LogError",
       "expand_paths", "to_arrow", "run_metadata", "library_versions"]),
+    ("glance_law.data.uri", "Paths and store URIs (s3://, gs://, abfs://, hdfs://, file://): globs, listing, "
+     "atomic single-upload writes, one-line store errors.", None),
     ("glance_law.data.schema", "The round-log contract: columns, types, checks (also `glance_law.schema`).",
      ["SCHEMA_VERSION", "ROUND_COLUMNS", "PROMPT_COLUMNS", "REDUCED_COLUMNS", "SUPPLIED_BY", "Column", "columns",
       "column", "required_names", "arrow_schema", "check_type", "check_values"]),

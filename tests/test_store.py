@@ -216,7 +216,7 @@ def test_writer_parts_land_in_the_store_and_read_back(store, tmp_path):
 
 
 def test_reduce_out_into_the_store(store, tmp_path, capsys):
-    from glance_law.scale.reduce import main as reduce_main
+    from glance_law.cli.reduce import main as reduce_main
     assert reduce_main(["s3://bucket/logs/", "--out", "s3://bucket/reduced/stats.parquet"]) == 0
     assert reduce_main([str(LOGS), "--out", str(tmp_path / "stats.parquet")]) == 0
     capsys.readouterr()
@@ -301,3 +301,32 @@ def test_glance_log_writes_into_the_store_and_resumes(store, capsys):
                                                             for f in rounds.files)
     assert read_logs("s3://bucket/run/", "prompts").frame["prompt_id"].nunique() == 2
     assert reduce_logs("s3://bucket/run/", "arrow").cells.equals(reduce_logs("s3://bucket/run/", "duckdb").cells)
+
+
+def test_report_reads_its_inputs_from_the_store(store, tmp_path):
+    from glance_law.cli import report
+    assert report.main(["s3://bucket/logs/", "--out", str(tmp_path / "remote"), "--quiet", "--only", "law"]) == 0
+    assert report.main([str(LOGS), "--out", str(tmp_path / "local"), "--quiet", "--only", "law"]) == 0
+    remote = json.loads((tmp_path / "remote" / "manifest.json").read_text())["inputs"]
+    local = json.loads((tmp_path / "local" / "manifest.json").read_text())["inputs"]
+    assert [f["path"] for f in remote] == [f"s3://bucket/logs/{Path(f['path']).name}" for f in local]
+    assert [f["sha256"] for f in remote] == [f["sha256"] for f in local]   # hashed as stored, read in place
+    tables = sorted(p.name for p in (tmp_path / "local").rglob("*.csv"))
+    assert tables and tables == sorted(p.name for p in (tmp_path / "remote").rglob("*.csv"))
+    for name in tables:
+        a = next((tmp_path / "local").rglob(name)).read_bytes()
+        assert a == next((tmp_path / "remote").rglob(name)).read_bytes(), name
+
+
+def test_a_scheme_pyarrow_lacks_goes_through_fsspec():
+    """memory:// (fsspec's in-memory filesystem) stands for any fsspec scheme: write, list, glob, read."""
+    pytest.importorskip("fsspec")
+    frame = read_logs(LOGS).frame
+    for i, (_task, part) in enumerate(frame.groupby("task", observed=True)):
+        write_table(part.reset_index(drop=True), f"memory://glance-test/logs/rounds-{i}.parquet")
+    got = read_logs("memory://glance-test/logs/")
+    assert len(got.files) == frame["task"].nunique()
+    assert len(got.frame) == len(frame)
+    assert got.frame["root_entropy"].sum() == pytest.approx(frame["root_entropy"].sum())
+    assert len(uri.expand("memory://glance-test/logs/rounds-[01].parquet")) == 2
+    assert reduce_logs("memory://glance-test/logs/", "arrow").rounds == reduce_logs(LOGS, "arrow").rounds

@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                 description="Reduce round logs to the law's sufficient statistics (one small Parquet file of kind "
                             "'reduced' that python -m glance_law.fit accepts; reduced inputs are merged).")
     p.add_argument("paths", nargs="+", metavar="LOGS", help="round-log (or reduced) files, folders or globs")
-    p.add_argument("--out", required=True, metavar="FILE", help="the reduced Parquet file to write")
+    p.add_argument("--out", required=True, metavar="FILE", help="the reduced Parquet file to write: a path, or a store URI "
+                   "(s3://bucket/stats.parquet; see docs/scale.md)")
     p.add_argument("--condition", default="matched", metavar="C[,C...]",
                    help="conditions kept (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true", help="reduce the valid files and list every skipped file")

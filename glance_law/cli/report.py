@@ -139,8 +139,11 @@ def options_from(args) -> A.Options:
 # ---------------------------------------------------------------------------
 
 def sha256(path) -> str:
+    """SHA-256 of a local file or a store object (read through glance_law.data.uri)."""
+    from glance_law.data import uri
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    src = uri.open_input(path)
+    with (open(path, "rb") if src is path else src) as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

@@ -376,9 +376,12 @@ def _expand_uri(location: str, accept, what: str) -> list[str]:
 def expand(paths, accept=None, what: str = "*.parquet files") -> list:
     """Files, folders and globs -> the files, in the order given, each group sorted,
     de-duplicated. Local inputs come back as :class:`pathlib.Path` (as they always did), URIs
-    as URI strings (``file://`` URIs stay URIs). Raises :class:`StoreError` for store
-    problems and ``FileNotFoundError``-like :class:`StoreError` for missing locations."""
+    as URI strings (``file://`` URIs stay URIs). Raises :class:`StoreError` (one line) for a
+    missing file, folder, prefix or bucket, a pattern matching nothing, or a store failure.
+    ``accept(name)``: which files of a folder count (default: ``*.parquet``); ``what`` names
+    them in the message for a folder without any."""
     import glob as _glob
+    ok = accept or (lambda name: name.endswith(".parquet"))
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list = []
@@ -463,6 +466,7 @@ def join(location, name: str):
 
 
 def basename(location) -> str:
+    """The last component of a path or URI."""
     return str(location).rstrip("/").rsplit("/", 1)[-1] if is_uri(location) else Path(location).name
 
 
@@ -513,6 +517,7 @@ def put_atomic(location, data: bytes) -> str:
 
 
 def fsync_dir(path: Path) -> None:
+    """fsync a local folder, so a rename in it survives a power loss (no-op where unsupported)."""
     try:
         fd = os.open(str(path), os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
