@@ -150,6 +150,10 @@ def to_arrow(rows, kind: str) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def _fsync_dir(path: Path) -> None:
+    _uri.fsync_dir(path)
+
+
 def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, path,
                 kind: str = S.KIND_ROUNDS, run: Mapping | None = None):
     """Write one complete log file atomically. Columns are typed by the contract
@@ -194,7 +198,7 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
     finally:
         if tmp.exists():
             tmp.unlink()
-    _uri.fsync_dir(path.parent)
+    _fsync_dir(path.parent)
     return path
 
 

@@ -289,6 +289,11 @@ def _walk(fs, base: str, location) -> list:
         raise explain(location, exc) from None
 
 
+def _rel(path: str, base: str) -> str:
+    """``path`` relative to ``base`` (filesystems differ on a leading '/')."""
+    return path.lstrip("/")[len(base.strip("/")):].lstrip("/")
+
+
 def _visible(rel: str) -> bool:
     return not any(part.startswith((".", "_")) for part in rel.split("/"))
 
@@ -303,7 +308,7 @@ def list_prefix(location, suffix: str = ".parquet", accept=None) -> list[str]:
     ok = accept or (lambda name: name.endswith(suffix))
     out = []
     for fi in _walk(fs, path, location):
-        rel = fi.path[len(path):].lstrip("/")
+        rel = _rel(fi.path, path)
         if fi.type == pafs.FileType.File and ok(fi.base_name) and _visible(rel):
             out.append(_uri_of(location, fi.path) if is_uri(location) else fi.path)
     return sorted(out)
@@ -345,12 +350,12 @@ def _expand_uri(location: str, accept, what: str) -> list[str]:
         parts = path.split("/")
         k = next(i for i, p in enumerate(parts) if _GLOB & set(p))
         base = "/".join(parts[:k])
-        rx = _pattern(path)
+        rx = _pattern(path.lstrip("/"))
         if not base.strip("/"):
             raise StoreError(location, "a pattern in the bucket or top-level name is not supported",
                              "put the pattern after the bucket, e.g. s3://bucket/logs/*.parquet")
         hits = [fi for fi in _walk(fs, base, location)
-                if rx.match(fi.path) and _visible(fi.path[len(base):].lstrip("/"))]
+                if rx.match(fi.path.lstrip("/")) and _visible(_rel(fi.path, base))]
         if not hits:
             if _info(fs, base, location).type == pafs.FileType.NotFound:
                 raise _missing(location, fs, base)
