@@ -330,3 +330,11 @@ def test_a_scheme_pyarrow_lacks_goes_through_fsspec():
     assert got.frame["root_entropy"].sum() == pytest.approx(frame["root_entropy"].sum())
     assert len(uri.expand("memory://glance-test/logs/rounds-[01].parquet")) == 2
     assert reduce_logs("memory://glance-test/logs/", "arrow").rounds == reduce_logs(LOGS, "arrow").rounds
+
+
+def test_foreign_logs_in_a_store_are_refused_in_one_line(store):
+    store["s3"].put_object(Bucket="bucket", Key="foreign/answers.jsonl", Body=b'{"question_id": 1}\n')
+    with pytest.raises(LogError) as info:
+        read_logs("s3://bucket/foreign/")
+    assert str(info.value).startswith("s3://bucket/foreign/answers.jsonl: importing foreign logs")
+    assert "\n" not in str(info.value)
