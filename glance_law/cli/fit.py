@@ -37,13 +37,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Sequence
 
 from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
+from glance_law.data.outputs import write_file
 from glance_law.errors import GlanceError
 from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
@@ -215,18 +215,12 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
 
 
 def _write(text: str, out: str | None) -> None:
+    """stdout, or ``out`` through a fresh temporary file in its folder (random name, exclusive
+    create) renamed onto it: a link or file planted beside it is never written through."""
     if not out:
         sys.stdout.write(text)
         return
-    tmp = f"{out}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise GlanceError(f"{out}: cannot write the output ({exc.strerror or exc})") from None
+    write_file(out, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
