@@ -44,7 +44,6 @@ from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
 from glance_law.data.outputs import write_file
-from glance_law.errors import GlanceError
 from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
 

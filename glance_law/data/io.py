@@ -16,6 +16,7 @@ with one line naming the file, the column and the fix - or, with
 """
 from __future__ import annotations
 
+import errno
 import glob as _glob
 import json
 import os
@@ -306,11 +307,22 @@ class LogSet:
 _GLOB_CHARS = set("*?[")
 
 
-def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
+def expand_paths(paths: str | os.PathLike | Iterable, problems: list | None = None) -> list[Path]:
     """Files, directories (every ``*.parquet`` below them, hidden files excluded) and globs
-    (``**`` recurses), in the order given, each group sorted, de-duplicated by real path."""
+    (``**`` recurses), in the order given, each group sorted, de-duplicated by real path.
+
+    Links are treated the same whether a folder or a glob found them: a ``*.parquet``
+    link whose target is missing or loops, and a sub-folder that cannot be listed
+    (permissions), raise :class:`LogError` naming it - or, when ``problems`` is a list
+    (``skip_bad``), are appended to it as ``(path, reason)`` and left out."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+
+    def bad(err: LogError) -> None:
+        if problems is None:
+            raise err
+        problems.append((str(err.path), str(err)))
+
     out: list[Path] = []
     for p in paths:
         s = str(p)
@@ -323,12 +335,12 @@ def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
         else:
             cand = [Path(s)]
         for c in cand:
-            if c.is_dir():
-                from glance_law.data.importers.common import is_foreign
-                found = sorted(q for q in c.rglob("*")
-                               if not q.name.startswith(".") and q.is_file()
-                               and (q.suffix == ".parquet" or is_foreign(q)))
-                if not found:
+            link = _broken_link(c)
+            if link is not None:
+                bad(link)
+            elif c.is_dir():
+                found = _walk_logs(c, bad)
+                if not found and not (problems and any(str(q).startswith(str(c)) for q, _ in problems)):
                     raise LogError(c, "the folder holds no *.parquet files (nor .jsonl/.jsonl.gz logs to import)",
                                    "point at the folder glance-log wrote (its --out)")
                 out.extend(found)
@@ -346,12 +358,58 @@ def expand_paths(paths: str | os.PathLike | Iterable) -> list[Path]:
     return uniq
 
 
+def _broken_link(path: Path) -> LogError | None:
+    """The error for a symbolic link whose target is missing or loops, else None."""
+    if not os.path.islink(path):
+        return None
+    try:
+        os.stat(path)
+    except OSError as exc:
+        what = "a symbolic link loop" if exc.errno == errno.ELOOP else \
+            f"a symbolic link to a missing file ({os.readlink(path)})"
+        return LogError(path, f"is {what}", "remove the link or restore its target (with --skip-bad it is "
+                                            "left out and listed)")
+    return None
+
+
+def _walk_logs(folder: Path, bad) -> list[Path]:
+    """Every non-hidden ``*.parquet`` file (and foreign log the importers read) below ``folder`` (links to files followed, links to
+    folders not), sorted; broken links and folders that cannot be listed go to ``bad``."""
+    from glance_law.data.importers.common import is_foreign
+    found = []
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or folder
+        reason = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
+        bad(LogError(where, f"the folder cannot be listed ({reason}), so its logs would be missed",
+                     "give your user read and execute permission on it (chmod u+rx), or point at "
+                     "the folders you can read (with --skip-bad it is left out and listed)"))
+
+    for top, dirs, files in os.walk(folder, onerror=unreadable):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith(".") or not (name.endswith(".parquet") or is_foreign(name)):
+                continue
+            q = Path(top) / name
+            link = _broken_link(q)
+            if link is not None:
+                bad(link)
+            elif q.is_file():
+                found.append(q)
+    return sorted(found)
+
+
 def file_meta(path: Path):
     """(Parquet metadata, kind, glance.run) of a file, or LogError."""
     try:
         size = path.stat().st_size
+        os.close(os.open(path, os.O_RDONLY))
+    except PermissionError:
+        raise LogError(path, "cannot be read: permission denied",
+                       "give your user read permission (chmod u+r), run as the user that wrote the logs, "
+                       "or leave the file out (--skip-bad lists it and goes on)") from None
     except OSError as exc:
-        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the permissions") from None
+        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the path and its permissions") from None
     if size == 0:
         raise LogError(path, "the file is empty (0 bytes), so it is not a Parquet file",
                        "delete it; an interrupted copy or an old writer left it")
@@ -382,7 +440,7 @@ def file_meta(path: Path):
         run = json.loads(raw)
         if not isinstance(run, dict):
             raise ValueError
-    except ValueError:
+    except (ValueError, RecursionError):   # bad JSON, or nesting too deep to parse
         run = {"unparsed": raw[:500]}  # provenance is kept, never a reason to refuse data
     return md, kind, run
 
@@ -513,8 +571,9 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     S.columns(kind)
     if isinstance(columns, str):
         columns = [columns]
-    files = expand_paths(paths)
-    tables, infos, skipped, other = [], [], [], []
+    found: list = []
+    files = expand_paths(paths, found if skip_bad else None)
+    tables, infos, skipped, other = [], [], list(found), []
     files, foreign = split_foreign(files)
     notes_in: list[str] = []
     if foreign:
