@@ -88,7 +88,9 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                    help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
                         "squares of the conditional mean, for comparison")
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="output format (default: text)")
-    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the output to FILE instead of stdout (through a fresh temporary file in FILE's "
+                        "folder, renamed onto FILE: a link at FILE is replaced, not written through)")
     p.add_argument("--bootstrap", type=int, default=0, metavar="N",
                    help="prompt-level cluster bootstrap with N replicates (percentile intervals) instead of "
                         "the CR3 cluster jackknife (default 0: jackknife)")

@@ -30,6 +30,15 @@ With ``--only``, the sections run are replaced in ``DIR`` and the others are kep
 when the previous report there was made from the same input files; otherwise their
 stale outputs are removed. Files of a previous report that the new one does not
 produce are removed; a non-empty ``DIR`` without a ``manifest.json`` is refused.
+
+Nothing is written or removed outside ``DIR`` (:mod:`glance_law.data.outputs`): the previous
+manifest's outputs are validated before anything is removed (relative names under
+``tables/`` and ``figures/`` that this tool writes; anything else refuses the run with one
+line), a file changed since the previous report wrote it is kept and named, a ``tables/`` or
+``figures/`` that is a symbolic link is refused, and every output goes to a fresh temporary
+file in its folder (random name, exclusive create) renamed onto its name, so a link planted at
+a name is replaced, never written through. Strings from the logs are escaped for Markdown in
+the index and tables (:mod:`glance_law.results.format`).
 """
 from __future__ import annotations
 
@@ -92,7 +101,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                             "LaTeX and CSV tables, PNG and PDF figures, DIR/index.md and DIR/manifest.json.")
     p.add_argument("paths", nargs="*", metavar="LOGS",
                    help="round-log files, folders or globs (prompt files among them feed the audit and timing)")
-    p.add_argument("--out", metavar="DIR", help="output folder (created; a previous report there is replaced)")
+    p.add_argument("--out", metavar="DIR",
+                   help="output folder (created; a previous report there is replaced). Nothing is written or "
+                        "removed outside it: a previous manifest.json may list only tables/*.md|tex|csv and "
+                        "figures/*.png|pdf, linked tables/ or figures/ folders are refused, and every file is "
+                        "written to a fresh temporary file in its folder, then renamed")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every bootstrap (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--only", type=names, default=None, metavar="S1,S2",
