@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from glance_law.data.outputs import safe_stem
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results import format as _fmt
@@ -174,7 +175,7 @@ def section(name: str, paper: str, what: str):
 
 def _per_drafter(inp: Inputs, stem: str) -> list[tuple[str, str]]:
     ds = inp.law().drafters
-    return [(d, stem if len(ds) == 1 else f"{stem}-{d}") for d in ds]
+    return [(d, stem if len(ds) == 1 else f"{stem}-{safe_stem(d)}") for d in ds]
 
 
 # ---------------------------------------------------------------------------

@@ -24,6 +24,7 @@ a truncated distribution).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -124,11 +125,25 @@ def run_vocab_size(logs) -> float | None:
         run = dict(getattr(f, "run", {}) or {})
         for key in ("vocab_size", "target_vocab_size"):
             if key in run:
-                return float(run[key])
+                return _run_vocab(run[key], f, key)
         tgt = run.get("target")
         if isinstance(tgt, dict) and "vocab_size" in tgt:
-            return float(tgt["vocab_size"])
+            return _run_vocab(tgt["vocab_size"], f, "target.vocab_size")
     return None
+
+
+def _run_vocab(value, f, key: str) -> float:
+    """A vocabulary size from run metadata, or one line naming the file, the field and the fix."""
+    try:
+        ok = not isinstance(value, bool) and isinstance(value, (int, float, str)) and \
+            math.isfinite(float(value)) and float(value) >= 2
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise GlanceError(f"{getattr(f, 'path', '?')}: the run metadata's {key} is {shown}, not a vocabulary "
+                          "size (a number >= 2); pass --vocab-size V, or fix the logger's run metadata")
+    return float(value)
 
 
 def fano_check(rounds, *, vocab_size=None, tol: float = 1e-4, by: str = "task") -> FanoCheck:

@@ -575,3 +575,63 @@ def test_bootstrap_lrt_size_with_correlated_rounds_is_prompt_aware():
     print(f"correlated rounds: size at 0.05 naive {size_naive:.3f}, prompt-aware {size_aware:.3f}")
     assert 0.03 <= size_aware <= 0.07
     assert size_naive > size_aware
+
+
+# --------------------------------------------------------------------------- memory independent of L (issue 15)
+
+def test_coefficients_at_cells_match_the_full_recurrence():
+    rng = np.random.default_rng(4)
+    l1 = rng.uniform(0, 1, 40)
+    l2 = l1 * rng.uniform(-1, 1, 40)
+    Lmax = 300
+    A, B = tail_mle.law_coefficients(l1, l2, Lmax)
+    a, b = tail_mle.law_coefficients_at(l1, l2, np.arange(2 * Lmax), Lmax)
+    assert np.array_equal(a, A) and np.array_equal(b, B)          # consecutive cells: the same arithmetic
+    cells = np.sort(rng.choice(2 * Lmax, 25, replace=False))      # gaps crossed by squaring
+    a, b = tail_mle.law_coefficients_at(l1, l2, cells, Lmax)
+    np.testing.assert_allclose(a, A[:, cells], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(b, B[:, cells], rtol=0, atol=1e-12)
+
+
+def test_sparse_cells_give_the_dense_maximum(monkeypatch):
+    rng = np.random.default_rng(5)
+    a = np.minimum(rng.geometric(0.25, 150) - 1, 40)
+    L = np.full(a.size, 40)
+    a[:30] = np.minimum(rng.geometric(0.04, 30) - 1, 40)          # a second, longer-running state
+    W = tail_mle.counts(a, L)[None]
+    monkeypatch.setattr(tail_mle, "DENSE_CELLS", 10 ** 6)
+    dense = tail_mle.fit_counts(W)
+    monkeypatch.setattr(tail_mle, "DENSE_CELLS", 0)
+    sparse = tail_mle.fit_counts(W)
+    np.testing.assert_allclose(np.ravel(sparse[3]), np.ravel(dense[3]), rtol=0, atol=1e-7)   # the maximum
+    np.testing.assert_allclose(np.ravel(sparse[:3]), np.ravel(dense[:3]), atol=1e-4)
+
+
+def test_simulated_counts_sparse_equal_dense(monkeypatch):
+    from glance_law.tail import model as tail_model
+    L = np.array([5, 40, 40, 12])
+    monkeypatch.setattr(tail_mle, "DENSE_CELLS", 10 ** 6)
+    dense = tail_model._simulate_geometric(0.7, L, 30, np.random.default_rng(2))
+    monkeypatch.setattr(tail_mle, "DENSE_CELLS", 0)
+    sparse = tail_model._simulate_geometric(0.7, L, 30, np.random.default_rng(2))
+    assert np.array_equal(sparse.dense(), dense)
+
+
+def test_tail_memory_does_not_grow_with_the_horizon():
+    """A horizon of 30000 (the contract allows up to 32767) used to need a (4160, 33, 60000) grid:
+    a MemoryError even for a handful of rounds. Peak traced memory now stays below 400 MB."""
+    import tracemalloc
+
+    from glance_law.tail.report import tail_test
+    L = 30_000
+    a = np.array([2, L, 5, 0, L // 2, 1, 3, 0])
+    cl = np.repeat(np.arange(4), 2)
+    tracemalloc.start()
+    try:
+        tt, _ = tail_test(a, np.full(a.size, L), cl, n_boot=9, seed=1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 400 * 2 ** 20, f"peak {peak / 2 ** 20:.0f} MB"
+    assert np.isfinite(tt.ll_two_state) and tt.ll_two_state >= tt.ll_geometric - 1e-9
+    assert tt.observed.size == 2 * L and tt.observed.sum() == a.size

@@ -37,14 +37,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import os
 import sys
 from collections.abc import Sequence
 
 from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
-from glance_law.errors import GlanceError
+from glance_law.data.outputs import write_file
 from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
 
@@ -89,7 +88,9 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                    help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
                         "squares of the conditional mean, for comparison")
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="output format (default: text)")
-    p.add_argument("--out", metavar="FILE", help="write the output to FILE instead of stdout")
+    p.add_argument("--out", metavar="FILE",
+                   help="write the output to FILE instead of stdout (through a fresh temporary file in FILE's "
+                        "folder, renamed onto FILE: a link at FILE is replaced, not written through)")
     p.add_argument("--bootstrap", type=int, default=0, metavar="N",
                    help="prompt-level cluster bootstrap with N replicates (percentile intervals) instead of "
                         "the CR3 cluster jackknife (default 0: jackknife)")
@@ -215,18 +216,12 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
 
 
 def _write(text: str, out: str | None) -> None:
+    """stdout, or ``out`` through a fresh temporary file in its folder (random name, exclusive
+    create) renamed onto it: a link or file planted beside it is never written through."""
     if not out:
         sys.stdout.write(text)
         return
-    tmp = f"{out}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise GlanceError(f"{out}: cannot write the output ({exc.strerror or exc})") from None
+    write_file(out, text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

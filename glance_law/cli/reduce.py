@@ -59,7 +59,7 @@ def options(args) -> dict:
 def inputs_reduced(paths) -> bool:
     """Whether any input (files, folders, globs) is a reduced file (footers only)."""
     from glance_law.data.io import LogError, expand_paths, file_meta
-    for path in expand_paths(paths):
+    for path in expand_paths(paths, []):   # bad links and folders: the chosen path reports them
         try:
             if file_meta(path)[1] == S.KIND_REDUCED:
                 return True

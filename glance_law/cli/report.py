@@ -30,6 +30,15 @@ With ``--only``, the sections run are replaced in ``DIR`` and the others are kep
 when the previous report there was made from the same input files; otherwise their
 stale outputs are removed. Files of a previous report that the new one does not
 produce are removed; a non-empty ``DIR`` without a ``manifest.json`` is refused.
+
+Nothing is written or removed outside ``DIR`` (:mod:`glance_law.data.outputs`): the previous
+manifest's outputs are validated before anything is removed (relative names under
+``tables/`` and ``figures/`` that this tool writes; anything else refuses the run with one
+line), a file changed since the previous report wrote it is kept and named, a ``tables/`` or
+``figures/`` that is a symbolic link is refused, and every output goes to a fresh temporary
+file in its folder (random name, exclusive create) renamed onto its name, so a link planted at
+a name is replaced, never written through. Strings from the logs are escaped for Markdown in
+the index and tables (:mod:`glance_law.results.format`).
 """
 from __future__ import annotations
 
@@ -56,8 +65,16 @@ from glance_law.cli.common import (
     names,
     run_main,
 )
+from glance_law.data.outputs import (
+    OutputError,
+    check_output_path,
+    remove_file,
+    safe_stem,
+    write_file,
+)
 from glance_law.errors import GlanceError
 from glance_law.replay.width import parse_budgets
+from glance_law.results.format import md_escape
 
 PROG = "python -m glance_law.report"
 MANIFEST = "manifest.json"
@@ -84,7 +101,11 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                             "LaTeX and CSV tables, PNG and PDF figures, DIR/index.md and DIR/manifest.json.")
     p.add_argument("paths", nargs="*", metavar="LOGS",
                    help="round-log files, folders or globs (prompt files among them feed the audit and timing)")
-    p.add_argument("--out", metavar="DIR", help="output folder (created; a previous report there is replaced)")
+    p.add_argument("--out", metavar="DIR",
+                   help="output folder (created; a previous report there is replaced). Nothing is written or "
+                        "removed outside it: a previous manifest.json may list only tables/*.md|tex|csv and "
+                        "figures/*.png|pdf, linked tables/ or figures/ folders are refused, and every file is "
+                        "written to a fresh temporary file in its folder, then renamed")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of every bootstrap (default 0)")
     p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--only", type=names, default=None, metavar="S1,S2",
@@ -167,12 +188,8 @@ def input_files(inp: A.Inputs) -> list[dict]:
 # writing
 # ---------------------------------------------------------------------------
 
-def _write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+def _write_text(out: Path, rel: str, text: str) -> None:
+    write_file(out / rel, text, root=out)
 
 
 def write_artifacts(artifacts, out: Path) -> list[str]:
@@ -183,10 +200,16 @@ def write_artifacts(artifacts, out: Path) -> list[str]:
         if isinstance(art, A.Table):
             for ext, fmt in TABLE_FORMATS:
                 rel = f"tables/{art.stem}.{ext}"
-                _write_text(out / rel, art.render(fmt))
+                problem = check_output_path(rel)
+                if problem is not None:
+                    raise GlanceError(f"table {art.stem!r}: {problem}")
+                _write_text(out, rel, art.render(fmt))
                 written.append(rel)
         else:
-            for p in save_figure(art.figure, out / "figures" / art.stem):
+            problem = check_output_path(f"figures/{art.stem}.png")
+            if problem is not None:
+                raise GlanceError(f"figure {art.stem!r}: {problem}")
+            for p in save_figure(art.figure, out / "figures" / art.stem, root=out):
                 written.append(p.relative_to(out).as_posix())
     return written
 
@@ -202,6 +225,31 @@ def _previous(out: Path) -> dict | None:
         return None
 
 
+def _manifest_outputs(out: Path, prev: dict) -> dict:
+    """Every output a previous manifest lists (``outputs`` and each section's), validated before
+    anything is removed: relative, inside ``out``, a name this tool writes. Returns rel -> SHA-256."""
+    outputs = prev.get("outputs", {})
+    sections = prev.get("sections", [])
+    listed: dict = {}
+    bad = None
+    if not isinstance(outputs, dict) or not isinstance(sections, list) \
+            or not all(isinstance(e, dict) and isinstance(e.get("outputs", []), list) for e in sections):
+        bad = "its outputs or sections are not in the form this tool writes"
+    else:
+        listed = dict(outputs)
+        for e in sections:
+            for rel in e.get("outputs", []):
+                listed.setdefault(rel, None)
+        for rel in listed:
+            bad = check_output_path(rel)
+            if bad is not None:
+                break
+    if bad is not None:
+        raise UsageError(f"--out {out}: {MANIFEST} was not written by this tool ({bad}); refusing to remove "
+                         f"or replace anything there; choose an empty or new folder")
+    return listed
+
+
 def _prepare_out(out: Path) -> dict | None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a folder")
@@ -209,20 +257,36 @@ def _prepare_out(out: Path) -> dict | None:
     if out.exists() and prev is None and any(out.iterdir()):
         raise UsageError(f"--out {out}: the folder is not empty and holds no {MANIFEST} of a previous report; "
                          "choose an empty or new folder")
+    if prev is not None:
+        prev["_listed"] = _manifest_outputs(out, prev)
+    for sub in ("tables", "figures"):
+        if (out / sub).is_symlink() or (out / sub).exists() and not (out / sub).is_dir():
+            raise UsageError(f"--out {out}: {sub} is a symbolic link or not a folder; refusing to write through "
+                             "it (outputs stay inside --out); remove it or choose another folder")
     out.mkdir(parents=True, exist_ok=True)
     return prev
 
 
-def _remove(out: Path, rels) -> None:
+def _remove(out: Path, rels, listed: dict, log=None) -> None:
+    """Remove a previous report's outputs (validated names only); a file whose content changed since
+    that report wrote it is kept and named."""
     for rel in rels:
         p = out / rel
-        if p.is_file():
-            p.unlink()
+        want = listed.get(rel)
+        if want and p.is_file() and not p.is_symlink() and sha256(p) != want:
+            if log is not None:
+                log(f"{PROG}: kept {p}: changed since the previous report wrote it (remove it yourself if unwanted)")
+            continue
+        remove_file(out, rel)
 
 
 # ---------------------------------------------------------------------------
 # index
 # ---------------------------------------------------------------------------
+
+def _anchor(name) -> str:
+    return safe_stem(name).lower()
+
 
 def _link(rel: str, text: str | None = None) -> str:
     return f"[{text or rel.rsplit('/', 1)[-1]}]({rel})"
@@ -250,38 +314,42 @@ def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], 
              f"({sum(f['rows'] for f in prompts)} prompts); the input files with their SHA-256, the options, "
              f"the library versions and every output's SHA-256 are in [{MANIFEST}]({MANIFEST}).", "",
              "Regenerate with:", "", "```"] + list(dict.fromkeys(e["command"] for e in entries)) + ["```", ""]
-    lines += [f"- {n}" for n in notes]
+    lines += [f"- {md_escape(n, table=False)}" for n in notes]
     if notes:
         lines.append("")
     lines += ["| section | paper | status | tables | figures |", "|:---|:---|:---|---:|---:|"]
     for e in entries:
         nt = len({o.rsplit(".", 1)[0] for o in e["outputs"] if o.startswith("tables/")})
         nf = len({o.rsplit(".", 1)[0] for o in e["outputs"] if o.startswith("figures/")})
-        lines.append(f"| [{e['name']}](#{e['name']}) | {e['paper']} | {e['status']} | {nt} | {nf} |")
+        lines.append(f"| [{md_escape(e['name'])}](#{_anchor(e['name'])}) | {md_escape(e['paper'])} | "
+                     f"{md_escape(e['status'])} | {nt} | {nf} |")
     lines.append("")
     for e in entries:
-        lines += [f"## {e['name']}", "", f"**{e['paper']}**: {e['what']}.", ""]
+        lines += [f"## {md_escape(e['name'], False)}", "",
+                  f"**{md_escape(e['paper'], False)}**: {md_escape(e['what'], False)}.", ""]
         if e["status"] != "ok":
-            lines += [f"*{e['status']}*: {e['reason']}", ""]
+            lines += [f"*{md_escape(e['status'], False)}*: {md_escape(e['reason'], False)}", ""]
             continue
         for art in e["artifacts"]:
-            stem = art["stem"]
+            stem = safe_stem(art["stem"])
+            caption = md_escape(art["caption"], False)
             if art["kind"] == "table":
                 base = f"tables/{stem}"
-                rows = art.get("rows", 0)
-                lines.append(f"**{art['caption']}** ({rows} row{'s' * (rows != 1)}): "
+                rows = int(art.get("rows", 0))
+                lines.append(f"**{caption}** ({rows} row{'s' * (rows != 1)}): "
                              f"{_link(base + '.md', 'Markdown')} · {_link(base + '.tex', 'LaTeX')} · "
                              f"{_link(base + '.csv', 'CSV')}")
                 lines += _inline(out, base + ".md") if rows <= INLINE_ROWS else [""]
             else:
                 base = f"figures/{stem}"
-                lines += ["", f"![{art['caption']}]({base}.png)", "",
-                          f"*{art['caption']}.* {_link(base + '.png', 'PNG')} · {_link(base + '.pdf', 'PDF')}", ""]
+                lines += ["", f"![{caption}]({base}.png)", "",
+                          f"*{caption}.* {_link(base + '.png', 'PNG')} · {_link(base + '.pdf', 'PDF')}", ""]
         lines.append("")
     skipped = [e for e in entries if e["status"] != "ok"]
     if skipped:
         lines += ["## Skipped and failed sections", ""]
-        lines += [f"- **{e['name']}** ({e['paper']}), {e['status']}: {e['reason']}" for e in skipped]
+        lines += [f"- **{md_escape(e['name'], False)}** ({md_escape(e['paper'], False)}), "
+                  f"{md_escape(e['status'], False)}: {md_escape(e['reason'], False)}" for e in skipped]
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -338,10 +406,10 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
                 if old is not None and same_inputs and args.only:
                     entries.append(old)                  # kept from the previous report (same inputs)
                 elif old is not None:
-                    _remove(out, old.get("outputs", []))
+                    _remove(out, old.get("outputs", []), prev["_listed"], log)
                 continue
             if old is not None:
-                _remove(out, old.get("outputs", []))
+                _remove(out, old.get("outputs", []), prev["_listed"], log)
             t = time.perf_counter()
             entry = run_section(s, inp, out, command, opts)
             status = max(status, int(entry["status"] == "failed"))
@@ -352,7 +420,7 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
     finally:
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
-    _write_text(out / INDEX, render_index(entries, files, notes, out))
+    _write_text(out, INDEX, render_index(entries, files, notes, out))
     import matplotlib
 
     from glance_law.data.provenance import library_versions
@@ -361,7 +429,7 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
     manifest = {"tool": "glance-law", "tool_version": __version__, "command": " ".join([prog] + list(argv)),
                 "seed": options.seed, "options": opts, "inputs": files, "libraries": libs,
                 "sections": entries, "outputs": outputs}
-    _write_text(out / MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
+    _write_text(out, MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
     if not args.quiet:
         n_ok = sum(e["status"] == "ok" for e in entries)
         log(f"{prog}: wrote {out / INDEX} ({n_ok} of {len(entries)} sections, {len(outputs)} files) "
@@ -379,6 +447,8 @@ def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict
         entry["artifacts"] = [{"stem": a.stem, "kind": "table", "caption": a.caption, "rows": a.rows}
                               if isinstance(a, A.Table) else {"stem": a.stem, "kind": "figure", "caption": a.caption}
                               for a in arts]
+    except OutputError:             # an output that cannot be written safely stops the report
+        raise
     except GlanceError as exc:      # MissingColumnError included: inputs the logs lack, named with the flag
         entry.update(status="skipped", reason=" ".join(str(exc).split()))
     except Exception as exc:  # noqa: BLE001 - a bug in one section must not cost the others

@@ -17,6 +17,8 @@ with one line naming the file, the column and the fix - or, with
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob as _glob
 import json
 import os
 import time
@@ -319,29 +321,128 @@ class LogSet:
 _GLOB_CHARS = set("*?[")
 
 
-def expand_paths(paths: str | os.PathLike | Iterable) -> list:
+def expand_paths(paths: str | os.PathLike | Iterable, problems: list | None = None) -> list:
     """Files, directories (every ``*.parquet`` below them, hidden files excluded) and globs
     (``**`` recurses), in the order given, each group sorted, de-duplicated by real path.
     A folder contributes its ``*.parquet`` files and the foreign logs the importers read
     (.jsonl, .jsonl.gz, ...). Local inputs come back as :class:`~pathlib.Path`; store URIs
     (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``, ``file://``, see :mod:`glance_law.data.uri`)
-    as URI strings."""
-    from glance_law.data.importers.common import is_foreign
+    as URI strings.
+
+    Links are treated the same whether a folder or a glob found them: a ``*.parquet``
+    link whose target is missing or loops, and a sub-folder that cannot be listed
+    (permissions), raise :class:`LogError` naming it - or, when ``problems`` is a list
+    (``skip_bad``), are appended to it as ``(path, reason)`` and left out."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+
+    def bad(err: LogError) -> None:
+        if problems is None:
+            raise err
+        problems.append((str(err.path), str(err)))
+
+    out: list = []
+    for p in paths:
+        if _uri.is_uri(p):
+            from glance_law.data.importers.common import is_foreign
+            try:
+                out.extend(_uri.expand([p], accept=lambda name: name.endswith(".parquet") or is_foreign(name),
+                                       what="*.parquet files (nor .jsonl/.jsonl.gz logs to import)"))
+            except _uri.StoreError as exc:
+                raise LogError(exc.location, exc.problem, exc.fix) from None
+            continue
+        s = str(p)
+        if _GLOB_CHARS & set(s) and not Path(s).exists():
+            hits = sorted(_glob.glob(s, recursive=True))
+            if not hits:
+                raise LogError(s, "the pattern matches no files",
+                               "check the path, or run glance-log first to write logs there")
+            cand = [Path(h) for h in hits]
+        else:
+            cand = [Path(s)]
+        for c in cand:
+            link = _broken_link(c)
+            if link is not None:
+                bad(link)
+            elif c.is_dir():
+                found = _walk_logs(c, bad)
+                if not found and not (problems and any(str(q).startswith(str(c)) for q, _ in problems)):
+                    raise LogError(c, "the folder holds no *.parquet files (nor .jsonl/.jsonl.gz logs to import)",
+                                   "point at the folder glance-log wrote (its --out)")
+                out.extend(found)
+            elif c.exists():
+                out.append(c)
+            else:
+                raise LogError(c, "no such file or folder",
+                               "check the path, or run glance-log first to write logs there")
+    seen, uniq = set(), []
+    for p in out:
+        key = p if isinstance(p, str) else os.path.realpath(p)
+        if key not in seen:
+            seen.add(key)
+            uniq.append(p)
+    return uniq
+
+
+def _broken_link(path: Path) -> LogError | None:
+    """The error for a symbolic link whose target is missing or loops, else None."""
+    if not os.path.islink(path):
+        return None
     try:
-        return _uri.expand(paths, accept=lambda name: name.endswith(".parquet") or is_foreign(name),
-                           what="*.parquet files (nor .jsonl/.jsonl.gz logs to import)")
-    except _uri.StoreError as exc:
-        raise LogError(exc.location, exc.problem, exc.fix) from None
+        os.stat(path)
+    except OSError as exc:
+        what = "a symbolic link loop" if exc.errno == errno.ELOOP else \
+            f"a symbolic link to a missing file ({os.readlink(path)})"
+        return LogError(path, f"is {what}", "remove the link or restore its target (with --skip-bad it is "
+                                            "left out and listed)")
+    return None
+
+
+def _walk_logs(folder: Path, bad) -> list[Path]:
+    """Every non-hidden ``*.parquet`` file (and foreign log the importers read) below ``folder`` (links to files followed, links to
+    folders not), sorted; broken links and folders that cannot be listed go to ``bad``."""
+    from glance_law.data.importers.common import is_foreign
+    found = []
+
+    def unreadable(exc: OSError) -> None:
+        where = exc.filename or folder
+        reason = "permission denied" if isinstance(exc, PermissionError) else (exc.strerror or str(exc))
+        bad(LogError(where, f"the folder cannot be listed ({reason}), so its logs would be missed",
+                     "give your user read and execute permission on it (chmod u+rx), or point at "
+                     "the folders you can read (with --skip-bad it is left out and listed)"))
+
+    for top, dirs, files in os.walk(folder, onerror=unreadable):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith(".") or not (name.endswith(".parquet") or is_foreign(name)):
+                continue
+            q = Path(top) / name
+            link = _broken_link(q)
+            if link is not None:
+                bad(link)
+            elif q.is_file():
+                found.append(q)
+    return sorted(found)
 
 
 def file_meta(path: Path):
     """(Parquet metadata, kind, glance.run) of a file, or LogError."""
     try:
-        size = _uri.size(path)
+        if _uri.is_uri(path):
+            size = _uri.size(path)
+        else:
+            size = os.stat(path).st_size
+            os.close(os.open(path, os.O_RDONLY))
     except _uri.StoreError as exc:
         raise LogError(path, exc.problem, exc.fix) from None
+    except FileNotFoundError:
+        raise LogError(path, "no such file", "check the path; was it deleted while reading?") from None
+    except PermissionError:
+        raise LogError(path, "cannot be read: permission denied",
+                       "give your user read permission (chmod u+r), run as the user that wrote the logs, "
+                       "or leave the file out (--skip-bad lists it and goes on)") from None
     except OSError as exc:
-        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the permissions") from None
+        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the path and its permissions") from None
     if size is None:
         raise LogError(path, "no such file", "check the path; was it deleted while reading?")
     if size == 0:
@@ -376,7 +477,7 @@ def file_meta(path: Path):
         run = json.loads(raw)
         if not isinstance(run, dict):
             raise ValueError
-    except ValueError:
+    except (ValueError, RecursionError):   # bad JSON, or nesting too deep to parse
         run = {"unparsed": raw[:500]}  # provenance is kept, never a reason to refuse data
     return md, kind, run
 
@@ -526,8 +627,9 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     S.columns(kind)
     if isinstance(columns, str):
         columns = [columns]
-    files = expand_paths(paths)
-    tables, infos, skipped, other = [], [], [], []
+    found: list = []
+    files = expand_paths(paths, found if skip_bad else None)
+    tables, infos, skipped, other = [], [], list(found), []
     files, foreign = split_foreign(files)
     notes_in: list[str] = []
     if foreign:

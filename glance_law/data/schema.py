@@ -479,14 +479,34 @@ def _check_list(col: Column, arr, scalars) -> Problem | None:
     return None
 
 
+def _utf8_problem(table: pa.Table) -> Problem | None:
+    """A text column (any column, in or outside the contract) holding bytes that are not UTF-8."""
+    for name in table.column_names:
+        col = table.column(name)
+        for chunk in col.chunks:
+            arr = chunk.dictionary if pa.types.is_dictionary(chunk.type) else chunk
+            if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+                break
+            try:
+                arr.validate(full=True)
+            except (pa.ArrowInvalid, pa.ArrowException) as exc:
+                return Problem(name, f"holds bytes that are not UTF-8 text ({str(exc).splitlines()[0][:80]})",
+                               "text columns must be UTF-8: decode the source strings with their real encoding "
+                               "(e.g. latin-1) before logging, or drop the file")
+    return None
+
+
 def check_values(kind: str, table: pa.Table) -> Problem | None:
     """The first contract violation among the contract columns present in ``table``.
 
-    Checked: nulls (required columns never; optional ones unless nullable, except
+    Checked: text columns are valid UTF-8 (every column), nulls (required columns never; optional ones unless nullable, except
     condition/drafter which the reader fills), numeric bounds, NaN/inf, list
     element bounds and list lengths against horizon/accepted, top-k row order,
     and accepted <= horizon. Columns outside the contract are not checked.
     """
+    p = _utf8_problem(table)
+    if p is not None:
+        return p
     present = set(table.column_names)
     cols = [c for c in columns(kind) if c.name in present]
     for c in cols:

@@ -53,12 +53,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from glance_law.errors import GlanceError
+
 __all__ = ["best_first", "target_positions", "build_tree", "Tree", "chain_tree", "max_code_bits"]
 
 #: rounds x budget processed per chunk: bounds memory (a few hundred MB) whatever the input size
 _CHUNK_NODES = 1 << 18
 #: width of the per-depth lists behind the seed bound
 _SEED_WIDTH = 48
+
+
+class CodeWidthError(GlanceError, ValueError):
+    """Horizon x log2(top-k width) exceeds the 62 bits of the exact node codes (a limit of the
+    data, not a programming error: the CLIs print it as one line and exit 2)."""
 
 
 def max_code_bits(L: int, k: int) -> float:
@@ -74,8 +81,11 @@ def check_logq(logq: np.ndarray) -> np.ndarray:
     if shape[1] < 1 or shape[2] < 1:
         raise ValueError("logq needs at least one offset and one candidate per offset")
     if max_code_bits(shape[1], shape[2]) > 62:
-        raise ValueError(f"L={shape[1]}, k={shape[2]} is too large for exact node codes "
-                         "(L*log2(k) must be <= 62); lower --branch-k or the horizon")
+        L, k = shape[1], shape[2]
+        raise CodeWidthError(f"horizon L={L} with top-k width k={k} is too large for the exact replay's node "
+                             f"codes (L x log2(k) = {max_code_bits(L, k):.1f} > 62; at k={k} the replay handles "
+                             f"horizons up to {int(62 // np.log2(max(k, 2)))}); log with a smaller --branch-k or "
+                             "horizon, or select rounds with a shorter horizon")
     logq = np.array(logq, dtype=np.float64)       # a copy: cleaned in place below
     logq[np.isnan(logq)] = -np.inf
     np.minimum(logq, 0.0, out=logq)               # log-probabilities; clip float noise above 0

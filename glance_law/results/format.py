@@ -12,6 +12,7 @@ from __future__ import annotations
 import html as _html
 import json
 import math
+import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -19,6 +20,69 @@ import pandas as pd
 
 FORMATS = ("text", "markdown", "latex", "html", "json", "csv")
 HUMAN = ("text", "markdown", "latex", "html")
+
+
+# ---------------------------------------------------------------------------
+# escaping: strings from logs (task names, prompt ids, paths, notes) reach every
+# format through these functions and nowhere else
+# ---------------------------------------------------------------------------
+
+_TOKEN = r"(?:-?inf|-|nan|[-+]?[0-9][0-9.eE+-]*)"
+_NUMBER_CELL = re.compile(rf"{_TOKEN}(?: \[{_TOKEN}, {_TOKEN}\])?")
+
+
+def _is_number_cell(s) -> bool:
+    """A cell :func:`fmt_number` made (a number, ``-``, ``est [lo, hi]``): nothing to escape."""
+    return isinstance(s, str) and _NUMBER_CELL.fullmatch(s) is not None
+
+
+_CONTROL = {i: f"\\x{i:02x}" for i in range(32)} | {0x7F: "\\x7f", 0x85: "\\x85", 0x2028: "\\u2028",
+                                                   0x2029: "\\u2029"}
+_CONTROL.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
+
+
+def one_line(s) -> str:
+    """``s`` on one line: newlines, tabs and other control characters shown as ``\\n``, ``\\t``,
+    ``\\xNN`` (visible, never dropped), so a log string cannot start a new line of output."""
+    return str(s).translate(_CONTROL)
+
+
+def text_escape(s) -> str:
+    """A log string for plain text: :func:`one_line`."""
+    return one_line(s)
+
+
+_MD_SPECIAL = set("\\`*[]|~")
+
+
+def md_escape(s, table: bool = True) -> str:
+    """A log string for Markdown: one line, ``&``, ``<``, ``>`` as HTML entities (raw HTML and
+    autolinks cannot form), the punctuation of links, images, code spans, emphasis and tables
+    (``[ ] ` * ~ \\`` and non-intraword ``_``) backslash-escaped, and ``|`` too in a table cell
+    (``table``; outside tables a pipe is plain text)."""
+    if _is_number_cell(s):
+        return s
+    out, text = [], one_line(s)
+    for i, ch in enumerate(text):
+        if ch == "_":          # intraword underscores (ceiling_fraction) cannot open emphasis
+            inner = 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
+            out.append("_" if inner else "\\_")
+        elif ch == "&":
+            out.append("&amp;")
+        elif ch == "<":
+            out.append("&lt;")
+        elif ch == ">":
+            out.append("&gt;")
+        elif ch in _MD_SPECIAL and (table or ch != "|"):
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def html_escape(s) -> str:
+    """A log string for HTML: one line, ``& < > " '`` as entities."""
+    return _html.escape(text_escape(s), quote=True)
 
 
 def _is_missing(v) -> bool:
@@ -56,7 +120,7 @@ def fmt_number(v, name: str = "", digits: int = 3) -> str:
         if abs(x) >= 100:
             return f"{x:.1f}"
         return f"{x:.{digits}f}"
-    return str(v)
+    return str(v)           # text (a task name, an id): escaped by each renderer
 
 
 def interval_groups(columns: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -89,6 +153,7 @@ def display_frame(frame: pd.DataFrame, digits: int = 3, intervals: bool = True) 
 
 
 def _text(df: pd.DataFrame, title, notes) -> str:
+    df = pd.DataFrame({text_escape(c): [text_escape(v) for v in df[c]] for c in df.columns})
     cols = list(df.columns)
     widths = [max([len(str(c))] + [len(str(v)) for v in df[c]]) for c in cols]
     left = [i == 0 or not any(ch.isdigit() for ch in "".join(df[c].astype(str))) for i, c in enumerate(cols)]
@@ -97,27 +162,23 @@ def _text(df: pd.DataFrame, title, notes) -> str:
         return "  ".join(str(v).ljust(w) if l else str(v).rjust(w) for v, w, l in zip(vals, widths, left)).rstrip()
 
     rows = [line(cols), line(["-" * w for w in widths])] + [line(r) for r in df.itertuples(index=False)]
-    head = [title, ""] if title else []
-    tail = [""] + [f"note: {n}" for n in notes] if notes else []
+    head = [text_escape(title), ""] if title else []
+    tail = [""] + [f"note: {text_escape(n)}" for n in notes] if notes else []
     return "\n".join(head + rows + tail) + "\n"
-
-
-def _md_escape(s: str) -> str:
-    return str(s).replace("|", "\\|")
 
 
 def _markdown(df: pd.DataFrame, title, notes) -> str:
     cols = list(df.columns)
     out = []
     if title:
-        out += [f"**{title}**", ""]
-    out.append("| " + " | ".join(_md_escape(c) for c in cols) + " |")
+        out += [f"**{md_escape(title, table=False)}**", ""]
+    out.append("| " + " | ".join(md_escape(c) for c in cols) + " |")
     out.append("|" + "|".join(":---" if i == 0 else "---:" for i in range(len(cols))) + "|")
     for r in df.itertuples(index=False):
-        out.append("| " + " | ".join(_md_escape(v) for v in r) + " |")
+        out.append("| " + " | ".join(md_escape(v) for v in r) + " |")
     if notes:
         out.append("")
-        out += [f"- {n}" for n in notes]
+        out += [f"- {md_escape(n, table=False)}" for n in notes]
     return "\n".join(out) + "\n"
 
 
@@ -126,7 +187,8 @@ _LATEX_ESC = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#"
 
 
 def latex_escape(s) -> str:
-    return "".join(_LATEX_ESC.get(ch, ch) for ch in str(s))
+    """A string for LaTeX: one line (:func:`one_line`), special characters escaped."""
+    return "".join(_LATEX_ESC.get(ch, ch) for ch in text_escape(s))
 
 
 def _latex(df: pd.DataFrame, title, notes) -> str:
@@ -145,7 +207,7 @@ def _latex(df: pd.DataFrame, title, notes) -> str:
 
 
 def _html_table(df: pd.DataFrame, title, notes) -> str:
-    e = _html.escape
+    e = html_escape
     out = ['<table class="glance-table">']
     if title:
         out.append(f"<caption>{e(str(title))}</caption>")

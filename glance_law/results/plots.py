@@ -314,18 +314,27 @@ _META = {"png": {"Software": None},
          "pdf": {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}}
 
 
-def save_figure(fig, stem, formats: Sequence[str] = FIGURE_FORMATS, close: bool = True) -> list[Path]:
+def save_figure(fig, stem, formats: Sequence[str] = FIGURE_FORMATS, close: bool = True,
+                root=None) -> list[Path]:
     """Write ``fig`` as ``stem.png`` and ``stem.pdf`` (by default) with fixed metadata, so the same
-    figure gives the same bytes; returns the paths. Closes the figure unless ``close=False``."""
+    figure gives the same bytes; returns the paths. Closes the figure unless ``close=False``.
+    Each file is written by :func:`glance_law.data.outputs.write_file` (fresh temporary file,
+    then rename; with ``root``, no folder between ``root`` and the file may be a link)."""
+    import io
+
+    from glance_law.data.outputs import write_file
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    if root is None:
+        stem.parent.mkdir(parents=True, exist_ok=True)
     out = []
     try:
         for fmt in formats:
             if fmt not in _META:
                 raise GlanceError(f"unknown figure format {fmt!r}; choose from {', '.join(_META)}")
             path = stem.with_name(f"{stem.name}.{fmt}")
-            fig.savefig(path, format=fmt, dpi=_DPI, metadata=_META[fmt])
+            buf = io.BytesIO()
+            fig.savefig(buf, format=fmt, dpi=_DPI, metadata=_META[fmt])
+            write_file(path, buf.getvalue(), root=root)
             out.append(path)
     finally:
         if close:

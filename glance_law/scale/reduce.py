@@ -43,6 +43,7 @@ loading the rounds.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
@@ -336,9 +337,58 @@ class Reduced(Result):
         if not isinstance(meta, Mapping) or meta.get("format") != FORMAT or "grid" not in meta:
             raise GlanceError(f"{where}: the reduced file has no glance_law.reduce metadata (format {FORMAT}); "
                               "write reductions with python -m glance_law.reduce")
-        grid = Grid(**meta["grid"])
+        check_metadata(meta, where)
+        try:
+            grid = Grid(**meta["grid"])
+        except GlanceError as exc:
+            raise GlanceError(f"{where}: the reduction metadata's grid: {exc}") from None
         info = {k: v for k, v in meta.items() if k not in ("format", "bucket_hash", "buckets", "grid")}
         return cls(normalize_cells(cells), grid, check_buckets(meta["buckets"]), info)
+
+
+def _count(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+
+
+def _counts(v, depth: int = 1) -> bool:
+    if not isinstance(v, Mapping) or not all(isinstance(k, str) for k in v):
+        return False
+    return all(_count(x) if depth == 1 else _counts(x, depth - 1) for x in v.values())
+
+
+#: The ``reduction`` entry of a reduced file's ``glance.run``: key -> (check, what it must be).
+METADATA_RULES: dict = {
+    "grid": (lambda v: isinstance(v, Mapping) and set(v) <= {"per_octave", "lo_exp", "hi_exp"}
+             and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()),
+             "an object with integer per_octave, lo_exp, hi_exp"),
+    "buckets": (lambda v: _count(v) and v >= 1, "a positive integer"),
+    "condition": (lambda v: v is None or isinstance(v, list) and all(isinstance(c, str) for c in v),
+                  "null or a list of condition names"),
+    "rounds_read": (_count, "a count (an integer >= 0)"),
+    "excluded_horizon0": (_count, "a count (an integer >= 0)"),
+    "excluded_conditions": (_counts, "an object of counts by condition"),
+    "filled": (_counts, "an object of counts by column"),
+    "prompts": (lambda v: _counts(v, 2), "an object drafter -> task -> count"),
+    "skipped": (lambda v: isinstance(v, list) and all(isinstance(x, (list, tuple)) and len(x) == 2
+                                                      and all(isinstance(y, str) for y in x) for x in v),
+                "a list of [path, reason] pairs"),
+    "sources": (lambda v: isinstance(v, list) and all(isinstance(x, Mapping) for x in v), "a list of objects"),
+}
+
+
+def check_metadata(meta: Mapping, where: str = "") -> None:
+    """Check every known field of a ``reduction`` entry (required: grid, buckets) before it is used;
+    one line naming the file, the field and what it must be."""
+    for key, (ok, what) in METADATA_RULES.items():
+        if key not in meta:
+            if key in ("grid", "buckets"):
+                raise GlanceError(f"{where}: the reduction metadata lacks '{key}' ({what}); the file was not "
+                                  "written by python -m glance_law.reduce or was altered: reduce the logs again")
+            continue
+        if not ok(meta[key]):
+            raise GlanceError(f"{where}: the reduction metadata's '{key}' must be {what}, got "
+                              f"{json.dumps(meta[key], default=str)[:80]}; the file was altered or written by "
+                              "another tool: reduce the logs again with python -m glance_law.reduce")
 
 
 def merge(items: Sequence[Reduced]) -> Reduced:

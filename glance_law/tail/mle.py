@@ -34,6 +34,7 @@ Data enter only through the count vector of a data set: cells
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -103,13 +104,52 @@ def counts(accepted, horizon, Lmax: int | None = None) -> np.ndarray:
     return np.concatenate([exact, cens]).astype(np.float64)
 
 
-def geometric_from_counts(W: np.ndarray):
-    """Closed-form MLE ``p = successes / (successes + failures)`` and its log-likelihood, per count row."""
-    W = np.atleast_2d(np.asarray(W, dtype=np.float64))
-    Lmax = W.shape[1] // 2
-    k = np.arange(Lmax, dtype=np.float64)
-    succ = W[:, :Lmax] @ k + W[:, Lmax:] @ (k + 1.0)
-    fail = W[:, :Lmax].sum(-1)
+@dataclass(frozen=True, eq=False)
+class CellCounts:
+    """Count rows over a subset of the ``2 Lmax`` cells (:func:`counts`): ``W`` (n, c) holds the
+    counts at the cell indices ``cells`` (c,), every other cell is 0. With a large horizon most
+    cells are empty, so this keeps data sets at O(rounds) instead of O(L)."""
+
+    cells: np.ndarray
+    W: np.ndarray
+    Lmax: int
+
+    @classmethod
+    def of(cls, W, Lmax: int | None = None) -> CellCounts:
+        """``W`` as CellCounts (a dense (n, 2 Lmax) array: its non-empty columns)."""
+        if isinstance(W, CellCounts):
+            return W
+        W = np.atleast_2d(np.asarray(W, dtype=np.float64))
+        cols = np.flatnonzero(W.any(axis=0))
+        return cls(cols, W[:, cols], W.shape[1] // 2 if Lmax is None else int(Lmax))
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros((self.W.shape[0], 2 * self.Lmax))
+        out[:, self.cells] = self.W
+        return out
+
+    def rows(self, i0: int, i1: int) -> CellCounts:
+        """Rows ``i0:i1`` over their own non-empty cells."""
+        W = self.W[i0:i1]
+        keep = W.any(axis=0)
+        return CellCounts(self.cells[keep], W[:, keep], self.Lmax)
+
+
+def geometric_from_counts(W):
+    """Closed-form MLE ``p = successes / (successes + failures)`` and its log-likelihood, per count row
+    (``W`` dense (n, 2 Lmax) or :class:`CellCounts`)."""
+    if isinstance(W, CellCounts):
+        exact = W.cells < W.Lmax
+        value = np.where(exact, W.cells, W.cells - W.Lmax + 1).astype(np.float64)
+        succ = W.W @ value
+        fail = W.W[:, exact].sum(-1)
+        W = W.W
+    else:
+        W = np.atleast_2d(np.asarray(W, dtype=np.float64))
+        Lmax = W.shape[1] // 2
+        k = np.arange(Lmax, dtype=np.float64)
+        succ = W[:, :Lmax] @ k + W[:, Lmax:] @ (k + 1.0)
+        fail = W[:, :Lmax].sum(-1)
     tot = succ + fail
     p = np.divide(succ, tot, out=np.full_like(tot, np.nan), where=tot > 0)
     ll = special.xlogy(succ, p) + special.xlog1py(fail, -p)
@@ -186,6 +226,83 @@ def law_coefficients(l1: np.ndarray, l2: np.ndarray, Lmax: int):
     B = h
     return (np.concatenate([A[:, :-1] - A[:, 1:], A[:, 1:]], axis=1),
             np.concatenate([B[:, :-1] - B[:, 1:], B[:, 1:]], axis=1))
+
+
+def _advance(h, p2, l1, l2, d: int):
+    """``d`` steps of the recurrence ``(h, p2) <- (l1 h + p2, l2 p2)`` at once: the state times
+    ``M^d``, ``M = [[l1, 1], [0, l2]]``, by repeated squaring (O(log d) vector operations)."""
+    a, b, c = np.ones_like(l1), np.zeros_like(l1), np.ones_like(l1)
+    pa, pb, pc = l1, np.ones_like(l1), l2
+    while d:
+        if d & 1:
+            a, b, c = a * pa, a * pb + b * pc, c * pc
+        d >>= 1
+        if d:
+            pa, pb, pc = pa * pa, pb * (pa + pc), pc * pc
+    return a * h + b * p2, c * p2
+
+
+def coefficient_blocks(l1: np.ndarray, l2: np.ndarray, cells, Lmax: int, block: int = 256):
+    """:func:`law_coefficients` at the cell indices ``cells`` only: yields ``(positions, A, B)``
+    with A, B (m, len(positions)) for blocks of at most ``block`` cells (positions index
+    ``cells``), in the order the cells complete.
+
+    The recurrence visits only the survival indices the cells need (an exact cell k needs S(k)
+    and S(k+1), a capped cell l needs S(l)); a gap between them is crossed by :func:`_advance`, so
+    the cost is O(m * cells * log L) and memory O(m * block), never (m, Lmax). Consecutive
+    indices take the step of :func:`law_coefficients` itself (the same arithmetic)."""
+    l1 = np.asarray(l1, dtype=np.float64)
+    l2 = np.asarray(l2, dtype=np.float64)
+    cells = np.asarray(cells, dtype=np.int64)
+    if cells.size == 0:
+        return
+    exact = cells < Lmax
+    done_at = np.where(exact, cells + 1, cells - Lmax + 1)   # exact cell k: S(k) - S(k+1); capped l: S(l)
+    order = np.argsort(done_at, kind="stable")
+    events = np.unique(np.concatenate([done_at, done_at[exact] - 1]))
+    m = l1.shape[0]
+    h = np.zeros(m)
+    p2 = np.ones(m)
+    prev_a = prev_b = None
+    pos: list[int] = []
+    ca: list[np.ndarray] = []
+    cb: list[np.ndarray] = []
+    i, at = 0, 0
+    for l in events.tolist():
+        if l == at + 1:
+            h, p2 = l1 * h + p2, p2 * l2
+        elif l > at:
+            h, p2 = _advance(h, p2, l1, l2, l - at)
+        at = l
+        a_l = p2 - l2 * h
+        while i < order.size and done_at[order[i]] == l:
+            c = int(order[i])
+            if exact[c]:          # S(k) was the previous event (k = l - 1 is always one)
+                ca.append(prev_a - a_l)
+                cb.append(prev_b - h)
+            else:
+                ca.append(a_l)
+                cb.append(h)
+            pos.append(c)
+            i += 1
+            if len(pos) == block:
+                yield np.array(pos), np.stack(ca, axis=1), np.stack(cb, axis=1)
+                pos, ca, cb = [], [], []
+        prev_a, prev_b = a_l, h
+    if pos:
+        yield np.array(pos), np.stack(ca, axis=1), np.stack(cb, axis=1)
+
+
+def law_coefficients_at(l1: np.ndarray, l2: np.ndarray, cells, Lmax: int):
+    """``(A, B)``, each (m, len(cells)): :func:`law_coefficients` restricted to ``cells``."""
+    l1 = np.asarray(l1, dtype=np.float64)
+    cells = np.asarray(cells, dtype=np.int64)
+    A = np.empty((l1.shape[0], cells.size))
+    B = np.empty_like(A)
+    for pos, a, b in coefficient_blocks(l1, l2, cells, Lmax, block=max(1, cells.size)):
+        A[:, pos] = a
+        B[:, pos] = b
+    return A, B
 
 
 # ---------------------------------------------------------------------------
@@ -319,14 +436,15 @@ def _starts(prof: np.ndarray, shape, k: int) -> np.ndarray:
     return np.concatenate([loc, np.array(extra, dtype=np.int64)])
 
 
-def _profile_at(u, v, W, Lmax, x0=None, ratio: bool = True, max_iter: int = 200):
+def _profile_at(u, v, W, Lmax, x0=None, ratio: bool = True, max_iter: int = 200, cells=None):
     """The profile at (u, v): lambda2 = lambda1 * v (``ratio``) or lambda2 = clip(v, -lambda1, lambda1).
 
+    ``W`` holds counts at every cell, or (``cells``) at those cells only.
     With a small ``max_iter`` the value is a lower bound of the profile (a feasible S1).
     """
     l1 = _l1_of_u(u)
     l2 = l1 * v if ratio else np.clip(v, -l1, l1)
-    A, B = law_coefficients(l1, l2, Lmax)
+    A, B = law_coefficients(l1, l2, Lmax) if cells is None else law_coefficients_at(l1, l2, cells, Lmax)
     lo = s1_lower(l1, l2)
     return profile_s1(A, B, W, lo, np.ones_like(lo), x0, max_iter=max_iter)
 
@@ -354,7 +472,8 @@ def _quad_step(u, v, pu, pv, f0, fs, su, sv):
     if clipped.size:   # stencil points clipped at the domain's edge: solve those rows individually
         c[clipped] = np.einsum("kij,kj->ki", np.linalg.pinv(D[clipped], rcond=1e-10), F[clipped])
     h11, h12, h22 = 2 * c[:, 3], c[:, 4], 2 * c[:, 5]
-    det = h11 * h22 - h12 ** 2
+    with np.errstate(invalid="ignore", over="ignore"):
+        det = h11 * h22 - h12 ** 2
     negdef = (h11 < 0) & (det > 0) & ok
     with np.errstate(divide="ignore", invalid="ignore"):
         du = -(h22 * c[:, 1] - h12 * c[:, 2]) / det
@@ -363,7 +482,7 @@ def _quad_step(u, v, pu, pv, f0, fs, su, sv):
 
 
 def _search(u, v, s1, ll, W, Lmax, du, dv, group=None, max_iter: int = 60, tol: float = 1e-7,
-            prune_after: int = 4):
+            prune_after: int = 4, cells=None):
     """Maximise the profile over (u, lambda2) in [0, 1] x [-1, 1] from each start (vectorised).
 
     The coordinates (u, lambda2) make the profile's long near-flat ridges (a small
@@ -390,13 +509,13 @@ def _search(u, v, s1, ll, W, Lmax, du, dv, group=None, max_iter: int = 60, tol: 
         pu = np.clip(u[act, None] + _MOVES[None, :, 0] * du[act, None], 0.0, 1.0)
         pv = np.clip(v[act, None] + _MOVES[None, :, 1] * dv[act, None], -1.0, 1.0)
         xs, fs = _profile_at(pu.ravel(), pv.ravel(), np.repeat(W[act], 8, axis=0), Lmax, np.repeat(s1[act], 8),
-                             ratio=False, max_iter=12)
+                             ratio=False, max_iter=12, cells=cells)
         xs, fs = xs.reshape(k, 8), fs.reshape(k, 8)
         qu, qv = _quad_step(u[act], v[act], pu, pv, ll[act], fs, du[act], dv[act])
         lim_u, lim_v = 4.0 * du[act], 4.0 * dv[act]
         nu = np.clip(u[act] + np.clip(np.nan_to_num(qu), -lim_u, lim_u), 0.0, 1.0)
         nv = np.clip(v[act] + np.clip(np.nan_to_num(qv), -lim_v, lim_v), -1.0, 1.0)
-        xq, fq = _profile_at(nu, nv, W[act], Lmax, s1[act], ratio=False, max_iter=12)
+        xq, fq = _profile_at(nu, nv, W[act], Lmax, s1[act], ratio=False, max_iter=12, cells=cells)
         fq = np.where(np.isnan(qu), -np.inf, fq)
         cand_f = np.concatenate([fs, fq[:, None]], axis=1)
         best = np.argmax(np.where(np.isfinite(cand_f), cand_f, -np.inf), axis=1)
@@ -407,7 +526,8 @@ def _search(u, v, s1, ll, W, Lmax, du, dv, group=None, max_iter: int = 60, tol: 
         bu = np.where(isq, nu, pu[r, np.minimum(best, 7)])
         bv = np.where(isq, nv, pv[r, np.minimum(best, 7)])
         bx = np.where(isq, xq, xs[r, np.minimum(best, 7)])
-        gain = np.where(up, fb - ll[act], 0.0)
+        with np.errstate(invalid="ignore"):          # -inf - -inf where a start has no feasible law yet
+            gain = np.where(up, fb - ll[act], 0.0)
         sel = act[up]
         u[sel], v[sel], s1[sel], ll[sel] = bu[up], bv[up], bx[up], fb[up]
         grow = up & ~isq
@@ -425,14 +545,33 @@ def _search(u, v, s1, ll, W, Lmax, du, dv, group=None, max_iter: int = 60, tol: 
     return u, v, s1, ll
 
 
-def fit_counts(W: np.ndarray, n_local: int = 6, chunk: int = 64):
-    """Global two-state MLE for every count row of ``W`` (n, 2 Lmax).
+#: Up to this many cells (2 Lmax, i.e. horizons up to 16, the logs of the paper) data sets are scored
+#: densely against the cached grid table (the original path, results unchanged); above it only each
+#: chunk's non-empty cells are, so memory does not grow with L (same maxima to ~1e-9, see tests).
+DENSE_CELLS = 32
+#: Budget of the sparse path: grid cells per streamed block, and search rows x cells per chunk.
+GRID_BLOCK = 32
+SEARCH_ELEMENTS = 2_000_000
+
+
+def fit_counts(W, n_local: int = 6, chunk: int = 64):
+    """Global two-state MLE for every count row of ``W`` (n, 2 Lmax), dense or :class:`CellCounts`.
 
     Stage 1 scores every data set against the tabulated grid (one matrix
     product), stage 2 refines the best ``n_local`` local maxima of the grid
     profile by :func:`_search` with the exact concave profile over S1.
     Returns ``(lambda1, lambda2, S1, ll)``, each (n,).
+
+    Memory: with ``2 Lmax <= DENSE_CELLS`` the whole grid table is built once and cached
+    (the reference path); above that every chunk of data sets is scored only at its non-empty
+    cells (:class:`CellCounts`), the grid streamed in blocks of ``GRID_BLOCK`` cells and the
+    recurrence crossing gaps by squaring, so memory is O(rounds + L) whatever the horizon (a
+    horizon of 30000: about 130 MB, as at 300).
     """
+    if isinstance(W, CellCounts) and 2 * W.Lmax <= DENSE_CELLS:
+        W = W.dense()
+    if isinstance(W, CellCounts) or np.shape(W)[-1] > DENSE_CELLS:
+        return _fit_sparse(CellCounts.of(W), n_local, chunk)
     W = np.atleast_2d(np.asarray(W, dtype=np.float64))
     n, c = W.shape
     Lmax = c // 2
@@ -441,22 +580,86 @@ def fit_counts(W: np.ndarray, n_local: int = 6, chunk: int = 64):
     for i0 in range(0, n, chunk):
         Wc = W[i0:i0 + chunk]
         ll = (logp @ Wc.T.astype(np.float32)).T.reshape(Wc.shape[0], nu * nv, ns)   # (chunk, points, ns)
-        j = np.argmax(ll, axis=2)
-        prof = np.take_along_axis(ll, j[:, :, None], axis=2)[:, :, 0].astype(np.float64)
-        for r in range(Wc.shape[0]):
-            loc = _starts(prof[r], (nu, nv), n_local)
-            s_u.append(Ug[loc])
-            s_v.append(Vg[loc])
-            s_x.append(Xg[loc, j[r, loc]])
-            rows.append(np.full(loc.size, i0 + r))
+        _collect_starts(ll, i0, n_local, (nu, nv), Ug, Vg, Xg, rows, s_u, s_v, s_x)
+    return _refine(rows, s_u, s_v, s_x, W, Lmax, n, n_local, nu, nv, None)
+
+
+def _collect_starts(ll, i0, n_local, shape, Ug, Vg, Xg, rows, s_u, s_v, s_x) -> None:
+    j = np.argmax(ll, axis=2)
+    prof = np.take_along_axis(ll, j[:, :, None], axis=2)[:, :, 0].astype(np.float64)
+    for r in range(ll.shape[0]):
+        loc = _starts(prof[r], shape, n_local)
+        s_u.append(Ug[loc])
+        s_v.append(Vg[loc])
+        s_x.append(Xg[loc, j[r, loc]])
+        rows.append(np.full(loc.size, i0 + r))
+
+
+def _refine(rows, s_u, s_v, s_x, W, Lmax, n, n_local, nu, nv, cells):
     rows = np.concatenate(rows)
     u, v, s1 = (np.concatenate(a) for a in (s_u, s_v, s_x))
     w = _l1_of_u(u) * v
-    s1, ll = _profile_at(u, w, W[rows], Lmax, s1, ratio=False)
-    u, w, s1, ll = _search(u, w, s1, ll, W[rows], Lmax, 0.5 / nu, 1.0 / (nv - 1), group=rows)
-    s1, ll = _profile_at(u, w, W[rows], Lmax, s1, ratio=False)     # exact profile at every end point
+    s1, ll = _profile_at(u, w, W[rows], Lmax, s1, ratio=False, cells=cells)
+    u, w, s1, ll = _search(u, w, s1, ll, W[rows], Lmax, 0.5 / nu, 1.0 / (nv - 1), group=rows, cells=cells)
+    s1, ll = _profile_at(u, w, W[rows], Lmax, s1, ratio=False, cells=cells)     # exact profile at every end point
     k = n_local + 4
     ll_m = np.where(np.isfinite(ll), ll, -np.inf).reshape(n, k)
     best = np.argmax(ll_m, axis=1) + np.arange(n) * k
     l1 = _l1_of_u(u[best])
     return l1, np.clip(w[best], -l1, l1), s1[best], ll[best]
+
+
+@lru_cache(maxsize=2)
+def _grid_points(nu: int = N_U, nv: int = N_V, ns: int = N_S1):
+    """The grid's coordinates without its table: U, V, lambda1, lambda2 (nu * nv,) and X (nu * nv, ns)."""
+    u = np.linspace(0.0, 1.0, nu + 1)[1:]
+    v = np.linspace(-1.0, 1.0, nv)
+    U, V = np.meshgrid(u, v, indexing="ij")
+    U, V = U.ravel(), V.ravel()
+    L1 = _l1_of_u(U)
+    lo = s1_lower(L1, L1 * V)
+    t = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, ns)))
+    X = lo[:, None] + (1.0 - lo[:, None]) * t[None, :]
+    return U, V, L1, L1 * V, X
+
+
+def _grid_scores(cc: CellCounts) -> np.ndarray:
+    """Stage 1 of the sparse path: the grid log-likelihood (rows, points, ns) of the data sets
+    ``cc``, the grid's log cell probabilities computed block by block at ``cc.cells`` only."""
+    U, V, L1, L2, X = _grid_points()
+    m, ns = X.shape
+    acc = np.zeros((m * ns, cc.W.shape[0]), dtype=np.float32)
+    Wt = cc.W.T.astype(np.float32)
+    for pos, A, B in coefficient_blocks(L1, L2, cc.cells, cc.Lmax, GRID_BLOCK):
+        prob = A[:, None, :] + B[:, None, :] * X[:, :, None]
+        with np.errstate(divide="ignore"):
+            logp = np.log(np.maximum(prob, 0.0))
+        logp = np.maximum(logp, -1e30).astype(np.float32).reshape(-1, pos.size)
+        acc += logp @ Wt[pos]
+    return acc.T.reshape(cc.W.shape[0], m, ns)
+
+
+def _fit_sparse(cc: CellCounts, n_local: int, chunk: int):
+    """:func:`fit_counts` for data sets over a large horizon, chunk by chunk of data sets, each
+    over its own non-empty cells (rows x starts x cells bounded by ``SEARCH_ELEMENTS``)."""
+    n = cc.W.shape[0]
+    U, V, _, _, X = _grid_points()
+    nu, nv = N_U, N_V
+    k = n_local + 4
+    nnz = (cc.W > 0).sum(axis=1)
+    out = [np.empty(n) for _ in range(4)]
+    i0 = 0
+    while i0 < n:
+        i1, cells = i0 + 1, int(nnz[i0])
+        while i1 < n and i1 - i0 < chunk and \
+                (i1 + 1 - i0) * k * 8 * min(cells + int(nnz[i1]), cc.cells.size) <= SEARCH_ELEMENTS:
+            cells += int(nnz[i1])
+            i1 += 1
+        part = cc.rows(i0, i1)
+        rows, s_u, s_v, s_x = [], [], [], []
+        _collect_starts(_grid_scores(part), 0, n_local, (nu, nv), U, V, X, rows, s_u, s_v, s_x)
+        res = _refine(rows, s_u, s_v, s_x, part.W, part.Lmax, i1 - i0, n_local, nu, nv, part.cells)
+        for o, r in zip(out, res):
+            o[i0:i1] = r
+        i0 = i1
+    return tuple(out)

@@ -375,9 +375,13 @@ def chi2_sf(x, df):
     return float(stats.chi2.sf(x, df)) if df >= 1 and np.isfinite(x) else float("nan")
 
 
-def _simulate_geometric(p: float, L: np.ndarray, n_boot: int, rng) -> np.ndarray:
-    """Count rows of ``n_boot`` data sets drawn from the truncated geometric with the rounds' horizons."""
+def _simulate_geometric(p: float, L: np.ndarray, n_boot: int, rng):
+    """Count rows of ``n_boot`` data sets drawn from the truncated geometric with the rounds' horizons:
+    dense (n_boot, 2 Lmax) for short horizons, else :class:`glance_law.tail.mle.CellCounts` over the
+    cells the draws hit (memory O(n_boot * rounds), not O(n_boot * L))."""
     Lmax = int(L.max())
+    if 2 * Lmax > _mle.DENSE_CELLS:
+        return _simulate_geometric_cells(p, L, n_boot, rng)
     out = np.zeros((n_boot, 2 * Lmax))
     if p <= 0 or p >= 1:
         a = np.zeros_like(L) if p <= 0 else L.copy()
@@ -395,6 +399,27 @@ def _simulate_geometric(p: float, L: np.ndarray, n_boot: int, rng) -> np.ndarray
             np.bincount((rows + ce).ravel(), minlength=nb * (2 * Lmax + 1))
         out[b0:b0 + nb] = flat.reshape(nb, 2 * Lmax + 1)[:, :2 * Lmax]
     return out
+
+
+def _simulate_geometric_cells(p: float, L: np.ndarray, n_boot: int, rng):
+    """:func:`_simulate_geometric` as CellCounts (the same draws from ``rng``)."""
+    Lmax = int(L.max())
+    L = L.astype(np.int64)
+    if p <= 0 or p >= 1:
+        a = np.zeros_like(L) if p <= 0 else L.copy()
+        return _mle.CellCounts.of(np.repeat(_mle.counts(a, L, Lmax)[None], n_boot, axis=0))
+    chunk = max(1, 4_000_000 // max(L.size, 1))
+    idx = []
+    for b0 in range(0, n_boot, chunk):
+        nb = min(chunk, n_boot - b0)
+        a = np.minimum(rng.geometric(1.0 - p, size=(nb, L.size)) - 1, L[None, :])
+        idx.append(np.where(a >= L[None, :], Lmax + L[None, :] - 1, a))   # the cell of every round
+    cell = np.concatenate(idx, axis=0) if idx else np.zeros((0, L.size), dtype=np.int64)
+    cells, inv = np.unique(cell, return_inverse=True)
+    inv = inv.reshape(cell.shape)
+    rows = np.arange(cell.shape[0])[:, None] * cells.size
+    W = np.bincount((rows + inv).ravel(), minlength=cell.shape[0] * cells.size).reshape(cell.shape[0], cells.size)
+    return _mle.CellCounts(cells, W.astype(np.float64), Lmax)
 
 
 class LRT(NamedTuple):

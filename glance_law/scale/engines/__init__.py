@@ -98,7 +98,8 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     cond = normalize_condition(condition)
     mod = _engine(engine)
     from glance_law.data.io import expand_paths, split_foreign
-    files, foreign = split_foreign(expand_paths(paths))
+    found: list = []     # broken links and unlistable folders (with skip_bad): listed as skipped below
+    files, foreign = split_foreign(expand_paths(paths, found if skip_bad else None))
     parts: list[Reduced] = []
     if foreign:  # .jsonl/.jsonl.gz/.prom logs: imported in memory, reduced in pandas, merged below
         from glance_law.data.importers import import_logs
@@ -116,6 +117,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                                "a reduction needs per-round rows; see docs/your-logs.md")
             return merge(parts)
     rounds, reduced, _, skipped = scan(files, skip_bad)
+    skipped = list(found) + list(skipped)
     if rounds:
         while True:
             try:

@@ -16,7 +16,7 @@ from glance_law.data import uri
 from glance_law.errors import GlanceError
 from glance_law.scale.reduce import Grid
 
-from .sources import Source
+from .sources import BadFiles, Source
 from .sql import DUCKDB, lit, run
 
 
@@ -162,7 +162,16 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
         except duckdb.Error as exc:
             if live and uri.is_uri(live[0]) and how == "httpfs":
                 raise uri.explain(live[0], exc) from None
-            raise GlanceError(f"duckdb could not reduce the logs ({str(exc).splitlines()[0][:200]})") from None
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            named = [p for p in live if not uri.is_uri(p) and f'"{os.path.abspath(p)}"' in msg]
+            if named:   # one file's fault (e.g. text that is not UTF-8): skippable like any bad file
+                from glance_law.data.io import LogError
+                what = "holds bytes that are not UTF-8 text" if "UTF8" in msg or "UTF-8" in msg \
+                    else "could not be read by duckdb"
+                err = LogError(named[0], f"{what} (duckdb: {msg[:160]})",
+                               "fix or re-log the file, or pass --skip-bad to leave it out")
+                raise BadFiles([(named[0], str(err))]) from None
+            raise GlanceError(f"duckdb could not reduce the logs ({msg[:200]})") from None
     finally:
         con.close()
         if temp_directory is None:

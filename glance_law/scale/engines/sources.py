@@ -67,7 +67,7 @@ def scan(paths, skip_bad: bool = False) -> tuple[list[Source], list[Source], lis
     unless ``skip_bad``."""
     from glance_law.data.io import LogError, expand_paths, file_meta
     rounds, reduced, other, skipped = [], [], [], []
-    for path in expand_paths(paths):
+    for path in expand_paths(paths, skipped if skip_bad else None):
         try:
             md, kind, run = file_meta(path)
             names: tuple[str, ...] = tuple(md.schema.to_arrow_schema().names)
@@ -88,7 +88,7 @@ def scan(paths, skip_bad: bool = False) -> tuple[list[Source], list[Source], lis
         if skipped and not other:
             raise _LE(None, f"every file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
                       "fix the files or point at other logs")
-        raise _LE(", ".join(str(p) for p in list(expand_paths(paths))[:3]), f"no rounds or reduced files among the "
+        raise _LE(", ".join(str(p) for p in list(expand_paths(paths, []))[:3]), f"no rounds or reduced files among the "
                   f"inputs{found}", "pass the rounds-*.parquet parts that glance-log writes")
     return rounds, reduced, other, skipped
 
