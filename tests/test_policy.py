@@ -189,3 +189,15 @@ def test_cli(tmp_path, capsys):
         assert pcli.main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_single_round_envelope_equals_the_vectorised_hull(sim):
+    """The live (one round at a time) path of the keyed policy gives the same unit values as the
+    many-round path built on allocate.hull_segments."""
+    d = prepare(sim, n_max=63)
+    pol = KeyedBudgetPolicy(key="rescue", b0=1.0, b1=0.8, c0=-2.0, c1=-2.0, threshold=0.02, max_size=63)
+    many = pol.unit_values(d.stats.take(np.arange(40)))
+    one = np.concatenate([pol.unit_values(d.stats.take([i])) for i in range(40)])
+    fin = np.isfinite(many)
+    assert np.array_equal(fin, np.isfinite(one))
+    assert np.allclose(many[fin], one[fin], rtol=1e-9, atol=1e-12)

@@ -458,6 +458,9 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     fixed = FixedPolicy(shape=d.shape, size=int(round(target)))
     r = score_policy(d, apply_policy(fixed, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
     rows.append({**base, "family": "fixed", "evaluated_on": "no fit", "params": fixed.describe(), **r})
+    # a tree policy's per-round cap: 4x the target (at least 63, at most n_max) keeps the live
+    # decoder's per-round work small (best-first listing and envelope of at most that many nodes)
+    cap = d.n_max if d.shape == "depth" else int(min(d.n_max, max(63, 4 * int(np.ceil(target)))))
     for name in names:
         modes = [("held-out" if ev == "held-out" else "in-sample", splits)]
         if in_sample:
@@ -466,7 +469,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
             shapes = np.zeros(d.rounds, np.int64)
             why, used = "", []
             for tr, te in spl:
-                pol, why = fit_family(name, d.take(tr), target, max_size=d.n_max)
+                pol, why = fit_family(name, d.take(tr), target, max_size=cap)
                 if pol is None:
                     break
                 used.append(pol)

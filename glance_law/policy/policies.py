@@ -174,9 +174,32 @@ class KeyedBudgetPolicy(ThresholdPolicy):
         n = int(self.max_size)
         _, dep, cod = best_first(logq, n)
         cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
+        if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round, vertex by vertex
+            return np.stack([_envelope_units(c, int((d > 0).sum()), n) for c, d in zip(cum, dep)])
         X = np.where(dep > 0, np.arange(1, n + 1, dtype=np.float64)[None, :], np.inf)
         seg = hull_segments(X, cum)
         return _unit_slopes(seg.x0, seg.length, seg.slope, n)
+
+
+_FEW_ROUNDS = 4
+
+
+def _envelope_units(cum: np.ndarray, m: int, n: int) -> np.ndarray:
+    """One round's envelope slopes per unit (n,), -inf beyond the last positive segment: from each
+    vertex, the next is the point of largest slope (the farthest on ties), as
+    :func:`glance_law.allocate.hull_segments` builds it for many rounds at once (equal by test)."""
+    out = np.full(n, -np.inf)
+    x0, y0 = 0, 0.0
+    xs = np.arange(1, m + 1, dtype=np.float64)
+    while x0 < m:
+        sl = (cum[x0:m] - y0) / (xs[x0:] - x0)
+        best = sl.max()
+        if not best > 0:
+            break
+        j = x0 + int(np.flatnonzero(sl >= best * (1 - 1e-12))[-1]) + 1
+        out[x0:j] = best
+        x0, y0 = j, float(cum[j - 1])
+    return out
 
 
 def _unit_slopes(x0, length, slope, n):
