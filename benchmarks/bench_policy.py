@@ -104,7 +104,10 @@ def main(argv=None) -> int:
     if policy.family == "fixed":
         print("the search exported the fixed shape (no family beat it held-out); comparing the rescue-keyed fit anyway")
         from glance_law.policy import fit_family
-        policy, _ = fit_family("keyed-rescue", prepare(read_logs(str(tmp / "train")), drafter="block"), args.budget)
+        policy, why = fit_family("keyed-rescue", prepare(read_logs(str(tmp / "train")), drafter="block"), args.budget)
+        if policy is None:
+            print(f"no keyed policy can be fitted on these training logs ({why}); nothing to compare")
+            return 0
 
     # prediction on the held-out prompts' logs
     tl = read_logs(str(tmp / "test"))
