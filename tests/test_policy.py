@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from glance_law import allocate as al
 from glance_law import read_logs
 from glance_law.errors import GlanceError
 from glance_law.policy import (
@@ -29,6 +28,7 @@ from glance_law.policy import (
 )
 from glance_law.policy import cli as pcli
 from glance_law.policy import evaluate as pev
+from glance_law.replay import allocate as al
 from glance_law.simulate import TaskSpec, simulate_tree_rounds
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import format as _fmt
 from .._version import __version__
 from ..errors import GlanceError
+from ..results import format as _fmt
 from .evaluate import FAMILY_NAMES, PolicyTable, evaluate_policies, prepare
 from .policies import FixedPolicy, Policy, policy_to_dict
 
@@ -101,7 +101,7 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
 
 
 def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
-    from ..io import read_logs
+    from ..data.io import read_logs
 
     logs = read_logs(list(paths))
     fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]

@@ -24,13 +24,13 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from ..cluster import bootstrap_counts, cluster_codes, percentile_interval
+from ..data.schema import SUPPLIED_BY
 from ..errors import GlanceError, MissingColumnError
 from ..law import fit_law
 from ..replay import chain_run, replay_arrays, round_arrays
+from ..replay.width import fit_rescue, rescue_events
 from ..results import Result
-from ..schema import SUPPLIED_BY
-from ..width import fit_rescue, rescue_events
+from ..stats.cluster import bootstrap_counts, cluster_codes, percentile_interval
 from .policies import (
     FixedPolicy,
     GatedDepthPolicy,
@@ -204,7 +204,7 @@ def cost_model(rounds, drafter: str, *, node_ms: float | None = None, pass_ms: f
     """The timing ledger's round-cost regression for ``drafter`` (round_ms ~ 1 + draft_passes
     + budget), with any term overridden by the caller. Terms the logs cannot identify stay NaN
     (node cost) or 0 (pass cost) and are noted."""
-    from ..timing import round_cost
+    from ..evidence.timing import round_cost
 
     notes = notes if notes is not None else []
     frame = getattr(rounds, "frame", rounds)

@@ -41,11 +41,11 @@ from typing import ClassVar
 import numpy as np
 from scipy import special
 
-from ..allocate import hull_segments
 from ..errors import GlanceError
 from ..law import match_prob
-from ..tree import best_first
-from ..width import node_masses
+from ..replay.allocate import hull_segments
+from ..replay.tree import best_first
+from ..replay.width import node_masses
 
 __all__ = ["RootStats", "Policy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy", "GatedDepthPolicy",
            "ThresholdPolicy", "fit_threshold", "policy_to_dict", "policy_from_dict", "load_policy", "save_policy",
