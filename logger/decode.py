@@ -104,7 +104,8 @@ class RoundEvent:
     marks: tuple
     drafter: str
     own_tokens: list | None = None
-    position_offset: int = 0   # hooks whose first root is a prompt token log position - 1
+    position_offset: int = 0
+    root_logits: torch.Tensor | None = None   # (V,) device row that predicted the root (None: unknown)   # hooks whose first root is a prompt token log position - 1
 
 
 @dataclass
@@ -232,7 +233,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         root = int(root_dev)                                   # decoder sync (host walk needs it)
     p1 = mark()
     stream = [root]
-    root_row = last_logits if policy is not None else None     # the row that predicted the root
+    root_row = last_logits if forced is None else None         # the row that predicted the root
     zero = torch.zeros(1, dtype=torch.long, device=dev) if policy is not None else None
     rounds = 0
     acc_log, hor_log, pos_log = [], [], []
@@ -360,7 +361,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                             full_logp=None if (prop is None or prop.full_logp is None or horizon == 0)
                             else prop.full_logp[:horizon],
                             marks=(m0, m1, m2, m3), drafter=drafter.name,
-                            own_tokens=None if forced is None else own)
+                            own_tokens=None if forced is None else own, root_logits=root_row)
             for cb in callbacks:
                 cb.on_round(ev)
         acc_log.append(accepted)
@@ -373,7 +374,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         elif len(committed) == len(forced_acc):
             break                                              # the forced stream ended inside this round
         hidden = hidden_next
-        if policy is not None:
+        if forced is None:
             root_row = logits[path[-1]]
         root = stream[-1]
         root_dev = row_tok[path[-1]] if (forced is None) else torch.tensor(root, device=dev)

@@ -180,3 +180,29 @@ def test_glance_log_policy_end_to_end(env, tmp_path, capsys):
     assert main(args + ["--policy", str(bad), "--out", str(tmp_path / "logs2")]) == 2
     err = capsys.readouterr().err
     assert "unknown family" in err and len(err.strip().splitlines()) == 1
+
+
+def test_logged_pred_entropy_is_what_the_live_policy_sees(env, tmp_path):
+    """pred_entropy (the row that predicted the root) is the entropy the live policy reads, round
+    by round; where the previous round accepted nothing, its verify row 0 predicted this root, so
+    pred_entropy equals the previous round's root_entropy."""
+    from glance_log.record import RoundLogger
+
+    t = env["target"]
+    dr = make_drafter("block", t, draft_model=env["head"], branch_k=4)
+    lg = RoundLogger(tmp_path / "logs", run_id="t", task="docvqa", tokenizer=t.tokenizer, drafter="block")
+    checked = 0
+    for i, q in enumerate(PROMPTS):
+        pol = Recorder(KeyedBudgetPolicy(key="rescue", b0=2.0, b1=0.8, c0=1.0, c1=0.0, threshold=0.01, max_size=63))
+        lg.begin_prompt(f"p{i}")
+        decode(t, dr, t.encode(q), branch_k=4, max_new_tokens=MAX_NEW, policy=pol, callbacks=[lg])
+        rows = lg.last_rows
+        seen = [s[0] for s in pol.seen]
+        assert len(seen) == len(rows)
+        assert np.allclose([r["pred_entropy"] for r in rows], seen, rtol=1e-5, atol=1e-6)
+        for a, b in zip(rows[:-1], rows[1:]):
+            if a["accepted"] == 0:
+                assert b["pred_entropy"] == pytest.approx(a["root_entropy"], rel=1e-5, abs=1e-6)
+                checked += 1
+    lg.close()
+    assert checked > 0

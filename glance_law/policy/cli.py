@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--families", default=None, metavar="F[,F...]",
                    help=f"families to search (default: {', '.join(FAMILY_NAMES['budget'])} for budgets, "
                         f"{', '.join(FAMILY_NAMES['depth'])} for depths)")
+    p.add_argument("--feature", choices=("auto", "pred_entropy", "root_entropy"), default="auto",
+                   help="the entropy policies read: pred_entropy (the row that predicted the root, what the live "
+                        "decoder knows), root_entropy (the verify row: one position of foresight), auto (default: "
+                        "pred_entropy when logged)")
     p.add_argument("--folds", type=int, default=5, help="prompt-grouped folds (default 5)")
     p.add_argument("--n-max", type=int, default=255, help="largest tree budget replayed (default 255)")
     p.add_argument("--bootstrap", type=int, default=200, metavar="B", help="prompt-bootstrap replicates (default 200)")
@@ -89,7 +93,8 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
     keep = ("gain", "gain_lo", "gain_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "mean_shape",
             "speedup", "speedup_lo", "speedup_hi", "speedup_best_fixed", "ms_per_token")
     held = {k: _num(row[k]) for k in keep if k in row}
-    fit = {"glance_law": __version__, "drafter": data.drafter, "shape": data.shape, "target": float(target),
+    fit = {"glance_law": __version__, "drafter": data.drafter, "shape": data.shape, "feature": data.feature,
+           "target": float(target),
            "fitted_on": {"logs": [str(p) for p in paths], "rounds": data.rounds, "prompts": [list(k) for k in data.keys]},
            "heldout": dict(held, evaluated_on="held-out", folds=int(folds), seed=int(seed),
                            compared_with=f"fixed {data.shape} at equal mean shape") if row else
@@ -105,7 +110,7 @@ def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
 
     logs = read_logs(list(paths))
     fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
-    data = prepare(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max)
+    data = prepare(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
     res = evaluate_policies(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
                             level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
                             constant_ms=args.constant_ms, data=data)

@@ -72,6 +72,7 @@ class PolicyData:
     n_max: int
     point_mass: bool
     tasks: np.ndarray
+    feature: str = "root_entropy"
     notes: tuple[str, ...] = ()
 
     @property
@@ -89,16 +90,19 @@ class PolicyData:
 
 
 def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_max: int = 255,
-            condition: str | None = "matched", task: str | None = None) -> PolicyData:
+            condition: str | None = "matched", task: str | None = None, feature: str = "auto") -> PolicyData:
     """Select one drafter's matched rounds and replay every shape up to the cap.
 
     ``shape``: ``"budget"`` (tree node budgets, default for drafters with k > 1) or ``"depth"``
     (chain depths: the drafter's top-1 path; default when k = 1). ``n_max``: the largest tree
-    budget replayed (depths are capped by each round's proposal)."""
+    budget replayed (depths are capped by each round's proposal). ``feature``: the entropy the
+    policies read - ``pred_entropy`` (the row that predicted the root: what a live decoder
+    knows), ``root_entropy`` (the verify pass's root row: one position of foresight), or
+    ``auto`` (pred_entropy when every round has it)."""
     frame = getattr(rounds, "frame", rounds)
     if not isinstance(frame, pd.DataFrame):
         raise GlanceError("policy evaluation expects a rounds DataFrame or a LogSet from glance_law.read_logs")
-    for c in ("topk_logq", "target_rank", "root_entropy", "prompt_id"):
+    for c in ("topk_logq", "target_rank", "prompt_id"):
         if c not in frame.columns:
             raise MissingColumnError(f"the column {c}", "the policy replay", SUPPLIED_BY.get(c))
     notes: list[str] = []
@@ -133,6 +137,18 @@ def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_m
             frame = frame.loc[~ar]
     if frame.empty:
         raise GlanceError(f"no drafted round of drafter {drafter!r} to evaluate")
+    if feature == "auto":
+        feature = ("pred_entropy" if "pred_entropy" in frame.columns and frame["pred_entropy"].notna().all()
+                   else "root_entropy")
+        if feature == "root_entropy":
+            notes.append("policies read root_entropy (the verify pass's root row), which a live decoder cannot know "
+                         "before drafting; the figures assume one position of foresight (log pred_entropy with "
+                         "glance-log to fit on what the decoder knows)")
+    if feature not in ("pred_entropy", "root_entropy"):
+        raise GlanceError(f"feature must be pred_entropy, root_entropy or auto (got {feature!r})")
+    if feature not in frame.columns or frame[feature].isna().any():
+        raise MissingColumnError(f"the column {feature} in every round", "the policy replay",
+                                 SUPPLIED_BY.get(feature))
     logq, rank, usable, rn = round_arrays(frame)
     notes += rn
     frame = frame.loc[usable]
@@ -166,12 +182,12 @@ def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_m
         keys[c] = tuple(row)
     def col(name):
         return frame[name].to_numpy(dtype=np.float64) if name in frame.columns else None
-    stats = RootStats(entropy=frame["root_entropy"].to_numpy(dtype=np.float64), topk_logq=logq, horizon=cap.copy(),
+    stats = RootStats(entropy=frame[feature].to_numpy(dtype=np.float64), topk_logq=logq, horizon=cap.copy(),
                       margin=col("root_margin"), position=col("position"))
     tasks = frame["task"].astype(str).to_numpy() if "task" in frame.columns else np.full(R, "all", object)
     return PolicyData(curve=curve, stats=stats, cap=cap, codes=codes, keys=tuple(keys), rank=rank, horizon=horizon,
                       shape=shape, drafter=drafter, n_max=int(n_max), point_mass=point_mass, tasks=tasks,
-                      notes=tuple(notes))
+                      feature=feature, notes=tuple(notes))
 
 
 # --------------------------------------------------------------------------- cost
@@ -432,7 +448,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
                       n_max: int = 255, n_boot: int = 200, level: float = 0.95, seed: int = 0,
                       node_ms: float | None = None, pass_ms: float | None = None,
                       constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
-                      data: PolicyData | None = None) -> PolicyTable:
+                      data: PolicyData | None = None, feature: str = "auto") -> PolicyTable:
     """Fit each family on training prompts (prompt-grouped ``folds``-fold), score it on the held-out
     prompts, and compare with the fixed shape ``target`` on the same rounds.
 
@@ -443,7 +459,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     ``node_ms``/``pass_ms``/``constant_ms`` override the round-cost regression's terms."""
     if target <= 0:
         raise GlanceError("the target mean shape (--budget) must be positive")
-    d = data if data is not None else prepare(rounds, drafter=drafter, shape=shape, n_max=n_max)
+    d = data if data is not None else prepare(rounds, drafter=drafter, shape=shape, n_max=n_max, feature=feature)
     if target > d.n_max:
         raise GlanceError(f"the target shape {target:g} exceeds the largest replayed shape ({d.n_max})")
     notes = list(d.notes)
@@ -453,7 +469,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     splits = prompt_folds(d.codes, folds, seed)
     ev = evaluated_on(splits, d.codes)
     rows, fitted = [], {}
-    base = {"drafter": d.drafter, "shape": d.shape, "target": float(target), "rounds": d.rounds,
+    base = {"drafter": d.drafter, "shape": d.shape, "feature": d.feature, "target": float(target), "rounds": d.rounds,
             "prompts": int(d.codes.max() + 1)}
     fixed = FixedPolicy(shape=d.shape, size=int(round(target)))
     r = score_policy(d, apply_policy(fixed, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
@@ -487,7 +503,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         r = score_policy(d, apply_policy(f, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
         rows.append({**base, "family": name, "evaluated_on": "as given", "params": "user callable", **r})
     table = pd.DataFrame(rows)
-    lead = ["drafter", "shape", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo", "mean_shape_hi",
+    lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo", "mean_shape_hi",
             "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
             "gain", "gain_lo", "gain_hi"]
     tail = [c for c in ("ms_per_token", "ms_per_token_lo", "ms_per_token_hi", "fixed_ms_per_token",
