@@ -73,6 +73,7 @@ class PolicyData:
     point_mass: bool
     tasks: np.ndarray
     feature: str = "root_entropy"
+    cut: np.ndarray | None = None      # (R,) the round ends the output: its logged proposal is cut there
     notes: tuple[str, ...] = ()
 
     @property
@@ -82,7 +83,8 @@ class PolicyData:
     def take(self, idx) -> PolicyData:
         idx = np.asarray(idx)
         return replace(self, curve=self.curve[idx], stats=self.stats.take(idx), cap=self.cap[idx],
-                       codes=self.codes[idx], rank=self.rank[idx], horizon=self.horizon[idx], tasks=self.tasks[idx])
+                       codes=self.codes[idx], rank=self.rank[idx], horizon=self.horizon[idx], tasks=self.tasks[idx],
+                       cut=None if self.cut is None else self.cut[idx])
 
     def accepted_at(self, shapes) -> np.ndarray:
         s = np.clip(np.asarray(shapes, dtype=np.int64), 0, self.cap)
@@ -185,9 +187,19 @@ def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_m
     stats = RootStats(entropy=frame[feature].to_numpy(dtype=np.float64), topk_logq=logq, horizon=cap.copy(),
                       margin=col("root_margin"), position=col("position"))
     tasks = frame["task"].astype(str).to_numpy() if "task" in frame.columns else np.full(R, "all", object)
+    # a prompt's last round that accepted its whole horizon may have ended the output, where the
+    # logger cuts the proposal (horizon = accepted): the live decoder saw a longer proposal there
+    cut = np.zeros(R, bool)
+    if "round" in frame.columns and "accepted" in frame.columns:
+        last = frame.groupby(codes)["round"].transform("max").to_numpy() == frame["round"].to_numpy()
+        cut = last & (frame["accepted"].to_numpy() >= horizon) & (horizon < L)
+        if cut.any():
+            notes.append(f"{int(cut.sum())} round(s) end their prompt's output with a proposal cut there (horizon = "
+                         "accepted < the longest proposal): scored, but left out of the price/threshold fits (the "
+                         "live decoder sees the whole proposal in such rounds)")
     return PolicyData(curve=curve, stats=stats, cap=cap, codes=codes, keys=tuple(keys), rank=rank, horizon=horizon,
                       shape=shape, drafter=drafter, n_max=int(n_max), point_mass=point_mass, tasks=tasks,
-                      feature=feature, notes=tuple(notes))
+                      feature=feature, cut=cut, notes=tuple(notes))
 
 
 # --------------------------------------------------------------------------- cost
@@ -322,7 +334,10 @@ def fit_family(name: str, d: PolicyData, target: float, max_size: int | None = N
         pol = GatedDepthPolicy(mode=name.split("-", 1)[1], max_size=ms)
     else:
         raise GlanceError(f"unknown policy family {name!r}")
-    t = fit_threshold(pol.unit_values(d.stats), target)
+    v = pol.unit_values(d.stats)
+    if d.cut is not None and (~d.cut).any():
+        v = v[~d.cut]
+    t = fit_threshold(v, target)
     return replace(pol, threshold=t), ""
 
 
