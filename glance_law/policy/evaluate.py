@@ -82,8 +82,9 @@ class PolicyData:
 
     def take(self, idx) -> PolicyData:
         idx = np.asarray(idx)
+        used, codes = np.unique(self.codes[idx], return_inverse=True)      # prompts renumbered 0..G'-1
         return replace(self, curve=self.curve[idx], stats=self.stats.take(idx), cap=self.cap[idx],
-                       codes=self.codes[idx], rank=self.rank[idx], horizon=self.horizon[idx], tasks=self.tasks[idx],
+                       codes=codes.astype(np.int64), keys=tuple(self.keys[i] for i in used), rank=self.rank[idx], horizon=self.horizon[idx], tasks=self.tasks[idx],
                        cut=None if self.cut is None else self.cut[idx])
 
     def accepted_at(self, shapes) -> np.ndarray:
@@ -195,8 +196,7 @@ def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_m
         cut = last & (frame["accepted"].to_numpy() >= horizon) & (horizon < L)
         if cut.any():
             notes.append(f"{int(cut.sum())} round(s) end their prompt's output with a proposal cut there (horizon = "
-                         "accepted < the longest proposal): scored, but left out of the price/threshold fits (the "
-                         "live decoder sees the whole proposal in such rounds)")
+                         "accepted < the longest proposal; the live decoder saw the whole proposal)")
     return PolicyData(curve=curve, stats=stats, cap=cap, codes=codes, keys=tuple(keys), rank=rank, horizon=horizon,
                       shape=shape, drafter=drafter, n_max=int(n_max), point_mass=point_mass, tasks=tasks,
                       feature=feature, cut=cut, notes=tuple(notes))
@@ -478,6 +478,12 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     if target > d.n_max:
         raise GlanceError(f"the target shape {target:g} exceeds the largest replayed shape ({d.n_max})")
     notes = list(d.notes)
+    if d.cut is not None and d.cut.any() and (~d.cut).sum() >= 2:
+        # the live decoder sees the whole proposal where the log keeps a cut one: no shape a policy
+        # would pick there can be read off the log, so those rounds are neither fitted nor scored
+        notes.append(f"{int(d.cut.sum())} round(s) ending their prompt's output with a cut proposal are left out "
+                     f"of the fits and the scores ({int((~d.cut).sum())} rounds remain)")
+        d = d.take(np.flatnonzero(~d.cut))
     cost = cost_model(rounds, d.drafter, node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, notes=notes)
     names = families_for(d, families)
     grid = _fixed_grid(d, cost)
