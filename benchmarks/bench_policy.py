@@ -1,6 +1,6 @@
 """Prediction vs reality for an exported draft policy, on the embedded default, in one run.
 
-    nice -n 15 .venv/bin/python benchmarks/bench_policy.py                  # docvqa, budget 15
+    nice -n 15 .venv/bin/python benchmarks/bench_policy.py                  # docvqa, budget 15, 2 x 100 prompts
     .venv/bin/python benchmarks/bench_policy.py --task chartqa --budget 31 --n 40
 
 1. **Logs.** Training prompts are decoded with the block head at two fixed budgets (``--budget``
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--task", default="docvqa")
     ap.add_argument("--budget", type=int, default=15)
-    ap.add_argument("--n", type=int, default=30, help="prompts per half (training, held-out)")
+    ap.add_argument("--n", type=int, default=100, help="prompts per half (training, held-out)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=96)
     ap.add_argument("--device", default="cpu")
@@ -104,7 +104,9 @@ def main(argv=None) -> int:
     if policy.family == "fixed":
         print("the search exported the fixed shape (no family beat it held-out); comparing the rescue-keyed fit anyway")
         from glance_law.policy import fit_family
-        policy, why = fit_family("keyed-rescue", prepare(read_logs(str(tmp / "train")), drafter="block"), args.budget)
+        dtr = prepare(read_logs(str(tmp / "train")), drafter="block")
+        policy, why = fit_family("keyed-rescue", dtr.take(np.flatnonzero(~dtr.cut)), args.budget,
+                                 max_size=min(255, max(63, 4 * args.budget)))
         if policy is None:
             print(f"no keyed policy can be fitted on these training logs ({why}); nothing to compare")
             return 0
@@ -112,6 +114,7 @@ def main(argv=None) -> int:
     # prediction on the held-out prompts' logs
     tl = read_logs(str(tmp / "test"))
     d = prepare(tl, drafter="block")
+    d = d.take(np.flatnonzero(~d.cut))     # as the evaluation does: cut proposals say nothing about a shape
     notes: list = []
     cm = cost_model(read_logs(str(tmp / "train")), "block", notes=notes)
     s_pol = np.minimum(policy(d.stats), d.cap)
