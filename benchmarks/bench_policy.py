@@ -56,7 +56,10 @@ def _boot(num_a, den_a, num_b, den_b, rng, B=2000):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--task", default="docvqa")
-    ap.add_argument("--budget", type=int, default=15)
+    ap.add_argument("--budget", type=int, default=15, help="target mean tree budget (or depth with --shape depth)")
+    ap.add_argument("--shape", choices=("budget", "depth"), default="budget",
+                    help="depth: chain policies on the block head's top-1 path, against a fixed-depth chain")
+    ap.add_argument("--feature", default="auto", help="entropy the fits read (auto: pred_entropy)")
     ap.add_argument("--n", type=int, default=100, help="prompts per half (training, held-out)")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=96)
@@ -97,15 +100,15 @@ def main(argv=None) -> int:
 
     pj = tmp / "policy.json"
     rc = pcli.main([str(tmp / "train"), "--budget", str(args.budget), "--drafter", "block", "--bootstrap", "200",
-                    "--out", str(pj), "--format", "markdown"])
+                    "--shape", args.shape, "--feature", args.feature, "--out", str(pj), "--format", "markdown"])
     if rc:
         return rc
     policy, fit = load_policy(pj)
     if policy.family == "fixed":
         print("the search exported the fixed shape (no family beat it held-out); comparing the rescue-keyed fit anyway")
         from glance_law.policy import fit_family
-        dtr = prepare(read_logs(str(tmp / "train")), drafter="block")
-        policy, why = fit_family("keyed-rescue", dtr.take(np.flatnonzero(~dtr.cut)), args.budget,
+        dtr = prepare(read_logs(str(tmp / "train")), drafter="block", shape=args.shape, feature=args.feature)
+        policy, why = fit_family("keyed-rescue" if args.shape == "budget" else "gated-cumprob", dtr.take(np.flatnonzero(~dtr.cut)), args.budget,
                                  max_size=min(255, max(63, 4 * args.budget)))
         if policy is None:
             print(f"no keyed policy can be fitted on these training logs ({why}); nothing to compare")
@@ -113,12 +116,12 @@ def main(argv=None) -> int:
 
     # prediction on the held-out prompts' logs
     tl = read_logs(str(tmp / "test"))
-    d = prepare(tl, drafter="block")
+    d = prepare(tl, drafter="block", shape=args.shape, feature=args.feature)
     d = d.take(np.flatnonzero(~d.cut))     # as the evaluation does: cut proposals say nothing about a shape
     notes: list = []
     cm = cost_model(read_logs(str(tmp / "train")), "block", notes=notes)
     s_pol = np.minimum(policy(d.stats), d.cap)
-    s_fix = np.full(d.rounds, args.budget)
+    s_fix = np.minimum(np.full(d.rounds, args.budget), d.cap)
     pred = {}
     for name, s in (("policy", s_pol), ("fixed", s_fix)):
         tok = d.accepted_at(s) + 1.0
@@ -146,7 +149,8 @@ def main(argv=None) -> int:
                 if arm == "policy" and rep == 0:
                     lg.begin_prompt(it.prompt_id, None)
                     cbs = [lg]
-                r = decode(t, dr, pr, budget=args.budget, branch_k=8, max_new_tokens=args.max_new_tokens,
+                r = decode(t, dr, pr, budget=args.budget, branch_k=8 if args.shape == "budget" else 1,
+                           max_new_tokens=args.max_new_tokens,
                            policy=traced if arm == "policy" else None, callbacks=cbs)
                 L = live[arm]
                 L["tokens"].append(int(np.sum(r.accepted)) + r.rounds)
@@ -170,7 +174,7 @@ def main(argv=None) -> int:
     # why the prediction misses: what the live policy saw vs what it was fitted on
     lv = read_logs(str(tmp / "live")).frame
     lv = lv[lv["horizon"] > 0]
-    dl = prepare(lv, drafter="block")
+    dl = prepare(lv, drafter="block", shape=args.shape, feature=args.feature)
     seen_h = np.array([h for h, _ in seen[:len(seen)]])
     off_shapes = np.minimum(policy(dl.stats), dl.cap)
     live_shapes = lv["budget"].to_numpy()
