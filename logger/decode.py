@@ -266,7 +266,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                 n_round = _policy_shape(policy, lq, both[-2:], len(stream) - 1)
             ii = prop.ids[:, :k].cpu().numpy()
             tree = build_tree(lq, n_round) if n_round > 0 else None
-            if tree is not None and tree.size == 0:
+            if tree is None or tree.size == 0:
                 tree = None
             else:
                 logq_h, ids_h = lq, ii

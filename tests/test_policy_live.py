@@ -206,3 +206,27 @@ def test_logged_pred_entropy_is_what_the_live_policy_sees(env, tmp_path):
                 checked += 1
     lg.close()
     assert checked > 0
+
+
+@pytest.mark.parametrize("pol", [FixedPolicy(size=0), GatedDepthPolicy(mode="cumprob", threshold=0.5, max_size=6),
+                                 FixedPolicy(shape="depth", size=2)], ids=["zero", "gated", "depth2"])
+def test_policy_rounds_are_valid_contract_rows(env, tmp_path, pol):
+    """Rounds a policy shapes (including shape 0: no draft) are written as valid contract rows."""
+    from glance_log.record import RoundLogger
+
+    from glance_law import read_logs
+
+    t = env["target"]
+    dr = make_drafter("block", t, draft_model=env["head"], branch_k=4)
+    lg = RoundLogger(tmp_path / "logs", run_id="t", task="docvqa", tokenizer=t.tokenizer, drafter="block")
+    for i, q in enumerate(PROMPTS):
+        lg.begin_prompt(f"p{i}")
+        decode(t, dr, t.encode(q), branch_k=4, max_new_tokens=MAX_NEW, policy=pol, callbacks=[lg])
+    lg.close()
+    f = read_logs(str(tmp_path / "logs")).frame
+    assert len(f) > 0
+    if pol.shape == "depth":
+        assert (f["budget"] <= f["horizon"]).all() and (f["budget"] <= pol.max_size if hasattr(pol, "max_size")
+                                                        else f["budget"] <= pol.size).all()
+    if isinstance(pol, FixedPolicy) and pol.size == 0:
+        assert (f["horizon"] == 0).all() and (f["budget"] == 0).all()
