@@ -290,15 +290,13 @@ def run(cfg: RunConfig) -> dict:
     if cfg.audit and cfg.temperature > 0:
         raise GlanceError("--audit compares with greedy decoding; use it with --temperature 0")
     _validate(cfg)
-    policy = None
     if cfg.policy is not None:
         if cfg.probe:
             raise GlanceError("--policy with --probe: the mismatched replay follows the live shapes; run them apart")
         if cfg.drafter == "ar":
             raise GlanceError("--policy shapes drafts; --drafter ar drafts nothing")
         from glance_law.policy import load_policy, policy_to_dict
-        policy, _fit = load_policy(cfg.policy)
-        cfg.policy_dict = policy_to_dict(policy)
+        cfg.policy_dict = policy_to_dict(load_policy(cfg.policy)[0])
     cfg.model = str(cfg.model or default_model())
     if cfg.drafter == "block" and cfg.draft_model is None:
         cfg.draft_model = str(default_block())
@@ -368,6 +366,10 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
 
 def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) -> None:
     """Log every arm's prompts into ``out`` (the caller holds the runs' locks)."""
+    policy = None
+    if cfg.policy_dict:
+        from glance_law.policy import policy_from_dict
+        policy = policy_from_dict(cfg.policy_dict)
     for dr, name in arms:
         key = _config_key(cfg, name, dr.config(), target.device.type)
         rid = run_id_of(key)
