@@ -29,6 +29,8 @@ COMMANDS = (
      "Reduce round logs to the law's sufficient statistics (serving scale)."),
     ("python -m glance_law.ingest", "glance_law.cli.ingest", "build_parser",
      "Import logs of other tools (Spec-Bench, GLANCE, vLLM, SGLang) as contract Parquet ([your-logs.md](your-logs.md))."),
+    ("python -m glance_law.policy", "glance_law.policy.cli", "build_parser",
+     "Fit draft policies, evaluate them on held-out prompts, export the best ([policy.md](policy.md))."),
 )
 
 #: (module, one line, names when the module has no __all__)
@@ -61,6 +63,7 @@ MODULES = (
     ("glance_law.replay", "Counterfactual replay of every tree budget.", None),
     ("glance_law.replay.allocate", "Shared-budget allocation: concave envelopes, global best-first.", None),
     ("glance_law.replay.width", "Entropy-keyed width allocation replayed from the logs.", None),
+    ("glance_law.policy", "Draft policies: causal shapes from root statistics, held-out replay, export.", None),
     ("glance_law.evidence.offsets", "Per-offset match law, hazards, the Assumption 2 test.", None),
     ("glance_law.evidence.probe", "The mismatched-image probe and signal columns (Table 13).", None),
     ("glance_law.evidence.order", "Task ordering with prompt-level uncertainty.", None),

@@ -381,6 +381,27 @@ def width(inp: Inputs) -> list:
                          "(nodes per round), replayed from the logged top-k",))]
 
 
+@section("policy", "B.5, causal form", "draft policies fitted on training prompts, scored on held-out prompts")
+def policy(inp: Inputs) -> list:
+    from glance_law.policy import evaluate_policies, prepare
+    o = inp.options
+    frame = getattr(inp.rounds, "frame", inp.rounds)
+    names = sorted(set(frame["drafter"].astype(str)) - {"ar"}) if "drafter" in frame.columns else [None]
+    out, why = [], []
+    for d in names:
+        try:
+            data = prepare(inp.rounds, drafter=d)
+            target = o.budgets[0] if data.shape == "budget" else max(1, int(pd.Series(data.cap).median()) // 2)
+            res = evaluate_policies(inp.rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed)
+        except GlanceError as exc:
+            why.append(f"{d}: {exc}")
+            continue
+        out.append(Table("policy_heldout" if len(names) == 1 else f"policy_heldout-{d}", res))
+    if not out:
+        raise GlanceError("no drafter's rounds could be evaluated as draft policies (" + "; ".join(why) + ")")
+    return out
+
+
 # ---------------------------------------------------------------------------
 # transfer and the probe (Appendix F)
 # ---------------------------------------------------------------------------

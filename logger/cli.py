@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft-len", type=int, default=None,
                    help="draft horizon for pld (default 10) and two_model (default 5); a block head "
                         "uses its own")
+    p.add_argument("--policy", default=None, metavar="FILE",
+                   help="a draft policy JSON (python -m glance_law.policy --out) choosing each round's budget or "
+                        "depth from the live root statistics (overrides --budget)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--n", type=int, default=20, help="number of prompts (default 20)")
     p.add_argument("--data", default=None,
@@ -87,7 +90,8 @@ def main(argv=None) -> int:
                     budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
-                    seed=args.seed, draft_len=args.draft_len, command="glance-log " + shlex.join(argv),
+                    seed=args.seed, draft_len=args.draft_len, policy=args.policy,
+                    command="glance-log " + shlex.join(argv),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:
         summary = run(cfg)

@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from glance_law.policy.policies import RootStats, apply_policy
 from glance_law.replay.tree import Tree, build_tree
 
 from .drafters import Drafter, DraftState, Proposal
+from .record import device_root_stats
 
 __all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference"]
 
@@ -102,7 +104,8 @@ class RoundEvent:
     marks: tuple
     drafter: str
     own_tokens: list | None = None
-    position_offset: int = 0   # hooks whose first root is a prompt token log position - 1
+    position_offset: int = 0
+    root_logits: torch.Tensor | None = None   # (V,) device row that predicted the root (None: unknown)   # hooks whose first root is a prompt token log position - 1
 
 
 @dataclass
@@ -181,12 +184,34 @@ def _stop_index(stream: list, eos: Sequence[int], max_new: int):
     return None, None
 
 
+def _policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int) -> int:
+    """The shape a draft policy (:mod:`glance_law.policy`) picks for one round from what is known at
+    its root: the target's root entropy and margin (``root_stats``) and the drafter's top-k rows."""
+    stats = RootStats(entropy=root_stats[:1].astype(np.float64), topk_logq=lq[None].astype(np.float64),
+                      horizon=np.array([lq.shape[0]]), margin=root_stats[1:2].astype(np.float64),
+                      position=np.array([position], dtype=np.float64))
+    return int(apply_policy(policy, stats)[0])
+
+
 @torch.inference_mode()
 def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int = 8,
            max_new_tokens: int = 256, temperature: float = 0.0, generator=None,
            callbacks: Sequence = (), forced: Forced | None = None,
-           eos_ids: Sequence[int] | None = None) -> DecodeResult:
-    """Decode one prompt; returns the emitted tokens and per-round summaries."""
+           eos_ids: Sequence[int] | None = None, policy=None) -> DecodeResult:
+    """Decode one prompt; returns the emitted tokens and per-round summaries.
+
+    ``policy``: a draft policy (``glance_law.policy``, or any callable ``f(RootStats) -> ints``)
+    that picks each round's tree budget (``shape = "budget"``) or chain depth (``"depth"``)
+    from the root's statistics; ``budget`` is then ignored. The entropy and margin a live policy
+    sees are those of the target row that *predicted the root* (the previous verify pass's last
+    path row, or the prefill's last row): the logged ``root_entropy`` is the verify pass's row 0,
+    which exists only after this round's drafting, so a decoder cannot know it in time
+    (docs/policy.md, "What the decoder knows"). They are computed on the device and travel to the
+    host in the same copy as the drafter's top-k rows, so the policy adds no host-device
+    synchronisation."""
+    if policy is not None and forced is not None:
+        raise ValueError("teacher-forced replay takes the live run's shapes; it does not run a draft policy")
+    depth_policy = policy is not None and getattr(policy, "shape", "budget") == "depth"
     dev = target.device
     eos = tuple(target.eos_ids if eos_ids is None else eos_ids)
     timer = Timer(dev)
@@ -208,6 +233,8 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         root = int(root_dev)                                   # decoder sync (host walk needs it)
     p1 = mark()
     stream = [root]
+    root_row = last_logits if forced is None else None         # the row that predicted the root
+    zero = torch.zeros(1, dtype=torch.long, device=dev) if policy is not None else None
     rounds = 0
     acc_log, hor_log, pos_log = [], [], []
     n_forced = len(forced.positions) if forced is not None else None
@@ -226,12 +253,20 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         tree = None
         logq_h = np.zeros((0, 1), np.float32)
         ids_h = np.zeros((0, 1), np.int64)
-        if prop is not None and prop.horizon > 0 and budget > 0:
-            k = 1 if prop.point_mass else max(1, min(int(branch_k), prop.logq.shape[1]))
-            lq = prop.logq[:, :k].float().cpu().numpy()        # decoder sync: the tree is built on the host
+        if prop is not None and prop.horizon > 0 and (budget > 0 or policy is not None):
+            k = 1 if (prop.point_mass or depth_policy) else max(1, min(int(branch_k), prop.logq.shape[1]))
+            n_round = budget
+            if policy is None:
+                lq = prop.logq[:, :k].float().cpu().numpy()    # decoder sync: the tree is built on the host
+            else:
+                # the root's entropy and margin ride in the same copy as the top-k rows (no extra sync)
+                rs = device_root_stats(root_row[None], zero, zero)[0, :2]
+                both = torch.cat([prop.logq[:, :k].float().reshape(-1), rs]).cpu().numpy()
+                lq = both[:-2].reshape(-1, k)
+                n_round = _policy_shape(policy, lq, both[-2:], len(stream) - 1)
             ii = prop.ids[:, :k].cpu().numpy()
-            tree = build_tree(lq, budget)
-            if tree.size == 0:
+            tree = build_tree(lq, n_round) if n_round > 0 else None
+            if tree is None or tree.size == 0:
                 tree = None
             else:
                 logq_h, ids_h = lq, ii
@@ -326,7 +361,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                             full_logp=None if (prop is None or prop.full_logp is None or horizon == 0)
                             else prop.full_logp[:horizon],
                             marks=(m0, m1, m2, m3), drafter=drafter.name,
-                            own_tokens=None if forced is None else own)
+                            own_tokens=None if forced is None else own, root_logits=root_row)
             for cb in callbacks:
                 cb.on_round(ev)
         acc_log.append(accepted)
@@ -339,6 +374,8 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
         elif len(committed) == len(forced_acc):
             break                                              # the forced stream ended inside this round
         hidden = hidden_next
+        if forced is None:
+            root_row = logits[path[-1]]
         root = stream[-1]
         root_dev = row_tok[path[-1]] if (forced is None) else torch.tensor(root, device=dev)
     d1 = mark()

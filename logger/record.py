@@ -225,6 +225,8 @@ class RoundLogger:
         self._lp: list = []
         self._toks: list = []
         self._stats: list = []
+        self._pred: list = []           # per buffered round: the (V,) row that predicted its root, or None
+        self._pred_h: list = []
         self._tl: list = []
         self._rk: list = []
         self._rows_bytes = 0
@@ -256,6 +258,7 @@ class RoundLogger:
         n_commit = len(ev.committed)
         n_rows = max(min(n_commit, ev.accepted + 1), 1)
         self._rows.append(ev.verify_logits.index_select(0, ev.path_rows[:n_rows]))
+        self._pred.append(getattr(ev, "root_logits", None))
         self._rows_bytes += n_rows * ev.verify_logits.shape[-1] * 4
         full = False
         if ev.full_logp is not None and ev.horizon > 0:
@@ -283,6 +286,15 @@ class RoundLogger:
             seg = _device_index(np.repeat(np.arange(len(counts)), counts), dev)
             self._stats.append(device_root_stats(rows, starts, seg))
             self._rows = []
+            # the entropy of each round's predicting row (NaN where the decoder did not pass it)
+            have = [i for i, r in enumerate(self._pred) if r is not None]
+            ph = torch.full((len(self._pred),), float("nan"), device=dev)
+            if have:
+                pr = torch.stack([self._pred[i] for i in have]).float()
+                idx = _device_index(np.arange(len(have)), dev)
+                ph = ph.index_copy(0, _device_index(np.asarray(have), dev), device_root_stats(pr, idx, idx)[:, 0])
+            self._pred_h.append(ph)
+            self._pred = []
         if self._lp:
             lp = torch.cat(self._lp).float()
             toks = torch.cat(self._toks)
@@ -299,11 +311,12 @@ class RoundLogger:
         self._reduce()
         pending, self._pending = self._pending, []
         if pending:
-            stats = torch.cat(self._stats).cpu().numpy().astype(np.float64)   # the one copy per prompt
+            stats = torch.cat([torch.cat(self._stats), torch.cat(self._pred_h)[:, None]], dim=1)
+            stats = stats.cpu().numpy().astype(np.float64)                    # the one copy per prompt
             if self._tl:
                 tl_all = torch.cat(self._tl).cpu().numpy()
                 rk_all = torch.cat(self._rk).cpu().numpy()
-        self._stats, self._tl, self._rk = [], [], []
+        self._stats, self._tl, self._rk, self._pred_h = [], [], [], []
         timer = pev.timer
         stream = pev.resolve_stream
         rows = []
@@ -325,14 +338,14 @@ class RoundLogger:
                         for j in range(1, L + 1)]
             match, rank, tlq = resolve_offsets(ids, logq, toks, full_rank=fr, full_logq=fl,
                                                point_mass=ev.point_mass)
-            h, margin, pmax, minm = stats[i]
+            h, margin, pmax, minm, pred_h = stats[i]
             minm = minm if committed else np.nan            # a round that committed nothing
             m0, m1, m2, m3 = ev.marks
             rows.append({
                 "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,
                 "root_entropy": h, "accepted": ev.accepted, "horizon": L, "condition": self.condition,
                 "drafter": self.drafter or ev.drafter, "position": max(ev.position - ev.position_offset, 0), "root_margin": margin, "root_pmax": pmax,
-                "min_path_margin": minm, "budget": ev.budget, "depth": ev.depth, "draft_passes": ev.draft_passes,
+                "min_path_margin": minm, "pred_entropy": None if np.isnan(pred_h) else pred_h, "budget": ev.budget, "depth": ev.depth, "draft_passes": ev.draft_passes,
                 "committed": committed, "match": match, "target_logq": tlq, "target_rank": rank,
                 "topk_logq": logq.reshape(-1),
                 "copy_len": copy_len(committed, self._reference) if self._reference else None,

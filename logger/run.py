@@ -66,6 +66,8 @@ class RunConfig:
     probe: str | None = None
     seed: int = 0
     draft_len: int | None = None
+    policy: str | None = None      # a policy JSON file (python -m glance_law.policy --out): shapes every round
+    policy_dict: dict | None = field(default=None, repr=False)   # the loaded policy (set by run)
     command: str | None = None
     progress: bool = True
     trust_remote_code: bool = False     # run code shipped in a model folder (auto_map); only on request
@@ -80,6 +82,7 @@ def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) ->
         "dtype": cfg.dtype, "device": device, "temperature": cfg.temperature,
         "seed": cfg.seed if cfg.temperature > 0 else None, "data": str(Path(cfg.data).resolve()) if cfg.data else None,
         "logger_version": LOGGER_VERSION,
+        **({"policy": cfg.policy_dict} if getattr(cfg, "policy_dict", None) and drafter != "ar" else {}),
     }
 
 
@@ -316,6 +319,13 @@ def run(cfg: RunConfig) -> dict:
     if cfg.audit and cfg.temperature > 0:
         raise GlanceError("--audit compares with greedy decoding; use it with --temperature 0")
     _validate(cfg)
+    if cfg.policy is not None:
+        if cfg.probe:
+            raise GlanceError("--policy with --probe: the mismatched replay follows the live shapes; run them apart")
+        if cfg.drafter == "ar":
+            raise GlanceError("--policy shapes drafts; --drafter ar drafts nothing")
+        from glance_law.policy import load_policy, policy_to_dict
+        cfg.policy_dict = policy_to_dict(load_policy(cfg.policy)[0])
     cfg.model = str(cfg.model or default_model())
     if cfg.drafter == "block" and cfg.draft_model is None:
         cfg.draft_model = str(default_block())
@@ -389,6 +399,10 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
 
 def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) -> None:
     """Log every arm's prompts into ``out`` (the caller holds the runs' locks)."""
+    policy = None
+    if cfg.policy_dict:
+        from glance_law.policy import policy_from_dict
+        policy = policy_from_dict(cfg.policy_dict)
     for dr, name in arms:
         key = _config_key(cfg, name, dr.config(), target.device.type)
         rid = run_id_of(key)
@@ -396,7 +410,8 @@ def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) 
                             drafter=dr.config(), dtype=cfg.dtype,
                             device=device, temperature=cfg.temperature, seed=cfg.seed, budget=key["budget"],
                             branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,
-                            data=cfg.data or "embedded-suite", command=cfg.command)
+                            data=cfg.data or "embedded-suite", command=cfg.command,
+                            policy=key.get("policy"))
         conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if cfg.probe and name == cfg.drafter else [])
         done = {c: logged_prompts(out, rid, c) for c in conditions}
         removed = sum(_orphan_rounds(out, rid, c, done[c]) for c in conditions)
@@ -426,7 +441,7 @@ def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) 
                 live = decode(target, dr, prompt, budget=cfg.budget, branch_k=cfg.branch_k,
                               max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                               generator=_generator(cfg, target.device, item.prompt_id),
-                              callbacks=[lg] if matched_needed else [])
+                              callbacks=[lg] if matched_needed else [], policy=policy if name != "ar" else None)
                 if matched_needed:
                     arm["prompts"] += 1
                     arm["rounds"] += live.rounds

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 import glance_law as gl
+from glance_law.policy import evaluate_policies
 from glance_law.results.base import Result
 from glance_law.results.format import FORMATS
 
@@ -59,6 +60,7 @@ def _instances() -> dict[str, Result]:
         "AuditResult": aud, "AuditDivergences": aud.divergences(),
         "TimingResult": timing, "RoundCostResult": gl.round_cost(sim),
         "Reduced": gl.reduce_frame(sim), "LawFit(reduced)": gl.fit_reduced(gl.reduce_frame(sim)),
+        "PolicyTable": evaluate_policies(tree, 7, n_max=15, n_boot=10, folds=2),
     }
     return out
 
@@ -82,7 +84,7 @@ def _all_modules() -> list[str]:
 IDS = ["LawFit", "LawChecks", "TailFit", "TailModels", "TailHeldout", "FanoCheck", "Replay", "WidthAllocation",
        "RescueFit", "WidthRegret", "OffsetLaw", "OffsetHazards", "Assumption2Test", "RunSurvival", "ProbeResult",
        "SignalResult", "OrderResult", "OrderGaps", "OrderVerdict", "TransferResult", "TransferCalibration",
-       "AuditResult", "AuditDivergences", "TimingResult", "RoundCostResult", "Reduced", "LawFit(reduced)"]
+       "AuditResult", "AuditDivergences", "TimingResult", "RoundCostResult", "Reduced", "LawFit(reduced)", "PolicyTable"]
 
 
 def test_every_result_subclass_is_checked():

@@ -133,6 +133,11 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "produced the tokens committed this round (root and accepted nodes; without the "
        "last accepted node in a round that ends the output): the tie-aware audit's gate.",
        "logits", nullable=True, lo=0),
+    _c("pred_entropy", pa.float32(), FLOAT, False,
+       "Entropy (nats) of the target row that predicted this round's root (the previous "
+       "round's last committed row; the prefill's last row in round 0): what a decoder knows "
+       "before drafting, unlike root_entropy (the verify pass's root row). Draft policies fit "
+       "on it (glance_law.policy).", "nats", nullable=True, lo=0),
     _c("budget", pa.int16(), INT, False,
        "Candidate tree size N offered to the verifier, root excluded.", "nodes", lo=0),
     _c("depth", pa.int16(), INT, False,
@@ -239,6 +244,7 @@ SUPPLIED_BY: Mapping[str, str] = {
     "match": "glance-log (any drafter; the default logger records match)",
     "min_path_margin": "glance-log (recorded by default)",
     "root_pmax": "glance-log (recorded by default)",
+    "pred_entropy": "glance-log (recorded by default)",
     "round_ms": "glance-log (recorded by default)",
     "draft_passes": "glance-log (recorded by default)",
     "condition=mismatched": "glance-log --probe mismatched",

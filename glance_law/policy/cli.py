@@ -1,0 +1,149 @@
+"""``python -m glance_law.policy LOGS --budget N [--drafter D] --out policy.json``.
+
+Searches the built-in policy families (the shadow price or the threshold of each is fitted so
+its mean shape meets ``--budget`` on training prompts), prints the held-out table (prompt-grouped
+K-fold), and writes the best family (highest held-out gain; the fixed shape when nothing beats
+it) refitted on every prompt as JSON: family, parameters, the fit it came from, its held-out
+gain with interval and the logs it was fitted on. ``glance-log --policy policy.json`` runs it.
+Errors: one line on stderr, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .._version import __version__
+from ..errors import GlanceError
+from ..results import format as _fmt
+from .evaluate import FAMILY_NAMES, PolicyTable, evaluate_policies, prepare
+from .policies import FixedPolicy, Policy, policy_to_dict
+
+PROG = "python -m glance_law.policy"
+
+__all__ = ["main", "build_parser", "search", "export_record"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line: main() prints it and exits 2
+        raise GlanceError(f"{message} (see {PROG} --help)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Fit draft policies on round logs, evaluate them on held-out prompts "
+                                       "and export the best as JSON for glance-log --policy.")
+    p.add_argument("paths", nargs="+", metavar="LOGS", help="round-log files, folders or globs")
+    p.add_argument("--budget", type=float, required=True, metavar="N",
+                   help="target mean shape: tree nodes per round (tree drafters) or draft depth (chains)")
+    p.add_argument("--drafter", default=None, help="the drafter whose rounds are used (needed when the logs hold several)")
+    p.add_argument("--shape", choices=("budget", "depth"), default=None,
+                   help="what the policy chooses (default: budget for k > 1 drafters, depth for chains)")
+    p.add_argument("--families", default=None, metavar="F[,F...]",
+                   help=f"families to search (default: {', '.join(FAMILY_NAMES['budget'])} for budgets, "
+                        f"{', '.join(FAMILY_NAMES['depth'])} for depths)")
+    p.add_argument("--feature", choices=("auto", "pred_entropy", "root_entropy"), default="auto",
+                   help="the entropy policies read: pred_entropy (the row that predicted the root, what the live "
+                        "decoder knows), root_entropy (the verify row: one position of foresight), auto (default: "
+                        "pred_entropy when logged)")
+    p.add_argument("--folds", type=int, default=5, help="prompt-grouped folds (default 5)")
+    p.add_argument("--n-max", type=int, default=255, help="largest tree budget replayed (default 255)")
+    p.add_argument("--bootstrap", type=int, default=200, metavar="B", help="prompt-bootstrap replicates (default 200)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--level", type=float, default=0.95)
+    p.add_argument("--node-ms", type=float, default=None, help="ms per tree node (overrides the round-cost regression)")
+    p.add_argument("--pass-ms", type=float, default=None, help="ms per drafter pass (overrides the regression)")
+    p.add_argument("--constant-ms", type=float, default=None, help="ms per round constant (overrides the regression)")
+    p.add_argument("--out", default=None, metavar="FILE", help="write the best policy as JSON to FILE")
+    p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="table format (default text)")
+    return p
+
+
+def _best(table) -> tuple[str, dict]:
+    """The held-out row with the highest gain (tokens at equal mean shape, or the modelled speedup
+    when the cost model is identified); 'fixed' when none beats the fixed shape."""
+    h = table.loc[table["evaluated_on"] == "held-out"]
+    if h.empty:
+        return "fixed", {}
+    col = "speedup" if "speedup" in h.columns and h["speedup"].notna().all() else "gain"
+    ref = 1.0 if col == "speedup" else 0.0
+    row = h.loc[h[col].idxmax()]
+    if not row[col] > ref:
+        return "fixed", row.to_dict()
+    return str(row["family"]), row.to_dict()
+
+
+def _num(x):
+    x = float(x)
+    return x if np.isfinite(x) else None
+
+
+def export_record(res: PolicyTable, family: str, row: dict, target: float, paths: Sequence[str], data,
+                  folds: int, seed: int) -> tuple[Policy, dict]:
+    """The policy to export (fitted on every prompt) and its fit record."""
+    if family == "fixed":
+        pol: Policy = FixedPolicy(shape=data.shape, size=int(round(target)))
+    else:
+        pol = res.policies[family]
+    if row and row.get("evaluated_on") != "held-out":        # never report an in-sample gain as held-out
+        raise GlanceError("internal: refusing to export a gain not evaluated on held-out prompts")
+    keep = ("gain", "gain_lo", "gain_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "mean_shape",
+            "speedup", "speedup_lo", "speedup_hi", "speedup_best_fixed", "ms_per_token")
+    held = {k: _num(row[k]) for k in keep if k in row}
+    fit = {"glance_law": __version__, "drafter": data.drafter, "shape": data.shape, "feature": data.feature,
+           "target": float(target),
+           "fitted_on": {"logs": [str(p) for p in paths], "rounds": data.rounds, "prompts": [list(k) for k in data.keys]},
+           "heldout": dict(held, evaluated_on="held-out", folds=int(folds), seed=int(seed),
+                           compared_with=f"fixed {data.shape} at equal mean shape") if row else
+           {"evaluated_on": "held-out", "note": "no family beat the fixed shape on held-out prompts"},
+           "selected_from": sorted(set(res.table["family"]) - {"fixed"}),
+           "cost_model": {"constant_ms": _num(res.cost.constant), "pass_ms": _num(res.cost.pass_ms),
+                          "node_ms": _num(res.cost.node_ms), "source": res.cost.source}}
+    return pol, fit
+
+
+def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
+    from ..data.io import read_logs
+
+    logs = read_logs(list(paths))
+    fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
+    data = prepare(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
+    res = evaluate_policies(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
+                            level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
+                            constant_ms=args.constant_ms, data=data)
+    fam, row = _best(res.table)
+    pol, fit = export_record(res, fam, row, args.budget, paths, data, args.folds, args.seed)
+    return res, pol, fit
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.folds < 2:
+            raise GlanceError("--folds must be >= 2 (held-out evaluation)")
+        if args.bootstrap < 0 or not 0 < args.level < 1:
+            raise GlanceError("--bootstrap must be >= 0 and --level strictly between 0 and 1")
+        res, pol, fit = search(args.paths, args)
+        sys.stdout.write(res.summary(args.format))
+        if not res.summary(args.format).endswith("\n"):
+            sys.stdout.write("\n")
+        if args.out:
+            out = Path(args.out)
+            if out.exists() and out.is_dir():
+                raise GlanceError(f"--out {out} is a folder; name a file, e.g. {out / 'policy.json'}")
+            d = policy_to_dict(pol, fit)
+            out.write_text(json.dumps(d, indent=2, sort_keys=True, allow_nan=False) + "\n")
+            h = fit["heldout"]
+            gain = (f"held-out gain {h['gain']:+.2f}% [{h['gain_lo']:+.2f}, {h['gain_hi']:+.2f}]"
+                    if "gain" in h else h.get("note", ""))
+            print(f"{PROG}: wrote {out}: {pol.family} ({pol.describe()}); {gain}", file=sys.stderr)
+    except GlanceError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, BrokenPipeError):  # pragma: no cover
+        return 130
+    return 0

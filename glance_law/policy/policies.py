@@ -1,0 +1,378 @@
+"""Causal draft policies: what a decoder knows at a round's root -> the round's draft shape.
+
+A policy sees a :class:`RootStats` (one row per round: the target's root entropy, optionally
+the root's top-2 margin, the drafter's top-k log-probabilities of the proposal, the round's
+position in the stream, the proposal's horizon) and returns one integer per round: the tree
+node budget (``shape = "budget"``, tree drafters) or the draft depth (``shape = "depth"``,
+chain drafters). Nothing a policy reads is known only after verification, so a live decoder
+can follow it round by round (:mod:`glance_log.decode`).
+
+Built in (every policy is a frozen dataclass, JSON-serialisable with :func:`policy_to_dict`
+/ :func:`policy_from_dict`):
+
+* :class:`FixedPolicy` - the same shape every round;
+* :class:`KeyedBudgetPolicy` - the paper's key (``key="paper"``, rescue r = p(H)) or the
+  rescue-corrected key (``key="rescue"``, the fitted r(H)) with a *shadow price*: the round's
+  predicted marginal gains (slopes of the concave envelope of its cumulated law-indexed node
+  masses, :func:`glance_law.width.node_masses`) are compared with the price and the round
+  takes every node whose predicted gain clears it. This is the round-by-round form of the
+  global best-first allocation (docs/policy.md);
+* :class:`KeyedDepthPolicy` - the same for a chain: offset j's predicted gain is the chain's
+  survival p(H)^j, the round drafts every offset with p(H)^j >= price;
+* :class:`GatedDepthPolicy` - AdaEDL-style early stop on the drafter's own confidence: draft
+  while the cumulative top-1 probability stays above a threshold (``mode="cumprob"``) or while
+  the drafter's (top-k lower-bound) entropy at every offset so far stays below it
+  (``mode="entropy"``).
+
+Every built-in policy is a *threshold policy*: it scores the units of a round (nodes in
+best-first order, or offsets) with values that do not increase along the round
+(:meth:`unit_values`) and takes the units whose value is at least ``threshold``. Fitting the
+threshold so that the mean shape meets a target is then one order statistic
+(:func:`fit_threshold`). A user's own policy is any callable ``f(stats) -> ints`` with the
+same signature.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+from typing import ClassVar
+
+import numpy as np
+from scipy import special
+
+from ..errors import GlanceError
+from ..law import match_prob
+from ..replay.allocate import hull_segments
+from ..replay.tree import best_first
+from ..replay.width import node_masses
+
+__all__ = ["RootStats", "Policy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy", "GatedDepthPolicy",
+           "ThresholdPolicy", "fit_threshold", "policy_to_dict", "policy_from_dict", "load_policy", "save_policy",
+           "apply_policy", "FAMILIES", "SHAPES"]
+
+SHAPES = ("budget", "depth")
+
+
+@dataclass(frozen=True, eq=False)
+class RootStats:
+    """What a decoder knows at the roots of R rounds (R = 1 live).
+
+    ``entropy`` (R,) the target's root entropy (nats); ``topk_logq`` (R, L, k) the drafter's
+    top-k log-probabilities per offset (rows sorted descending, -inf = not proposed) or None;
+    ``horizon`` (R,) offsets the drafter proposed (None: L); ``margin`` (R,) the root's top-2
+    logit margin or None; ``position`` (R,) the root's index in the generated stream or None."""
+
+    entropy: np.ndarray
+    topk_logq: np.ndarray | None = None
+    horizon: np.ndarray | None = None
+    margin: np.ndarray | None = None
+    position: np.ndarray | None = None
+
+    @property
+    def rounds(self) -> int:
+        return int(np.shape(self.entropy)[0])
+
+    def caps(self) -> np.ndarray | None:
+        """Offsets proposed per round (R,), or None when unknown."""
+        if self.horizon is not None:
+            return np.asarray(self.horizon, dtype=np.int64)
+        if self.topk_logq is not None:
+            return np.full(self.rounds, np.shape(self.topk_logq)[1], np.int64)
+        return None
+
+    def take(self, idx) -> RootStats:
+        sel = {f.name: (None if getattr(self, f.name) is None else np.asarray(getattr(self, f.name))[idx])
+               for f in fields(self)}
+        return RootStats(**sel)
+
+
+@dataclass(frozen=True, eq=False)
+class Policy:
+    """Base class: ``policy(stats) -> (R,) int64`` shapes."""
+
+    family: ClassVar[str] = "policy"
+    shape: str = "budget"
+
+    def __call__(self, stats: RootStats) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        kv = {k: v for k, v in asdict(self).items() if k not in ("shape", "fit")}
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in kv.items())
+
+
+def _fmt(v):
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+@dataclass(frozen=True, eq=False)
+class FixedPolicy(Policy):
+    """The same shape every round (capped at the offsets proposed for a depth)."""
+
+    family: ClassVar[str] = "fixed"
+    size: int = 15
+
+    def __call__(self, stats: RootStats) -> np.ndarray:
+        n = np.full(stats.rounds, int(self.size), np.int64)
+        cap = stats.caps()
+        if self.shape == "depth" and cap is not None:
+            n = np.minimum(n, cap)
+        return n
+
+
+@dataclass(frozen=True, eq=False)
+class ThresholdPolicy(Policy):
+    """A round takes every unit whose value (:meth:`unit_values`, non-increasing along the
+    round) is at least ``threshold``; at most ``max_size`` units."""
+
+    threshold: float = 0.0
+    max_size: int = 255
+
+    def unit_values(self, stats: RootStats) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __call__(self, stats: RootStats) -> np.ndarray:
+        v = self.unit_values(stats)
+        with np.errstate(invalid="ignore"):
+            return (v >= self.threshold).sum(axis=1).astype(np.int64)
+
+
+def _need_topk(stats: RootStats, who: str) -> np.ndarray:
+    if stats.topk_logq is None:
+        raise GlanceError(f"the {who} policy needs the drafter's top-k log-probabilities (topk_logq); "
+                          "record them with glance-log (logged by default)")
+    return np.asarray(stats.topk_logq, dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedBudgetPolicy(ThresholdPolicy):
+    """The paper's (``key="paper"``) or the rescue-corrected (``key="rescue"``) entropy key with a
+    shadow price ``threshold`` (tokens per node): the round's predicted curve is the cumulated
+    law-indexed mass of its first n best-first nodes, n <= ``max_size``, made concave; the
+    round takes every envelope segment whose slope clears the price. ``b0, b1``: the chain law
+    logit p = b0 - b1 H; ``c0, c1``: logit r = c0 - c1 H (``paper`` ignores them: r = p)."""
+
+    family: ClassVar[str] = "keyed"
+    key: str = "rescue"
+    b0: float = 0.0
+    b1: float = 0.0
+    c0: float = 0.0
+    c1: float = 0.0
+
+    def unit_values(self, stats: RootStats) -> np.ndarray:
+        if self.key not in ("paper", "rescue"):
+            raise GlanceError(f"keyed policy: key must be 'paper' or 'rescue' (got {self.key!r})")
+        logq = _need_topk(stats, "keyed")
+        H = np.asarray(stats.entropy, dtype=np.float64)
+        cap = stats.caps()
+        if cap is not None and logq.shape[1]:
+            j = np.arange(logq.shape[1])[None, :, None]
+            logq = np.where(j < cap[:, None, None], logq, -np.inf)
+        p = match_prob(H, self.b0, self.b1)
+        r = p if self.key == "paper" else special.expit(self.c0 - self.c1 * H)
+        n = int(self.max_size)
+        _, dep, cod = best_first(logq, n)
+        cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
+        if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round, vertex by vertex
+            return np.stack([_envelope_units(c, int((d > 0).sum()), n) for c, d in zip(cum, dep)])
+        X = np.where(dep > 0, np.arange(1, n + 1, dtype=np.float64)[None, :], np.inf)
+        seg = hull_segments(X, cum)
+        return _unit_slopes(seg.x0, seg.length, seg.slope, n)
+
+
+_FEW_ROUNDS = 4
+
+
+def _envelope_units(cum: np.ndarray, m: int, n: int) -> np.ndarray:
+    """One round's envelope slopes per unit (n,), -inf beyond the last positive segment: from each
+    vertex, the next is the point of largest slope (the farthest on ties), as
+    :func:`glance_law.allocate.hull_segments` builds it for many rounds at once (equal by test)."""
+    out = np.full(n, -np.inf)
+    x0, y0 = 0, 0.0
+    xs = np.arange(1, m + 1, dtype=np.float64)
+    while x0 < m:
+        sl = (cum[x0:m] - y0) / (xs[x0:] - x0)
+        best = sl.max()
+        if not best > 0:
+            break
+        j = x0 + int(np.flatnonzero(sl >= best * (1 - 1e-12))[-1]) + 1
+        out[x0:j] = best
+        x0, y0 = j, float(cum[j - 1])
+    return out
+
+
+def _unit_slopes(x0, length, slope, n):
+    """(R, n): the slope of the envelope segment holding each unit, -inf beyond the last."""
+    R = x0.shape[0]
+    out = np.full((R, n), -np.inf)
+    u = np.arange(n)[None, :]
+    for j in range(x0.shape[1]):
+        inside = (u >= x0[:, j:j + 1]) & (u < x0[:, j:j + 1] + length[:, j:j + 1])
+        out = np.where(inside, slope[:, j:j + 1], out)
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class KeyedDepthPolicy(ThresholdPolicy):
+    """Chain form of the keyed policy: offset j is worth the chain's predicted survival
+    p(H)^j (p from the law logit b0 - b1 H); the round drafts every offset worth at least
+    the price ``threshold``, up to the offsets proposed and ``max_size``."""
+
+    family: ClassVar[str] = "keyed-depth"
+    shape: str = "depth"
+    b0: float = 0.0
+    b1: float = 0.0
+
+    def unit_values(self, stats: RootStats) -> np.ndarray:
+        H = np.asarray(stats.entropy, dtype=np.float64)
+        n = int(self.max_size)
+        cap = stats.caps()
+        if cap is not None:
+            n = min(n, int(cap.max(initial=0)))
+        lp = np.log(np.maximum(match_prob(H, self.b0, self.b1), 1e-300))
+        j = np.arange(1, n + 1, dtype=np.float64)[None, :]
+        v = np.exp(lp[:, None] * j)
+        if cap is not None:
+            v = np.where(j <= cap[:, None], v, -np.inf)
+        return v
+
+
+@dataclass(frozen=True, eq=False)
+class GatedDepthPolicy(ThresholdPolicy):
+    """AdaEDL-style early stop on the drafter's confidence. ``mode="cumprob"``: offset j's value
+    is the drafter's cumulative top-1 probability prod_{i<=j} q_i(top-1); ``mode="entropy"``:
+    minus the largest drafter entropy over offsets 1..j (the entropy of the logged top-k with
+    the remaining mass as one outcome: a lower bound of the full entropy). The round drafts
+    while the value is at least ``threshold`` (for entropy: while every entropy so far is at most
+    ``-threshold``)."""
+
+    family: ClassVar[str] = "gated"
+    shape: str = "depth"
+    mode: str = "cumprob"
+
+    def unit_values(self, stats: RootStats) -> np.ndarray:
+        logq = _need_topk(stats, "gated")
+        R, L, _ = logq.shape
+        n = min(int(self.max_size), L)
+        lq = logq[:, :n, :]
+        cap = stats.caps()
+        if self.mode == "cumprob":
+            top = np.where(np.isfinite(lq[:, :, 0]), lq[:, :, 0], -np.inf)
+            v = np.exp(np.cumsum(top, axis=1))
+        elif self.mode == "entropy":
+            with np.errstate(divide="ignore", invalid="ignore"):
+                q = np.where(np.isfinite(lq), np.exp(lq), 0.0)
+                h = -np.where(q > 0, q * np.where(np.isfinite(lq), lq, 0.0), 0.0).sum(axis=2)
+                rest = np.clip(1.0 - q.sum(axis=2), 0.0, 1.0)
+                h = h - np.where(rest > 0, rest * np.log(np.where(rest > 0, rest, 1.0)), 0.0)
+            h = np.where(np.isfinite(lq[:, :, 0]), h, np.inf)
+            v = -np.maximum.accumulate(h, axis=1)
+        else:
+            raise GlanceError(f"gated policy: mode must be 'cumprob' or 'entropy' (got {self.mode!r})")
+        if cap is not None:
+            v = np.where(np.arange(1, n + 1)[None, :] <= cap[:, None], v, -np.inf)
+        return v
+
+
+FAMILIES: dict[str, type[Policy]] = {c.family: c for c in (FixedPolicy, KeyedBudgetPolicy, KeyedDepthPolicy,
+                                                            GatedDepthPolicy)}
+
+
+def fit_threshold(values: np.ndarray, target: float, weights=None) -> float:
+    """The threshold at which a threshold policy's mean shape over these rounds is closest to
+    ``target`` without exceeding it: the largest t with mean #{u : v_u >= t} <= target.
+
+    ``values`` (R, U) from :meth:`ThresholdPolicy.unit_values`; ``weights`` per-round
+    multiplicities. This is the shadow price of the shared budget R * target: the global
+    best-first allocation takes the R * target best units, i.e. every unit worth at least the
+    value of the last one taken (ties at the price are all taken or all left)."""
+    v = np.asarray(values, dtype=np.float64)
+    R = v.shape[0]
+    w = np.ones(R) if weights is None else np.asarray(weights, dtype=np.float64)
+    flat = v.reshape(-1)
+    ww = np.repeat(w, v.shape[1])
+    ok = np.isfinite(flat)
+    flat, ww = flat[ok], ww[ok]
+    if flat.size == 0:
+        return float("inf")
+    o = np.argsort(-flat, kind="stable")
+    fv, cw = flat[o], np.cumsum(ww[o])
+    B = float(target) * w.sum()
+    # units are taken in blocks of equal value: the last block whose cumulative weight fits B
+    last = np.r_[fv[1:] != fv[:-1], True]
+    fits = last & (cw <= B * (1 + 1e-12) + 1e-9)
+    if not fits.any():
+        return float(np.nextafter(fv[0], np.inf))       # even the best unit does not fit: take none
+    i = int(np.flatnonzero(fits).max())
+    return float(fv[i])
+
+
+def apply_policy(policy: Callable, stats: RootStats) -> np.ndarray:
+    """Run a built-in or user policy; checks the answer (one non-negative int per round)."""
+    out = np.asarray(policy(stats))
+    if out.shape != (stats.rounds,):
+        raise GlanceError(f"a policy must return one shape per round: got shape {out.shape} for {stats.rounds} "
+                          "round(s)")
+    if out.size and (not np.all(np.isfinite(out)) or np.any(out < 0)):
+        raise GlanceError("a policy returned a negative or non-finite shape; shapes are node budgets or depths >= 0")
+    return np.floor(out).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- JSON
+
+def policy_to_dict(policy: Policy, fit: dict | None = None) -> dict:
+    """``{"family", "params", "fit"}``: the policy and (optionally) where it came from."""
+    if not isinstance(policy, Policy):
+        raise GlanceError("only built-in policies serialise to JSON; a callable policy stays in Python")
+    return {"format": "glance-policy/1", "family": policy.family, "params": asdict(policy), "fit": dict(fit or {})}
+
+
+def policy_from_dict(d: dict) -> Policy:
+    fam = d.get("family") if isinstance(d, dict) else None
+    if fam not in FAMILIES:
+        raise GlanceError(f"policy JSON: unknown family {fam!r}; expected one of {', '.join(FAMILIES)}")
+    cls = FAMILIES[fam]
+    params = d.get("params") or {}
+    names = {f.name for f in fields(cls)}
+    bad = sorted(set(params) - names)
+    if bad:
+        raise GlanceError(f"policy JSON: family {fam!r} has no parameter(s) {', '.join(bad)}")
+    pol = cls(**params)
+    if pol.shape not in SHAPES:
+        raise GlanceError(f"policy JSON: shape must be one of {', '.join(SHAPES)} (got {pol.shape!r})")
+    return replace(pol)
+
+
+def save_policy(policy: Policy, path, fit: dict | None = None) -> None:
+    from pathlib import Path
+    Path(path).write_text(json.dumps(policy_to_dict(policy, fit), indent=2, sort_keys=True, default=_json_default)
+                          + "\n")
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o).__name__)
+
+
+def load_policy(path) -> tuple[Policy, dict]:
+    """(policy, its fit record) from a JSON file written by :func:`save_policy`."""
+    from pathlib import Path
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise GlanceError(f"{p}: no such policy file") from None
+    except (OSError, ValueError) as exc:
+        raise GlanceError(f"{p}: not a policy JSON file ({exc})") from None
+    try:
+        return policy_from_dict(d), dict(d.get("fit") or {})
+    except GlanceError as exc:
+        raise GlanceError(f"{p}: {exc}") from None
+    except TypeError as exc:
+        raise GlanceError(f"{p}: bad policy parameters ({exc})") from None
