@@ -99,6 +99,9 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                    help="conditions to fit (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true",
                    help="fit the valid files and list every skipped file with its reason")
+    p.add_argument("--wide", action="store_true",
+                   help=f"text tables print every column (default: fit {_fmt.TEXT_WIDTH} characters, naming the "
+                        "columns left out)")
     g = p.add_argument_group("sections (each prints its own table after the law)")
     for spec, module, text in SECTIONS:
         name, metavar, dest = _flag(spec)
@@ -191,13 +194,29 @@ def law_result(logs: LogSet, args):
                    seed=args.seed, condition=_conditions(args))
 
 
-def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
-    """The whole document: the law table, then each section's tables."""
-    if not sections:
-        return law.summary(fmt)
+def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=None,
+           skipped: Sequence[tuple[str, str]] = (), law_skipped: str | None = None,
+           width: int | None = None) -> str:
+    """The whole document.
+
+    Human formats: one plain sentence per group (:mod:`glance_law.results.explain`), the
+    per-group summary, the law table, each section's tables, the sections that could not run
+    (each with the column it needs and the tool that records it) and a closing sentence; notes
+    already printed under an earlier table are not repeated; text tables fit ``width``
+    characters. JSON/CSV: the law rows alone when nothing else was asked and the law was
+    fitted (the stable machine format); otherwise JSON is an object ``{"summary", "law",
+    <section>..., "skipped"}`` and CSV one ``# name: title`` block per table."""
+    plain = not sections and not skipped and law is not None
     if fmt == "json":
         import json
-        doc: dict = {"law": _fmt.records(law.to_frame())}
+        if plain and summary is None:
+            return law.summary("json")
+        if plain:
+            return json.dumps(_fmt.records(law.to_frame()), indent=2, allow_nan=False) + "\n"
+        doc: dict = {}
+        if summary is not None:
+            doc["summary"] = _fmt.records(summary.to_frame())
+        doc["law"] = _fmt.records(law.to_frame()) if law is not None else []
         for name, results in sections:
             block: dict = {}
             for res in results:
@@ -206,12 +225,87 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
                     key, k = f"{res.title} ({k})", k + 1
                 block[key] = _fmt.records(res.to_frame())
             doc[name] = block
+        doc["skipped"] = {name: reason for name, reason in skipped}
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if fmt == "csv":
-        parts = [f"# law: {law.title}\n" + law.summary("csv")]
+        if plain:
+            return law.summary("csv")
+        parts = [f"# law: {law.title}\n" + law.summary("csv")] if law is not None else []
+        if summary is not None:
+            parts.append(f"# summary: {summary.title}\n" + summary.summary("csv"))
         parts += [f"# {name}: {res.title}\n" + res.summary("csv") for name, results in sections for res in results]
+        parts += [f"# skipped: {name}: {' '.join(reason.split())}\n" for name, reason in skipped]
         return "\n".join(parts)
-    return "\n".join([law.summary(fmt)] + [res.summary(fmt) for _, results in sections for res in results])
+    from glance_law.results import explain
+    blocks, seen, hidden = [], set(), False
+    if summary is not None:
+        lines = explain.group_sentences(summary, law, law_skipped)
+        blocks.append(_sentences(lines, fmt))
+    results = ([summary] if summary is not None else []) + ([law] if law is not None else []) + \
+        [res for _, rs in sections for res in rs]
+    for res in results:
+        frame = res.display_frame() if hasattr(res, "display_frame") else res.to_frame()
+        notes = [n for n in dict.fromkeys(res.notes) if n not in seen]
+        seen.update(notes)
+        text = _fmt.render(frame, fmt, res.title, notes, width=width, keep=getattr(res, "display_keep", ()))
+        hidden = hidden or "not shown to fit" in text
+        blocks.append(text)
+    if skipped:
+        blocks.append(_sentences(explain.skipped_lines(skipped), fmt))
+    if fmt == "text":
+        blocks.append(explain.closing_sentence(hidden, bool(sections)) + "\n")
+    return "\n".join(blocks)
+
+
+def _sentences(lines: Sequence[str], fmt: str) -> str:
+    if fmt == "markdown":
+        return "\n".join(_fmt.markdown_text(x) for x in lines) + "\n"
+    if fmt == "latex":
+        return "\n".join(f"% {_fmt.latex_escape(x)}" for x in lines) + "\n"
+    if fmt == "html":
+        import html
+        return "".join(f"<p>{html.escape(x)}</p>\n" for x in lines)
+    return "\n".join(lines) + "\n"
+
+
+def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
+    """The summary (always), the law (when the logs carry root entropy) and every requested
+    section whose columns exist; returns (summary, law, law_skipped, sections, skipped)."""
+    from dataclasses import replace
+
+    from glance_law.data import needs
+    from glance_law.errors import MissingColumnError
+    from glance_law.evidence.summary import group_summary
+    frame = logs.frame
+    summary = group_summary(logs, by=_by(args), level=args.level)
+    law, law_skipped, skipped = None, None, []
+    lacking = needs.missing(frame, ["root_entropy"])
+    if lacking:
+        law_skipped = needs.skip_reason("the draftability law", lacking)
+        skipped.append(("law", law_skipped))
+    else:
+        src = logs
+        nulls = frame["root_entropy"].isna()
+        if nulls.any():
+            src = replace(logs, frame=frame.loc[~nulls.to_numpy()],
+                          notes=tuple(logs.notes) + (f"{int(nulls.sum())} round(s) without a root entropy left out "
+                                                     "of the law (every other table uses them)",))
+        try:
+            law = law_result(src, args)
+        except GlanceError as exc:
+            law_skipped = f"the law could not be fitted: {' '.join(str(exc).split())}"
+            skipped.append(("law", law_skipped))
+    sections = []
+    for flag, mod in mods:
+        lacking = needs.missing(frame, getattr(mod, "NEEDS", ()))
+        if lacking:
+            skipped.append((flag, needs.skip_reason(flag, lacking)))
+            continue
+        try:
+            sections.append((flag.lstrip("-"), list(mod.cli_section(logs, args))))
+        except MissingColumnError as exc:
+            skipped.append((flag, " ".join(str(exc).split())))
+    return summary, law, law_skipped, sections, skipped
 
 
 def _write(text: str, out: str | None) -> None:
@@ -240,9 +334,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             logs = load(args, [m for _, m in mods])
             for path, reason in logs.skipped:
                 print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
-            law = law_result(logs, args)
-            sections = [(flag.lstrip("-"), list(mod.cli_section(logs, args))) for flag, mod in mods]
-        _write(render(law, sections, args.format), args.out)
+            summary, law, law_skipped, sections, skipped = run_analyses(logs, args, mods)
+            from glance_law.results.explain import skipped_lines
+            for line in skipped_lines(skipped):
+                print(f"{PROG}: {line}", file=sys.stderr)
+            _write(render(law, sections, args.format, summary=summary, skipped=skipped, law_skipped=law_skipped,
+                          width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
+            return
+        _write(render(law, sections, args.format, width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
 
     return run_main(PROG, body)
 

@@ -52,6 +52,8 @@ ANALYSIS = "the timing ledger"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).
 CLI_COLUMNS = ("round_ms", "draft_passes", "budget")
+#: Round columns the section cannot do without: none (the ledger reads the prompt files; round costs are optional).
+NEEDS = ()
 
 
 def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.DataFrame:
