@@ -281,8 +281,8 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     law, law_skipped, skipped = None, None, []
     lacking = needs.missing(frame, ["root_entropy"])
     if lacking:
-        law_skipped = needs.skip_reason("the draftability law", lacking)
-        skipped.append(("law", law_skipped))
+        skipped.append(("law", needs.skip_reason("law", lacking)))
+        law_skipped = f"the logs carry no root_entropy, which {needs.recorded_by('root_entropy')}"
     else:
         src = logs
         nulls = frame["root_entropy"].isna()
@@ -293,8 +293,8 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
         try:
             law = law_result(src, args)
         except GlanceError as exc:
-            law_skipped = f"the law could not be fitted: {' '.join(str(exc).split())}"
-            skipped.append(("law", law_skipped))
+            law_skipped = f"it could not be fitted: {' '.join(str(exc).split())}"
+            skipped.append(("law", f"law could not be fitted: {' '.join(str(exc).split())}"))
     sections = []
     for flag, mod in mods:
         lacking = needs.missing(frame, getattr(mod, "NEEDS", ()))

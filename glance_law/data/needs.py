@@ -20,8 +20,8 @@ __all__ = ["RECORDED_BY", "present", "missing", "recorded_by", "skip_reason", "C
 #: columns foreign logs (Spec-Bench/EAGLE/Medusa answers, vLLM, SGLang) typically lack.
 RECORDED_BY: Mapping[str, str] = {
     **SUPPLIED_BY,
-    "root_entropy": "glance-log (recorded by default) or GLANCE's --round-log; Spec-Bench/EAGLE/Medusa answers, "
-                    "vLLM and SGLang do not log it",
+    "root_entropy": "glance-log records by default (as does GLANCE's --round-log); Spec-Bench/EAGLE/Medusa "
+                    "answers, vLLM and SGLang do not log it",
     "match": "glance-log (any drafter; the default logger records match); for a chain drafter it is derived from "
              "the accepted run when budget equals horizon",
     "topk_logq": SUPPLIED_BY["topk_logq"],
@@ -58,7 +58,9 @@ def skip_reason(what: str, columns: Iterable[str]) -> str:
     parts = []
     for c in columns:
         tool = recorded_by(c)
-        parts.append(f"column '{c}'" + (f" (recorded by {tool})" if tool else ""))
+        if tool and not tool.startswith("glance-log records"):
+            tool = f"recorded by {tool}"
+        parts.append(f"column '{c}'" + (f" ({tool})" if tool else ""))
     return f"{what} needs {' and '.join(parts)}, which the logs do not carry"
 
 

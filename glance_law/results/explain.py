@@ -138,7 +138,8 @@ def group_sentences(summary, law=None, law_skipped: str | None = None) -> list[s
 
 def skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
     """``"not run: <name>: <reason>"`` per skipped section."""
-    return [f"not run: {name}: {_one_line(reason)}" for name, reason in skipped]
+    return [f"not run: {_one_line(reason) if reason.startswith(name + ' ') else f'{name}: {_one_line(reason)}'}"
+            for name, reason in skipped]
 
 
 def closing_sentence(hidden: bool, sections: bool) -> str:

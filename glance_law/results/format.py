@@ -90,6 +90,8 @@ def display_frame(frame: pd.DataFrame, digits: int = 3, intervals: bool = True) 
 
 #: Default width (characters) of text tables in the command-line tools; ``width=None`` prints every column.
 TEXT_WIDTH = 100
+#: Columns that identify a row: a width-limited table never leaves them out.
+ALWAYS_KEEP = ("drafter", "task")
 
 
 def _cell_width(df: pd.DataFrame, c) -> int:
@@ -99,7 +101,7 @@ def _cell_width(df: pd.DataFrame, c) -> int:
 def fit_columns(df: pd.DataFrame, width: int | None, keep: Sequence[str] = ()) -> tuple[pd.DataFrame, list[str]]:
     """The columns of a display frame that fit in ``width`` characters (two spaces between
     columns), and the names left out. The first column and those in ``keep`` are always
-    kept (their widths are reserved first); the others are taken in order while they fit.
+    kept, and so are the row labels :data:`ALWAYS_KEEP` (their widths are reserved first); the others are taken in order while they fit.
     ``width=None`` keeps every column."""
     cols = list(df.columns)
     if width is None or not cols:
@@ -107,7 +109,8 @@ def fit_columns(df: pd.DataFrame, width: int | None, keep: Sequence[str] = ()) -
     widths = {c: _cell_width(df, c) for c in cols}
     if sum(widths.values()) + 2 * (len(cols) - 1) <= width:
         return df, []
-    fixed = [c for c in cols if c == cols[0] or c in set(keep)]
+    keep = set(keep) | set(ALWAYS_KEEP)
+    fixed = [c for c in cols if c == cols[0] or c in keep]
     used = sum(widths[c] for c in fixed) + 2 * (len(fixed) - 1)
     chosen = set(fixed)
     for c in cols:
