@@ -318,3 +318,20 @@ def test_prompt_rows_of_real_files_read_alongside(medusa, capsys, monkeypatch):
     assert rc == 0, err
     assert "not run: law needs column 'root_entropy'" in out and "whole log" in out
     assert read_logs  # the reader stays the only I/O path for contract files
+
+
+def test_the_curve_bin_check_counts_rounds_not_cells():
+    """A weighted (reduced) table with thousands of rounds in 7 cells per task gets its decile curve;
+    the check counts rounds (the sum of the weights), not rows."""
+    from glance_law.law import fit_law
+    rows = [{"task": t, "prompt_id": f"{t}{k}", "root_entropy": 0.1 * k, "accepted": (5 - k) % 6, "horizon": 6,
+             "w": 400.0} for t in ("a", "b") for k in range(7)]
+    law = fit_law(pd.DataFrame(rows), weight="w", cluster=("task", "prompt_id"))
+    assert not any("than curve bins" in n for n in law.notes)
+    cur = law.curve("a")
+    assert len(cur) == 10 and cur["n"].sum() == 2800
+    filled = cur.dropna(subset=["mean_accepted"])
+    assert len(filled) == 7 and (filled["n"] == 400).all()               # each cell whole in one bin
+    assert np.isfinite(law.row("a")["r2_curve"])
+    few = fit_law(pd.DataFrame(rows[:7]).assign(w=1.0), weight="w", cluster=("task", "prompt_id"))
+    assert any("fewer rounds (7) than curve bins (10)" in n for n in few.notes)
