@@ -335,3 +335,22 @@ def test_the_curve_bin_check_counts_rounds_not_cells():
     assert np.isfinite(law.row("a")["r2_curve"])
     few = fit_law(pd.DataFrame(rows[:7]).assign(w=1.0), weight="w", cluster=("task", "prompt_id"))
     assert any("fewer rounds (7) than curve bins (10)" in n for n in few.notes)
+
+
+def test_report_sections_run_on_what_the_logs_carry(tmp_path):
+    from glance_law import appendix as A
+    from glance_law.cli import report
+    f = no_entropy(sim(n_prompts=12))
+    f["budget"] = f["horizon"]
+    inp = A.Inputs(rounds=logset(f), prompts=None, options=A.Options(tail_boot=0, boot=20))
+    status = {}
+    for s in A.SECTIONS:
+        e = report.run_section(s, inp, tmp_path, "cmd", {})
+        status[s.name] = (e["status"], e["reason"])
+    assert status["summary"][0] == "ok" and status["tail"][0] == "ok" and status["ordering"][0] == "ok"
+    assert status["offsets"][0] == "ok"
+    for name in ("law", "width", "probe", "correlations", "fano", "transfer-tasks"):
+        st, why = status[name]
+        assert st == "skipped" and "column 'root_entropy'" in why and "glance-log records" in why, (name, why)
+    assert "topk_logq" in status["width"][1]
+    assert not [n for n, (st, _) in status.items() if st == "failed"], status

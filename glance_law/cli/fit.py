@@ -11,12 +11,26 @@ The command reads the round logs once (:func:`load`), fits the law
 (:func:`law_result`, i.e. :func:`glance_law.law.fit_law`) and renders one row per
 task plus the pooled row (per drafter when the logs hold several).
 
-Output. Human formats (text, markdown, latex, html) print the compact law table
-with its notes underneath. ``--format json`` prints a JSON array with one
+What runs. Every log gets the per-group summary (:mod:`glance_law.evidence.summary`:
+rounds, prompts, horizon, mean accepted length and tau with prompt-clustered intervals,
+P(a = L)). The law runs when the logs carry ``root_entropy``; when they do not, or when it
+cannot be fitted, it is listed as not run and the other sections still run. A section
+module may set ``NEEDS`` (the round columns it cannot do without): a section whose columns
+the logs lack is not run and is listed with the missing column and the tool that records
+it (:mod:`glance_law.data.needs`), on stdout and stderr; so is one that raises
+:class:`glance_law.errors.MissingColumnError`.
+
+Output. Human formats (text, markdown, latex, html) open with one plain sentence per group
+saying what the data show and why (:mod:`glance_law.results.explain`), then the summary,
+the compact law table with its notes underneath (a note printed once), the sections, the
+sections not run, and (text) a closing sentence. Text tables fit 100 characters, naming
+the columns left out; ``--wide`` prints every column. ``--format json`` prints a JSON array with one
 object per row (the keys of :data:`glance_law.law.LAW_COLUMNS`, then the extra
-columns); ``--format csv`` the same columns as CSV. With section flags, JSON is
-an object ``{"law": [rows], "<section>": {"<table title>": [rows], ...}}`` and
-CSV prints one ``# <section>: <title>`` headed block per table.
+columns); ``--format csv`` the same columns as CSV. With section flags, or when the law
+or a section was not run, JSON is an object ``{"summary": [rows], "law": [rows],
+"<section>": {"<table title>": [rows], ...}, "skipped": {"<name>": "<reason>"}}`` and
+CSV prints one ``# <section>: <title>`` headed block per table and a ``# skipped:`` line
+per section not run.
 
 Bad input. A bad file stops the run with exit code 2 and one line on stderr
 naming the file, the column and the fix, before any output. ``--skip-bad`` fits
