@@ -50,7 +50,7 @@ class Options:
     exchange_rate: float = 0.0         # the width policies' stopping rule (tokens per node)
     offset_bins: int = 10              # entropy bins of the Assumption 2 tables
     transfer_bins: int = 10            # entropy bins of the transfer tables
-    signals: tuple[str, ...] = ()      # Table 13 signal columns (default: extra numeric columns, else position)
+    signals: tuple[str, ...] = ()      # Table 13 signal columns (default: position; others only when named)
     task_order: tuple[str, ...] | None = None
     reference: str | None = None       # Table 14's training drafter (default: block if present)
     vocab_size: float | None = None    # Fano check (default: the run metadata's vocab_size)
