@@ -18,7 +18,8 @@ cannot be fitted, it is listed as not run and the other sections still run. A se
 module may set ``NEEDS`` (the round columns it cannot do without): a section whose columns
 the logs lack is not run and is listed with the missing column and the tool that records
 it (:mod:`glance_law.data.needs`), on stdout and stderr; so is one that raises
-:class:`glance_law.errors.MissingColumnError`.
+:class:`glance_law.errors.MissingColumnError` naming what records the input (one naming
+nothing, e.g. a column the user named that the logs lack, stops the run with exit 2).
 
 Output. Human formats (text, markdown, latex, html) open with one plain sentence per group
 saying what the data show and why (:mod:`glance_law.results.explain`), then the summary,
@@ -318,6 +319,8 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
         try:
             sections.append((flag.lstrip("-"), list(mod.cli_section(logs, args))))
         except MissingColumnError as exc:
+            if exc.supplied_by is None:   # nothing records it (e.g. a column the user named): a usage error
+                raise
             skipped.append((flag, " ".join(str(exc).split())))
     return summary, law, law_skipped, sections, skipped
 
