@@ -292,7 +292,7 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     from glance_law.errors import MissingColumnError
     from glance_law.evidence.summary import group_summary
     frame = logs.frame
-    summary = group_summary(logs, by=_by(args), level=args.level)
+    summary = group_summary(logs, by=args.by, level=args.level)
     law, law_skipped, skipped = None, None, []
     lacking = needs.missing(frame, ["root_entropy"])
     if lacking:

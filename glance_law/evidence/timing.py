@@ -86,6 +86,8 @@ class TimingResult(Result):
     """Per (candidate arm, task) speedup rows plus geometric means."""
 
     title: ClassVar[str] = "Timing ledger: paired ms/token, speedup (ratio of means), bootstrap margin, wins"
+    #: What a width-limited text table keeps: the speedup and its paired-bootstrap margin.
+    display_keep: ClassVar[tuple[str, ...]] = ("speedup", "margin")
     frame: pd.DataFrame
     prompt_frame: pd.DataFrame
     level: float = 0.95

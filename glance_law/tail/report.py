@@ -370,6 +370,8 @@ class TailFit(Result):
     """
 
     title: ClassVar[str] = "grounded tail: floor regime, geometric vs two-state survival"
+    #: What a width-limited text table keeps: the regime's mean and the geometric-vs-two-state verdict.
+    display_keep: ClassVar[tuple[str, ...]] = ("floor_mean", "lrt", "lrt_p_bootstrap", "heldout_two_state_wins")
     tasks: tuple = ()
     level: float = 0.95
     note_lines: tuple = ()
