@@ -152,8 +152,8 @@ def test_decile_bins_put_ties_in_one_bin_whatever_the_row_order(seed):
 def test_run_survival_does_not_depend_on_row_order():
     f = sim(seed=3)
     f["root_entropy"] = np.round(f["root_entropy"], 1).astype(np.float32)   # ties across decile cuts
-    a = off.run_survival(f, "task", 10, two_state=False).to_frame()
-    g = off.run_survival(f.sample(frac=1.0, random_state=1).reset_index(drop=True), "task", 10,
+    a = off.run_survival(f, by="task", n_bins=10, two_state=False).to_frame()
+    g = off.run_survival(f.sample(frac=1.0, random_state=1).reset_index(drop=True), by="task", n_bins=10,
                          two_state=False).to_frame()
     pd.testing.assert_frame_equal(a, g)
 
@@ -214,7 +214,7 @@ def test_offsets_derive_matches_for_chains_and_refuse_trees():
 def test_real_medusa_answers_without_entropy(medusa):
     s = group_summary(medusa).to_frame()
     assert (s["horizon"] <= 4).all() and (s["mean_accepted"] > 0).all()
-    surv = off.run_survival(medusa.assign(task="all"), "task", 10, two_state=False).to_frame()
+    surv = off.run_survival(medusa.assign(task="all"), by="task", n_bins=10, two_state=False).to_frame()
     assert set(surv["decile"]) == {1}                                     # one bin without entropy
     emp = surv.set_index("l")["empirical"]
     cond = [emp[1]] + [emp[j] / emp[j - 1] for j in range(2, 5)]
@@ -342,7 +342,7 @@ def test_report_sections_run_on_what_the_logs_carry(tmp_path):
     from glance_law.cli import report
     f = no_entropy(sim(n_prompts=12))
     f["budget"] = f["horizon"]
-    inp = A.Inputs(rounds=logset(f), prompts=None, options=A.Options(tail_boot=0, boot=20))
+    inp = A.Inputs(rounds=logset(f), prompts=None, options=A.Options(tail_boot=0, order_boot=20, probe_boot=20))
     status = {}
     for s in A.SECTIONS:
         e = report.run_section(s, inp, tmp_path, "cmd", {})
@@ -354,3 +354,23 @@ def test_report_sections_run_on_what_the_logs_carry(tmp_path):
         assert st == "skipped" and "column 'root_entropy'" in why and "glance-log records" in why, (name, why)
     assert "topk_logq" in status["width"][1]
     assert not [n for n, (st, _) in status.items() if st == "failed"], status
+
+
+SLICES = ROOT / "tests" / "data" / "realdata"
+
+
+@pytest.mark.skipif(not (SLICES / "vicuna-7b-v1.3-medusa.jsonl.gz").exists(), reason="no committed real slices")
+def test_the_fit_on_imported_real_answers_runs_what_their_columns_allow(capsys):
+    """The committed slice of real Medusa answers (see its PROVENANCE.md), read through the importer:
+    no entropy and a tree drafter, so the law and --width are not run (named), while the summary,
+    the tail on the whole log, the ordering by tau and the survival table run."""
+    files = [SLICES / "vicuna-7b-v1.3-medusa.jsonl.gz", SLICES / "spec_bench__question.jsonl.gz"]
+    rc, out, err = run(files + ["--tail", "--tail-bootstrap", "0", "--order", "--offsets", "--width"], capsys)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert "the law is not fitted (the logs carry no root_entropy" in lines[0]
+    assert "not run: law needs column 'root_entropy'" in out and "not run: --width needs column 'root_entropy'" in out
+    assert "whole log" in out and "Task ordering" in out and "Run-length survival" in out
+    assert "offset_law not made" in out and "'match' column" in out      # a tree: matches not derivable
+    assert lines[-1].startswith("Next: ")
+    assert max(len(x) for x in lines if not x.startswith(("note:", "not run:")) and ": " not in x[:40]) <= 100
