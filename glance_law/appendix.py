@@ -51,7 +51,7 @@ class Options:
     exchange_rate: float = 0.0         # the width policies' stopping rule (tokens per node)
     offset_bins: int = 10              # entropy bins of the Assumption 2 tables
     transfer_bins: int = 10            # entropy bins of the transfer tables
-    signals: tuple[str, ...] = ()      # Table 13 signal columns (default: extra numeric columns, else position)
+    signals: tuple[str, ...] = ()      # Table 13 signal columns (default: position; others only when named)
     task_order: tuple[str, ...] | None = None
     reference: str | None = None       # Table 14's training drafter (default: block if present)
     vocab_size: float | None = None    # Fano check (default: the run metadata's vocab_size)
@@ -82,6 +82,12 @@ class Inputs:
             self._cache["law"] = _law_fit(self.rounds, self.options)
         return self._cache["law"]
 
+    def _law_if_any(self):
+        try:
+            return None if _law_or_none(self.rounds, self.options) is None else self.law()
+        except GlanceError:
+            return None
+
     def tail(self):
         """The tail fit; computed here, or collected from :meth:`start_tail`'s worker process."""
         if "tail" not in self._cache:
@@ -89,7 +95,7 @@ class Inputs:
             if pending is not None:
                 self._cache["tail"] = pending.result()      # re-raises the worker's GlanceError
             else:
-                self._cache["tail"] = _tail_fit(self.rounds, self.options, self.law())
+                self._cache["tail"] = _tail_fit(self.rounds, self.options, self._law_if_any())
         return self._cache["tail"]
 
     def start_tail(self, executor) -> None:
@@ -116,10 +122,22 @@ def _tail_fit(rounds, o: Options, law):
                     threshold=o.tail_threshold, folds=o.tail_folds)
 
 
+def _law_or_none(rounds, o: Options):
+    """The law for the tail's cap, or None when the logs carry no entropy (the tail then runs on
+    the whole log) or the law cannot be fitted (the tail fits it itself and notes why)."""
+    from glance_law.data.needs import missing
+    if missing(rounds.frame, ENTROPY):
+        return None
+    try:
+        return _law_fit(rounds, o)
+    except GlanceError:
+        return None
+
+
 def _tail_job(rounds, o: Options):
     """Worker-process entry point of :meth:`Inputs.start_tail` (errors come back as picklable GlanceErrors)."""
     try:
-        return _tail_fit(rounds, o, _law_fit(rounds, o))
+        return _tail_fit(rounds, o, _law_or_none(rounds, o))
     except GlanceError as exc:
         raise GlanceError(str(exc)) from None
 
@@ -161,16 +179,32 @@ class Section:
     paper: str
     what: str
     build: Callable[[Inputs], list]
+    needs: tuple[str, ...] = ()      # round columns it cannot do without (checked before it runs)
+
+    def missing(self, inp: Inputs) -> list[str]:
+        """The columns of ``needs`` the logs lack (absent or null in every row)."""
+        from glance_law.data.needs import missing
+        return missing(inp.frame, self.needs)
 
 
 SECTIONS: list[Section] = []
 
+#: The columns the law needs besides the contract's counting columns.
+ENTROPY = ("root_entropy",)
 
-def section(name: str, paper: str, what: str):
+
+def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted", "horizon")):
     def deco(fn):
-        SECTIONS.append(Section(name, paper, what, fn))
+        SECTIONS.append(Section(name, paper, what, fn, tuple(needs)))
         return fn
     return deco
+
+
+@section("summary", "Section 6", "per task: rounds, prompts, horizon, mean accepted length and tau with "
+                                 "prompt-clustered intervals, P(a = L) (every log allows it)")
+def summary_table(inp: Inputs) -> list:
+    from glance_law.evidence.summary import group_summary
+    return [Table("summary_accepted", group_summary(inp.rounds, "task", inp.options.level))]
 
 
 def _per_drafter(inp: Inputs, stem: str) -> list[tuple[str, str]]:
@@ -189,7 +223,7 @@ LAW_TABLE_COLUMNS = ("drafter", "task", "rounds", "prompts", "b0", "b0_lo", "b0_
 
 
 @section("law", "Table 12", "the law per task: b0, b1 with intervals, curve and round R^2, the noise ceiling "
-                            "and its fraction, mean a, the floor against the cap")
+                            "and its fraction, mean a, the floor against the cap", needs=ENTROPY)
 def law_table(inp: Inputs) -> list:
     law = inp.law()
     t = _task_sorted(law.to_frame())
@@ -207,14 +241,14 @@ def _task_sorted(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-@section("decile-curves", "Figure 3(a)", "measured decile curves of every task")
+@section("decile-curves", "Figure 3(a)", "measured decile curves of every task", needs=ENTROPY)
 def decile_curves(inp: Inputs) -> list:
     return [Figure(f"figure3a_{s}", plots.decile_curves(inp.law(), d),
                    f"Mean accepted length against measured root entropy by entropy decile ({d}), with "
                    "prompt-clustered intervals") for d, s in _per_drafter(inp, "decile_curves")]
 
 
-@section("law-fits", "Figure 8", "the law fitted per task, with decile means and the isotonic curve")
+@section("law-fits", "Figure 8", "the law fitted per task, with decile means and the isotonic curve", needs=ENTROPY)
 def law_fits(inp: Inputs) -> list:
     law = inp.law()
     out = [Figure(f"figure8_{s}", plots.law_fits(law, d),
@@ -250,7 +284,7 @@ def _budget(inp: Inputs, drafter: str) -> int:
     return 31
 
 
-@section("brackets", "Figure 4", "every task's law against the two brackets (AdaEDL below, 2 ln N / H above)")
+@section("brackets", "Figure 4", "every task's law against the two brackets (AdaEDL below, 2 ln N / H above)", needs=ENTROPY)
 def brackets(inp: Inputs) -> list:
     from .brackets import outside_counts
     out = []
@@ -276,24 +310,23 @@ def brackets(inp: Inputs) -> list:
 # ---------------------------------------------------------------------------
 
 def _signals(inp: Inputs) -> list[str]:
+    """Table 13's signals: the columns named with --signal; by default only ``position`` (a contract
+    column that is a signal). Other numeric columns are often bookkeeping (turn, step, question
+    index), so they are used only where asked."""
     if inp.options.signals:
         return list(inp.options.signals)
-    from glance_law.data.schema import ROUND_COLUMNS
-    contract = {c.name for c in ROUND_COLUMNS}
     f = inp.frame
-    extra = [c for c in f.columns if c not in contract and not c.startswith("_")
-             and pd.api.types.is_numeric_dtype(f[c])]
-    return extra or (["position"] if "position" in f.columns else [])
+    return ["position"] if "position" in f.columns and f["position"].notna().any() else []
 
 
 @section("correlations", "Table 13", "correlations of a with H and with a signal v, partial r given H, "
-                                     "within-entropy-decile gaps")
+                                     "within-entropy-decile gaps", needs=ENTROPY)
 def correlations(inp: Inputs) -> list:
     from glance_law.evidence.probe import signal_effect
     cols = _signals(inp)
     if not cols:
         raise MissingColumnError("a signal column (e.g. image saliency, or position)", "Table 13",
-                                 "a logger hook that adds it (any extra numeric round column is read)")
+                                 "a logger hook that adds it; name it with --signal COLUMN")
     out = []
     for c in cols:
         res = signal_effect(inp.rounds, c, level=inp.options.level)
@@ -324,11 +357,20 @@ def ordering(inp: Inputs) -> list:
 def offsets(inp: Inputs) -> list:
     from glance_law.evidence import offsets as off
     lv, nb = inp.options.level, inp.options.offset_bins
-    return [Table("assumption2_offset_law", off.offset_law(inp.rounds, by="task", level=lv)),
-            Table("assumption2_test", off.assumption2_test(inp.rounds, by="task", n_bins=nb, level=lv)),
-            Table("assumption2_hazards", off.offset_hazards(inp.rounds, by="task", n_bins=nb, level=lv)),
-            # the floor's two-state model is the survival section's (fitted once, in inp.tail())
-            Table("assumption2_survival_deciles", off.run_survival(inp.rounds, by="task", n_bins=nb, level=lv, two_state=False))]
+    out, errs = [], []
+    # the floor's two-state model is the survival section's (fitted once, in inp.tail())
+    for stem, make in (("assumption2_offset_law", lambda: off.offset_law(inp.rounds, by="task", level=lv)),
+                       ("assumption2_test", lambda: off.assumption2_test(inp.rounds, by="task", n_bins=nb, level=lv)),
+                       ("assumption2_hazards", lambda: off.offset_hazards(inp.rounds, by="task", n_bins=nb, level=lv)),
+                       ("assumption2_survival_deciles",
+                        lambda: off.run_survival(inp.rounds, by="task", n_bins=nb, level=lv, two_state=False))):
+        try:
+            out.append(Table(stem, make()))
+        except MissingColumnError as exc:  # the tables the logs allow are still made
+            errs.append(exc)
+    if not out:
+        raise errs[0]
+    return out
 
 
 # ---------------------------------------------------------------------------
@@ -366,7 +408,7 @@ def survival(inp: Inputs) -> list:
 # width (B.5)
 # ---------------------------------------------------------------------------
 
-@section("width", "Figure 5 (B.5)", "width policies at equal verifier budget, replayed from the logs")
+@section("width", "Figure 5 (B.5)", "width policies at equal verifier budget, replayed from the logs", needs=ENTROPY + ("topk_logq", "target_rank"))
 def width(inp: Inputs) -> list:
     from glance_law.replay.width import width_allocation
     o = inp.options
@@ -406,7 +448,7 @@ def policy(inp: Inputs) -> list:
 # transfer and the probe (Appendix F)
 # ---------------------------------------------------------------------------
 
-@section("transfer-drafters", "Table 14", "the law fitted on one drafter, frozen, scored on the others")
+@section("transfer-drafters", "Table 14", "the law fitted on one drafter, frozen, scored on the others", needs=ENTROPY)
 def transfer_drafters(inp: Inputs) -> list:
     from glance_law.evidence.transfer import transfer
     ds = inp.drafters()
@@ -422,7 +464,7 @@ def transfer_drafters(inp: Inputs) -> list:
     return [Table("table14_transfer_drafters", res), Table("table14_calibration", res.calibration())]
 
 
-@section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it")
+@section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it", needs=ENTROPY)
 def transfer_tasks(inp: Inputs) -> list:
     from glance_law.evidence.transfer import transfer
     t = inp.law().to_frame()
@@ -458,7 +500,7 @@ def transfer_tasks(inp: Inputs) -> list:
 
 
 @section("probe", "Table 16", "the mismatched-image probe: the effect of the correct image, raw and "
-                              "entropy-controlled")
+                              "entropy-controlled", needs=ENTROPY)
 def probe(inp: Inputs) -> list:
     from glance_law.evidence.probe import probe as run_probe
     f = inp.frame
@@ -508,7 +550,7 @@ def timing(inp: Inputs) -> list:
     return out
 
 
-@section("fano", "Proposition 1 (i)", "Fano consistency of the logged root_pmax and root_entropy")
+@section("fano", "Proposition 1 (i)", "Fano consistency of the logged root_pmax and root_entropy", needs=ENTROPY + ("root_pmax",))
 def fano(inp: Inputs) -> list:
     from .fano import fano_check, run_vocab_size
     V = inp.options.vocab_size

@@ -204,3 +204,15 @@ def check_cli_error(argv, capsys, *needles):
     for n in needles:
         assert n in err, err
     return err
+
+
+def check_cli_skipped(argv, capsys, *needles):
+    """A section whose inputs the logs lack is not run: exit 0, the rest of the output made, and one
+    ``not run:`` line (stdout and stderr) naming what is missing and what records it."""
+    rc, out, err = run_cli(argv, capsys)
+    assert rc == 0, (rc, out, err)
+    lines = [l for l in err.splitlines() if "not run:" in l]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].split("not run: ", 1)[1] in out
+    for n in needles:
+        assert n in lines[0], err

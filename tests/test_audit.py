@@ -320,14 +320,14 @@ def test_cli_audit_token_comparison_with_the_baseline_folder(example, capsys, tm
 
 
 def test_cli_audit_without_prompt_files_fails_clearly(example, capsys, tmp_path):
-    from _evidence_fixtures import check_cli_error, write_logs
+    from _evidence_fixtures import check_cli_skipped, write_logs
 
     folder, ex = example
     write_logs(tmp_path, ex["rounds"])
-    check_cli_error([tmp_path, "--audit"], capsys, "prompt files")
+    check_cli_skipped([tmp_path, "--audit"], capsys, "prompt files")
     P = ex["prompts"].drop(columns=["greedy_match", "first_divergence", "divergence_margin"])
     write_logs(tmp_path, prompts=P)
-    check_cli_error([tmp_path, "--audit"], capsys, "glance-log --audit")
+    check_cli_skipped([tmp_path, "--audit"], capsys, "glance-log --audit")
 
 
 EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
@@ -335,9 +335,9 @@ EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
 def test_cli_audit_on_rounds_only_logs_fails_clearly(capsys):
-    from _evidence_fixtures import check_cli_error
+    from _evidence_fixtures import check_cli_skipped
 
-    check_cli_error([EXAMPLE, "--audit"], capsys, "prompt files")
+    check_cli_skipped([EXAMPLE, "--audit"], capsys, "prompt files")
 
 
 @pytest.mark.parametrize("spec_tokens", [True, False])

@@ -32,6 +32,7 @@ LOGS = ROOT / "data" / "logs"
 @cache
 def _instances() -> dict[str, Result]:
     """One instance (or more) of every Result subclass, keyed by a readable id."""
+    from glance_law.evidence.summary import group_summary
     rounds = gl.read_logs(LOGS)
     frame = rounds.frame
     prompts = gl.read_logs(LOGS, "prompts").frame
@@ -61,6 +62,7 @@ def _instances() -> dict[str, Result]:
         "TimingResult": timing, "RoundCostResult": gl.round_cost(sim),
         "Reduced": gl.reduce_frame(sim), "LawFit(reduced)": gl.fit_reduced(gl.reduce_frame(sim)),
         "PolicyTable": evaluate_policies(tree, 7, n_max=15, n_boot=10, folds=2),
+        "GroupSummary": group_summary(rounds),
     }
     return out
 
@@ -84,7 +86,8 @@ def _all_modules() -> list[str]:
 IDS = ["LawFit", "LawChecks", "TailFit", "TailModels", "TailHeldout", "FanoCheck", "Replay", "WidthAllocation",
        "RescueFit", "WidthRegret", "OffsetLaw", "OffsetHazards", "Assumption2Test", "RunSurvival", "ProbeResult",
        "SignalResult", "OrderResult", "OrderGaps", "OrderVerdict", "TransferResult", "TransferCalibration",
-       "AuditResult", "AuditDivergences", "TimingResult", "RoundCostResult", "Reduced", "LawFit(reduced)", "PolicyTable"]
+       "AuditResult", "AuditDivergences", "TimingResult", "RoundCostResult", "Reduced", "LawFit(reduced)", "PolicyTable",
+       "GroupSummary"]
 
 
 def test_every_result_subclass_is_checked():

@@ -27,8 +27,10 @@ def test_match_matrix_pads_and_leading_runs_censor():
 def test_decile_bins_equal_counts():
     H = np.r_[np.zeros(7), np.arange(13.0)]
     b = O.decile_bins(H, 4)
-    assert np.bincount(b).tolist() == [5, 5, 5, 5]
+    # the eight tied zeros (positions 0..7) stay in one bin; the rest split at the law's cuts
+    assert np.bincount(b).tolist() == [8, 2, 5, 5]
     assert np.all(np.diff(b[np.argsort(H, kind="stable")]) >= 0)
+    assert np.bincount(O.decile_bins(np.arange(20.0), 4)).tolist() == [5, 5, 5, 5]
 
 
 def test_survival_gap_golden_by_hand():
@@ -349,8 +351,11 @@ def test_groups_by_drafter_and_excludes_ar_rounds_with_a_note():
 
 def test_missing_match_column_is_a_clear_error():
     f = simulate_rounds([PLAIN], n_prompts=5, rounds_per_prompt=5, seed=1, vectors=False)
+    f["budget"] = f["horizon"] + 4          # a tree: its accepted path is not its top-1 run
     with pytest.raises(MissingColumnError, match="match"):
         O.offset_law(f)
+    f["budget"] = f["horizon"]              # a chain: the matches are derived from the accepted run
+    assert any("derived" in n for n in O.offset_law(f).notes)
 
 
 def test_renders_in_every_format():
@@ -414,8 +419,12 @@ def test_cli_offsets_without_match_vectors_fails_clearly(tmp_path, capsys):
     from _evidence_fixtures import check_cli_error, write_logs
 
     f = simulate_rounds([PLAIN], n_prompts=5, rounds_per_prompt=5, seed=1, vectors=False)
+    f["budget"] = f["horizon"] + 4          # a tree without match vectors: the section is skipped, named
     write_logs(tmp_path, f)
-    check_cli_error([tmp_path, "--offsets"], capsys, "match", "glance-log")
+    from glance_law.cli import fit as cli
+    assert cli.main([str(tmp_path), "--offsets"]) == 0
+    out, err = capsys.readouterr()
+    assert "offset_law not made" in out and "'match' column" in out and "glance-log" in out
     check_cli_error([tmp_path, "--offsets", "--offset-bins", "0"], capsys, "--offset-bins")
 
 

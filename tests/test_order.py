@@ -31,7 +31,7 @@ def test_recovers_ordered_tasks_with_intervals_covering_the_truth():
         truth = truncated_mean(sub["_p"], sub["horizon"]).mean()   # E[a] given the drawn entropies
         assert t.loc[spec.name, "mean_accepted_lo"] <= truth <= t.loc[spec.name, "mean_accepted_hi"]
         assert t.loc[spec.name, "b1_lo"] <= spec.b1 <= t.loc[spec.name, "b1_hi"]
-        assert t.loc[spec.name, "p_ge8"] == pytest.approx((sub["accepted"] >= 8).mean())
+        assert t.loc[spec.name, "p_full"] == pytest.approx((sub["accepted"] == sub["horizon"]).mean())
     v = res.ordered()
     assert v["means_ordered"] and v["slopes_ordered"] and v["entropy_reversed"]
     assert v["boot_share_ordered"] > 0.9

@@ -217,7 +217,7 @@ def test_cli_probe_every_format(example, capsys):
 
 
 def test_cli_probe_signal(example, capsys, tmp_path):
-    from _evidence_fixtures import check_cli_error, check_cli_formats, write_logs
+    from _evidence_fixtures import check_cli_formats, check_cli_skipped, write_logs
 
     folder, ex = example
     r = ex["rounds"].copy()
@@ -226,14 +226,14 @@ def test_cli_probe_signal(example, capsys, tmp_path):
     write_logs(tmp_path, ex["probe"], stem="probe")
     check_cli_formats([tmp_path, "--probe", "--probe-signal", "attn_image", "--probe-bootstrap", "100"], capsys,
                       "probe", [P.ProbeResult.title, P.SignalResult.title])
-    check_cli_error([tmp_path, "--probe", "--probe-signal", "nope"], capsys, "nope")
+    check_cli_skipped([tmp_path, "--probe", "--probe-signal", "nope"], capsys, "nope")
 
 
 def test_cli_probe_without_mismatched_rounds_fails_clearly(tmp_path, capsys):
-    from _evidence_fixtures import check_cli_error, write_logs
+    from _evidence_fixtures import check_cli_skipped, write_logs
 
     write_logs(tmp_path, _matched(n_prompts=4, rounds=4))
-    check_cli_error([tmp_path, "--probe"], capsys, "mismatched", "glance-log --probe mismatched")
+    check_cli_skipped([tmp_path, "--probe"], capsys, "mismatched", "glance-log --probe mismatched")
 
 
 EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "example"
@@ -241,6 +241,6 @@ EXAMPLE = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "
 
 @pytest.mark.skipif(not EXAMPLE.exists(), reason="no committed example log")
 def test_cli_probe_on_a_log_without_a_probe_run_fails_clearly(capsys):
-    from _evidence_fixtures import check_cli_error
+    from _evidence_fixtures import check_cli_skipped
 
-    check_cli_error([EXAMPLE, "--probe"], capsys, "glance-log --probe mismatched")
+    check_cli_skipped([EXAMPLE, "--probe"], capsys, "glance-log --probe mismatched")

@@ -330,12 +330,14 @@ def test_inputs_and_cli(tmp_path, capsys):
     assert rc == 0, out.err
     assert "width allocation" in out.out and "Proposition 6" in out.out and "rescue probability" in out.out
     assert (tmp_path / "fig.png").exists()
-    # logs without the marginals: one line naming the logger flag, exit 2
+    # logs without the marginals: the section is not run, one line naming the column and the logger flag
     g = simulate_rounds(n_prompts=4, rounds_per_prompt=5)
     write_table(g, tmp_path / "plain" / "b.parquet")
-    assert fit_main([str(tmp_path / "plain"), "--width"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "topk_logq" in err and "glance-log" in err
+    assert fit_main([str(tmp_path / "plain"), "--width"]) == 0
+    cap = capsys.readouterr()
+    err = cap.err.strip()
+    assert err.count("\n") == 0 and "not run: --width" in err and "topk_logq" in err and "glance-log" in err
+    assert "width allocation" not in cap.out and "draftability law" in cap.out
     assert fit_main([str(tmp_path / "logs"), "--width", "--budgets", "0,15"]) == 2
     assert "positive" in capsys.readouterr().err
     with pytest.raises(GlanceError, match="n_max"):

@@ -11,12 +11,27 @@ The command reads the round logs once (:func:`load`), fits the law
 (:func:`law_result`, i.e. :func:`glance_law.law.fit_law`) and renders one row per
 task plus the pooled row (per drafter when the logs hold several).
 
-Output. Human formats (text, markdown, latex, html) print the compact law table
-with its notes underneath. ``--format json`` prints a JSON array with one
+What runs. Every log gets the per-group summary (:mod:`glance_law.evidence.summary`:
+rounds, prompts, horizon, mean accepted length and tau with prompt-clustered intervals,
+P(a = L)). The law runs when the logs carry ``root_entropy``; when they do not, or when it
+cannot be fitted, it is listed as not run and the other sections still run. A section
+module may set ``NEEDS`` (the round columns it cannot do without): a section whose columns
+the logs lack is not run and is listed with the missing column and the tool that records
+it (:mod:`glance_law.data.needs`), on stdout and stderr; so is one that raises
+:class:`glance_law.errors.MissingColumnError` naming what records the input (one naming
+nothing, e.g. a column the user named that the logs lack, stops the run with exit 2).
+
+Output. Human formats (text, markdown, latex, html) open with one plain sentence per group
+saying what the data show and why (:mod:`glance_law.results.explain`), then the summary,
+the compact law table with its notes underneath (a note printed once), the sections, the
+sections not run, and (text) a closing sentence. Text tables fit 100 characters, naming
+the columns left out; ``--wide`` prints every column. ``--format json`` prints a JSON array with one
 object per row (the keys of :data:`glance_law.law.LAW_COLUMNS`, then the extra
-columns); ``--format csv`` the same columns as CSV. With section flags, JSON is
-an object ``{"law": [rows], "<section>": {"<table title>": [rows], ...}}`` and
-CSV prints one ``# <section>: <title>`` headed block per table.
+columns); ``--format csv`` the same columns as CSV. With section flags, or when the law
+or a section was not run, JSON is an object ``{"summary": [rows], "law": [rows],
+"<section>": {"<table title>": [rows], ...}, "skipped": {"<name>": "<reason>"}}`` and
+CSV prints one ``# <section>: <title>`` headed block per table and a ``# skipped:`` line
+per section not run.
 
 Bad input. A bad file stops the run with exit code 2 and one line on stderr
 naming the file, the column and the fix, before any output. ``--skip-bad`` fits
@@ -44,6 +59,7 @@ from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
 from glance_law.data.outputs import write_file
+from glance_law.errors import GlanceError
 from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
 
@@ -100,6 +116,9 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                    help="conditions to fit (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true",
                    help="fit the valid files and list every skipped file with its reason")
+    p.add_argument("--wide", action="store_true",
+                   help=f"text tables print every column (default: fit {_fmt.TEXT_WIDTH} characters, naming the "
+                        "columns left out)")
     g = p.add_argument_group("sections (each prints its own table after the law)")
     for spec, module, text in SECTIONS:
         name, metavar, dest = _flag(spec)
@@ -192,13 +211,29 @@ def law_result(logs: LogSet, args):
                    seed=args.seed, condition=_conditions(args))
 
 
-def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
-    """The whole document: the law table, then each section's tables."""
-    if not sections:
-        return law.summary(fmt)
+def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=None,
+           skipped: Sequence[tuple[str, str]] = (), law_skipped: str | None = None,
+           width: int | None = None) -> str:
+    """The whole document.
+
+    Human formats: one plain sentence per group (:mod:`glance_law.results.explain`), the
+    per-group summary, the law table, each section's tables, the sections that could not run
+    (each with the column it needs and the tool that records it) and a closing sentence; notes
+    already printed under an earlier table are not repeated; text tables fit ``width``
+    characters. JSON/CSV: the law rows alone when nothing else was asked and the law was
+    fitted (the stable machine format); otherwise JSON is an object ``{"summary", "law",
+    <section>..., "skipped"}`` and CSV one ``# name: title`` block per table."""
+    plain = not sections and not skipped and law is not None
     if fmt == "json":
         import json
-        doc: dict = {"law": _fmt.records(law.to_frame())}
+        if plain and summary is None:
+            return law.summary("json")
+        if plain:
+            return json.dumps(_fmt.records(law.to_frame()), indent=2, allow_nan=False) + "\n"
+        doc: dict = {}
+        if summary is not None:
+            doc["summary"] = _fmt.records(summary.to_frame())
+        doc["law"] = _fmt.records(law.to_frame()) if law is not None else []
         for name, results in sections:
             block: dict = {}
             for res in results:
@@ -207,12 +242,89 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str) -> str:
                     key, k = f"{res.title} ({k})", k + 1
                 block[key] = _fmt.records(res.to_frame())
             doc[name] = block
+        doc["skipped"] = {name: reason for name, reason in skipped}
         return json.dumps(doc, indent=2, allow_nan=False) + "\n"
     if fmt == "csv":
-        parts = [f"# law: {law.title}\n" + law.summary("csv")]
+        if plain:
+            return law.summary("csv")
+        parts = [f"# law: {law.title}\n" + law.summary("csv")] if law is not None else []
+        if summary is not None:
+            parts.append(f"# summary: {summary.title}\n" + summary.summary("csv"))
         parts += [f"# {name}: {res.title}\n" + res.summary("csv") for name, results in sections for res in results]
+        parts += [f"# skipped: {name}: {' '.join(reason.split())}\n" for name, reason in skipped]
         return "\n".join(parts)
-    return "\n".join([law.summary(fmt)] + [res.summary(fmt) for _, results in sections for res in results])
+    from glance_law.results import explain
+    blocks, seen, hidden = [], set(), False
+    if summary is not None:
+        lines = explain.group_sentences(summary, law, law_skipped)
+        blocks.append(_sentences(lines, fmt))
+    results = ([summary] if summary is not None else []) + ([law] if law is not None else []) + \
+        [res for _, rs in sections for res in rs]
+    for res in results:
+        frame = res.display_frame() if hasattr(res, "display_frame") else res.to_frame()
+        notes = [n for n in dict.fromkeys(res.notes) if n not in seen]
+        seen.update(notes)
+        text = _fmt.render(frame, fmt, res.title, notes, width=width, keep=getattr(res, "display_keep", ()))
+        hidden = hidden or "not shown to fit" in text
+        blocks.append(text)
+    if skipped:
+        blocks.append(_sentences(explain.skipped_lines(skipped), fmt))
+    if fmt == "text":
+        blocks.append(explain.closing_sentence(hidden, bool(sections)) + "\n")
+    return "\n".join(blocks)
+
+
+def _sentences(lines: Sequence[str], fmt: str) -> str:
+    if fmt == "markdown":
+        return "\n".join(_fmt.markdown_text(x) for x in lines) + "\n"
+    if fmt == "latex":
+        return "\n".join(f"% {_fmt.latex_escape(x)}" for x in lines) + "\n"
+    if fmt == "html":
+        import html
+        return "".join(f"<p>{html.escape(x)}</p>\n" for x in lines)
+    return "\n".join(lines) + "\n"
+
+
+def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
+    """The summary (always), the law (when the logs carry root entropy) and every requested
+    section whose columns exist; returns (summary, law, law_skipped, sections, skipped)."""
+    from dataclasses import replace
+
+    from glance_law.data import needs
+    from glance_law.errors import MissingColumnError
+    from glance_law.evidence.summary import group_summary
+    frame = logs.frame
+    summary = group_summary(logs, by=args.by, level=args.level)
+    law, law_skipped, skipped = None, None, []
+    lacking = needs.missing(frame, ["root_entropy"])
+    if lacking:
+        skipped.append(("law", needs.skip_reason("law", lacking)))
+        law_skipped = f"the logs carry no root_entropy, which {needs.recorded_by('root_entropy')}"
+    else:
+        src = logs
+        nulls = frame["root_entropy"].isna()
+        if nulls.any():
+            src = replace(logs, frame=frame.loc[~nulls.to_numpy()],
+                          notes=tuple(logs.notes) + (f"{int(nulls.sum())} round(s) without a root entropy left out "
+                                                     "of the law (every other table uses them)",))
+        try:
+            law = law_result(src, args)
+        except GlanceError as exc:
+            law_skipped = f"it could not be fitted: {' '.join(str(exc).split())}"
+            skipped.append(("law", f"law could not be fitted: {' '.join(str(exc).split())}"))
+    sections = []
+    for flag, mod in mods:
+        lacking = needs.missing(frame, getattr(mod, "NEEDS", ()))
+        if lacking:
+            skipped.append((flag, needs.skip_reason(flag, lacking)))
+            continue
+        try:
+            sections.append((flag.lstrip("-"), list(mod.cli_section(logs, args))))
+        except MissingColumnError as exc:
+            if exc.supplied_by is None:   # nothing records it (e.g. a column the user named): a usage error
+                raise
+            skipped.append((flag, " ".join(str(exc).split())))
+    return summary, law, law_skipped, sections, skipped
 
 
 def _write(text: str, out: str | None) -> None:
@@ -235,9 +347,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             logs = load(args, [m for _, m in mods])
             for path, reason in logs.skipped:
                 print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
-            law = law_result(logs, args)
-            sections = [(flag.lstrip("-"), list(mod.cli_section(logs, args))) for flag, mod in mods]
-        _write(render(law, sections, args.format), args.out)
+            summary, law, law_skipped, sections, skipped = run_analyses(logs, args, mods)
+            from glance_law.results.explain import skipped_lines
+            for line in skipped_lines(skipped):
+                print(f"{PROG}: {line}", file=sys.stderr)
+            _write(render(law, sections, args.format, summary=summary, skipped=skipped, law_skipped=law_skipped,
+                          width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
+            return
+        _write(render(law, sections, args.format, width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
 
     return run_main(PROG, body)
 

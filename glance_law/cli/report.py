@@ -441,6 +441,11 @@ def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict
     """Build one section and write its artifacts; the manifest entry (status ok, skipped or failed)."""
     entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": command, "options": opts,
              "status": "ok", "reason": "", "outputs": [], "artifacts": []}
+    lacking = s.missing(inp)
+    if lacking:                     # the logs lack a column the section needs: named, with what records it
+        from glance_law.data.needs import skip_reason
+        entry.update(status="skipped", reason=skip_reason(f"{s.name} ({s.paper})", lacking))
+        return entry
     try:
         arts = s.build(inp)
         entry["outputs"] = write_artifacts(arts, out)

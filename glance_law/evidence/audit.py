@@ -72,6 +72,8 @@ ANALYSIS = "the lossless audit"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).
 CLI_COLUMNS = ("committed", "min_path_margin", "position", "accepted", "round")
+#: Round columns the section cannot do without: none (it needs the prompt files of an audited run, checked inside).
+NEEDS = ()
 #: Default near-tie threshold (logits): bf16 rounding of logits of magnitude 10-30 is
 #: 0.03-0.125, so margins under 0.1 can flip between packed and unpacked kernels.
 DEFAULT_TIE_THRESHOLD = 0.1

@@ -38,10 +38,10 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from glance_law.errors import GlanceError
+from glance_law.data import needs as _needs
+from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.law import model as _law
 from glance_law.results.base import Result, TableResult
-from glance_law.stats import curve as _curve
 from glance_law.stats.cluster import clustered_mean, t_crit
 
 from . import common as E
@@ -53,7 +53,10 @@ __all__ = ["match_matrix", "leading_runs", "decile_bins", "offset_law", "offset_
 ANALYSIS = "the per-offset analysis"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).
-CLI_COLUMNS = ("match",)
+CLI_COLUMNS = ("match", "budget")
+#: Columns the section cannot do without (root_entropy and match are optional: without entropy one bin;
+#: without match, a chain drafter's matches come from its accepted run, a tree's per-offset law is not made).
+NEEDS = ("accepted", "horizon")
 #: ``_offset_fits``'s ``why`` for an offset whose known matches are all 1 (or all 0).
 CONSTANT = "constant"
 
@@ -95,12 +98,28 @@ def leading_runs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def decile_bins(H: np.ndarray, n_bins: int = 10) -> np.ndarray:
-    """Equal-count entropy bins 0..n_bins-1, exactly the law's decile-curve bins
-    (:func:`glance_law.stats.curve.equal_count_bins` on the stable entropy order)."""
+    """Equal-count entropy bins 0..K-1 (K <= n_bins) in which tied entropies share one bin.
+
+    Without ties these are exactly the law's decile-curve bins (the round at sorted position
+    k goes to bin floor(B (k + 1/2) / n), :func:`glance_law.stats.curve.equal_count_bins`). A run of
+    tied entropies occupying sorted positions first..last goes whole to the bin of its middle
+    position, floor(B (first + last + 1) / (2 n)), so the binning depends on the values alone,
+    never on the row order; bins left empty by that are dropped and the rest renumbered
+    0..K-1 in entropy order (all-equal entropies give one bin)."""
     H = np.asarray(H, dtype=np.float64)
-    if len(H) == 0:
+    n = len(H)
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
-    return _curve.equal_count_bins(np.argsort(H, kind="stable"), int(min(n_bins, len(H))))
+    B = int(min(n_bins, n))
+    order = np.argsort(H, kind="stable")
+    hs = H[order]
+    start = np.flatnonzero(np.r_[True, hs[1:] != hs[:-1]])          # first sorted position of each tie run
+    end = np.r_[start[1:], n] - 1                                    # last sorted position
+    run_bin = ((start + end + 1) * B) // (2 * n)
+    _, run_bin = np.unique(run_bin, return_inverse=True)            # renumber the bins that are used
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.repeat(run_bin, end - start + 1)
+    return out
 
 
 def _offset_fits(H, M, codes, G):
@@ -233,33 +252,78 @@ class _Group:
     L: np.ndarray
     codes: np.ndarray
     G: int
+    entropy: bool = True        # False: the logs carry no root entropy (H is all zeros, one bin)
 
 
-def _prepare(rounds, by, need_match: bool = True) -> tuple[list[_Group], list[str]]:
+def derived_matches(accepted, horizon) -> np.ndarray:
+    """(n, Lmax) match matrix of a chain drafter derived from its accepted run: 1 at offsets
+    1..a, 0 at offset a+1 when a < L, -1 (unknown) beyond. Valid only for a chain: there the
+    accepted run is the top-1 run (a tree's accepted path is the best of its branches)."""
+    a = np.asarray(accepted, dtype=np.int64)
+    L = np.asarray(horizon, dtype=np.int64)
+    width = int(L.max()) if L.size else 0
+    j = np.arange(1, width + 1)[None, :]
+    M = np.full((a.size, width), -1, dtype=np.int8)
+    M[j <= a[:, None]] = 1
+    M[(j == a[:, None] + 1) & (a[:, None] < L[:, None])] = 0
+    return M
+
+
+def _prepare(rounds, by, need_match: bool = True, need_entropy: bool = True) -> tuple[list[_Group], list[str]]:
+    """The groups of drafted matched rounds. Without a logged ``match``, a chain drafter's
+    matches are derived from its accepted run (:func:`derived_matches`); a tree's are not.
+    Without ``root_entropy`` (and ``need_entropy=False``) every round gets H = 0 and the
+    analyses use one bin."""
     frame = E.as_frame(rounds)
-    E.require(frame, ["root_entropy", "accepted", "horizon"] + (["match"] if need_match else []), ANALYSIS)
+    E.require(frame, ["accepted", "horizon"], ANALYSIS)
+    if need_entropy:
+        E.require(frame, ["root_entropy"], ANALYSIS)
     notes: list[str] = []
     frame = E.speculative_rounds(frame, notes)
     if not len(frame):
         raise GlanceError(f"{ANALYSIS} found no drafted rounds (horizon > 0) in the matched condition")
+    logged = need_match and _needs.present(frame, "match")
+    if need_match and not logged:
+        chain = _needs.chain_rounds(frame)
+        if not chain.all():
+            raise MissingColumnError(
+                "the 'match' column (per-offset top-1 matches): the drafter is not a chain (budget differs from "
+                "horizon), so its accepted run is not its top-1 run", ANALYSIS, _needs.recorded_by("match"))
+        notes.append("match derived from the accepted run (a chain drafter: 1 at offsets 1..a, 0 at a+1, unknown "
+                     "beyond); marginal match rates past the first miss are therefore the conditional ones")
+    with_h = _needs.present(frame, "root_entropy")
     cols = E.arm_columns(frame, by)
     groups = []
-    n_null = 0
+    n_null = n_null_h = 0
     for key, sub in E.group_items(frame, cols):
-        if need_match:
+        if with_h:
+            hn = sub["root_entropy"].isna().to_numpy()
+            if hn.any():
+                n_null_h += int(hn.sum())
+                sub = sub.loc[~hn]
+        if logged:
             nulls = sub["match"].isna().to_numpy()
             n_null += int(nulls.sum())
             sub = sub.loc[~nulls]
-            if not len(sub):
-                continue
+        if not len(sub):
+            continue
+        if logged:
             M = match_matrix(sub["match"].to_numpy())
+        elif need_match:
+            M = derived_matches(sub["accepted"].to_numpy(np.int64), sub["horizon"].to_numpy(np.int64))
         else:
             M = np.zeros((len(sub), 0), dtype=np.int8)
         codes, G = E.clusters(sub)
-        groups.append(_Group(key, sub["root_entropy"].to_numpy(np.float64), M,
-                             sub["accepted"].to_numpy(np.int64), sub["horizon"].to_numpy(np.int64), codes, G))
+        H = sub["root_entropy"].to_numpy(np.float64, na_value=np.nan) if with_h else np.zeros(len(sub))
+        groups.append(_Group(key, H, M, sub["accepted"].to_numpy(np.int64), sub["horizon"].to_numpy(np.int64),
+                             codes, G, with_h))
     if n_null:
         notes.append(f"{n_null} round(s) without a match vector excluded")
+    if n_null_h:
+        notes.append(f"{n_null_h} round(s) without a root entropy excluded")
+    if not with_h:
+        notes.append("no root_entropy in the logs: one bin of all rounds (entropy bins and per-offset slopes need "
+                     "it; recorded by glance-log)")
     if not groups:
         raise GlanceError(f"{ANALYSIS}: no round carries a match vector")
     return groups, notes
@@ -336,10 +400,14 @@ def offset_law(rounds, *, by="task", level: float = 0.95) -> OffsetLaw:
     >>> type(gl.offset_law(gl.simulate_rounds(seed=0))).__name__
     'OffsetLaw'
     """
-    groups, notes = _prepare(rounds, by)
+    groups, notes = _prepare(rounds, by, need_entropy=False)
     rows, few = [], []
     for g in groups:
-        b, cov, _, why = _offset_fits(g.H, g.M, g.codes, g.G)
+        if g.entropy:
+            b, cov, _, why = _offset_fits(g.H, g.M, g.codes, g.G)
+        else:                       # no entropy: match rates only, no slopes (noted by _prepare)
+            L = g.M.shape[1]
+            b, cov, why = np.full((L, 2), np.nan), np.full((L, 2, 2), np.nan), [None] * L
         const = {1: [], 0: []}
         for j in range(g.M.shape[1]):
             known = g.M[:, j] >= 0
@@ -361,7 +429,7 @@ def offset_law(rounds, *, by="task", level: float = 0.95) -> OffsetLaw:
             elif why[j] is not None:
                 notes.append(f"{E.fmt_group(g.key)} offset {j + 1}: the logistic fit is not identified "
                              f"({why[j]}); b0/b1 left empty")
-            elif min(y.sum(), len(y) - y.sum()) < 10:
+            elif g.entropy and min(y.sum(), len(y) - y.sum()) < 10:
                 few.append(f"{E.fmt_group(g.key)}:{j + 1}")
         for v, offs in const.items():
             if offs:
@@ -379,7 +447,7 @@ def offset_law(rounds, *, by="task", level: float = 0.95) -> OffsetLaw:
 
 
 def offset_hazards(rounds, *, by="task", n_bins: int = 10, level: float = 0.95) -> OffsetHazards:
-    """Conditional hazard vs marginal match rate per entropy bin and offset.
+    """Conditional hazard vs marginal match rate per entropy bin and offset (one bin without entropy).
 
     Parameters
     ----------
@@ -403,7 +471,7 @@ def offset_hazards(rounds, *, by="task", n_bins: int = 10, level: float = 0.95) 
     >>> type(gl.offset_hazards(gl.simulate_rounds(seed=0))).__name__
     'OffsetHazards'
     """
-    groups, notes = _prepare(rounds, by)
+    groups, notes = _prepare(rounds, by, need_entropy=False)
     rows = []
     for g in groups:
         bins = decile_bins(g.H, n_bins)
@@ -560,13 +628,19 @@ def run_survival(rounds, *, by="task", n_bins: int = 10, level: float = 0.95, tw
     >>> type(gl.run_survival(gl.simulate_rounds(seed=0), two_state=False)).__name__
     'RunSurvival'
     """
-    groups, notes = _prepare(rounds, by, need_match=False)
+    groups, notes = _prepare(rounds, by, need_match=False, need_entropy=False)
     tail_fits = _tail_fits(rounds, groups, by, n_bins, notes) if two_state else {}
     rows = []
     for g in groups:
         try:
-            b, _, _, _ = E.law_fit(g.H, g.a, g.L, g.codes, g.G)
-            p = special.expit(b[0] - b[1] * g.H)
+            if not g.entropy:       # no entropy: the law reduces to one p, the truncated geometric's MLE
+                p0 = g.a.sum() / (g.a.sum() + np.count_nonzero(g.a < g.L))
+                if not 0.0 < p0 < 1.0:
+                    raise ValueError("every round accepted nothing or its full horizon")
+                p = np.full(len(g.H), float(p0))
+            else:
+                b, _, _, _ = E.law_fit(g.H, g.a, g.L, g.codes, g.G)
+                p = special.expit(b[0] - b[1] * g.H)
         except ValueError as exc:
             if (g.a >= g.L).all() or (g.a == 0).all():  # the MLE's limit is the constant rate
                 v = int((g.a >= g.L).all())
@@ -581,6 +655,8 @@ def run_survival(rounds, *, by="task", n_bins: int = 10, level: float = 0.95, tw
         ts = tail_fits.get(E.fmt_group(g.key))
         for k in range(int(bins.max()) + 1 if len(bins) else 0):
             inb = bins == k
+            if not inb.any():
+                continue
             for l in range(1, int(g.L[inb].max()) + 1):
                 rows_l = inb & (g.L >= l)
                 if not rows_l.any():
@@ -594,7 +670,11 @@ def run_survival(rounds, *, by="task", n_bins: int = 10, level: float = 0.95, tw
                              "empirical_hi": hi, "geometric": float(np.mean(p[rows_l] ** l)),
                              "two_state": two})
     notes.append("empirical: share of rounds with accepted >= l (rounds with horizon >= l), CR1 prompt-clustered "
-                 "intervals; geometric: the group's law fit averaged over the decile's rounds")
+                 "intervals; geometric: the group's law fit averaged over the decile's rounds"
+                 + ("" if all(g.entropy for g in groups) else
+                    " (without root entropy: the one-p truncated geometric fitted by maximum likelihood)"))
+    notes.append("deciles: equal-count entropy bins in which tied entropies share one bin (the bin of the tie's "
+                 "middle position), so the binning never depends on row order; fewer bins when ties are large")
     return RunSurvival(pd.DataFrame(rows), level, tuple(notes))
 
 
@@ -640,11 +720,26 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
+    """The offsets tables the logs allow; a table that needs what they lack is named in a note
+    (all four missing: the section is skipped with the first reason)."""
     bins = int(getattr(args, "offset_bins", 10))
     if bins < 1:
         raise GlanceError("--offset-bins must be >= 1")
     by = E.cli_by(args)
     level = E.cli_level(args)
-    return [offset_law(logs, by=by, level=level), offset_hazards(logs, by=by, n_bins=bins, level=level),
-            assumption2_test(logs, by=by, n_bins=bins, level=level),
-            run_survival(logs, by=by, n_bins=bins, level=level)]
+    out: list[Result] = []
+    why: list[str] = []
+    errs: list[MissingColumnError] = []
+    for fn, extra in ((offset_law, {}), (offset_hazards, {"n_bins": bins}), (assumption2_test, {"n_bins": bins}),
+                      (run_survival, {"n_bins": bins})):
+        try:
+            out.append(fn(logs, by=by, level=level, **extra))
+        except MissingColumnError as exc:
+            why.append(f"{fn.__name__} not made: {exc}")
+            errs.append(exc)
+    if not out:
+        raise errs[0]
+    if why:
+        from dataclasses import replace
+        out[0] = replace(out[0], extra_notes=tuple(out[0].extra_notes) + tuple(why))
+    return out

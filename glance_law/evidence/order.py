@@ -1,8 +1,8 @@
 """Task ordering by grounding: means, shares, slopes and adjacent gaps with prompt-level uncertainty.
 
 For each task (per drafter when the logs hold several): mean accepted length and mean
-root entropy with CR1 prompt-clustered intervals, the share of rounds accepting 8 or
-more tokens, and the law's fitted (b0, b1) (exact MLE; CR3 cluster-jackknife intervals,
+root entropy with CR1 prompt-clustered intervals, tau = mean a + 1, the share of rounds
+that accept their whole draft (``p_full`` = P(a = L), each round against its own horizon), and the law's fitted (b0, b1) (exact MLE; CR3 cluster-jackknife intervals,
 the law table's default, so the numbers agree with ``python -m glance_law.fit``). For each adjacent
 pair in the user's order (default caption, textvqa, infovqa, docvqa, chartqa: open to
 grounded):
@@ -51,6 +51,8 @@ ANALYSIS = "the task ordering"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).
 CLI_COLUMNS = ()
+#: Columns the section cannot do without (root entropy is optional: without it, ordering by tau only).
+NEEDS = ("accepted", "horizon")
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,20 +102,31 @@ class OrderResult(Result):
         return v.iloc[0].to_dict()
 
 
-def _task_row(sub: pd.DataFrame, level: float, ge: int, notes: list[str], label: str) -> dict:
+def _share_name(ge: int | None) -> str:
+    return "p_full" if ge is None else f"p_ge{ge}"
+
+
+def _task_row(sub: pd.DataFrame, level: float, ge: int | None, notes: list[str], label: str,
+              entropy: bool = True) -> dict:
     codes, G = cluster_codes(sub)
     a = sub["accepted"].to_numpy(float)
-    H = sub["root_entropy"].to_numpy(float)
     L = sub["horizon"].to_numpy(float)
+    H = sub["root_entropy"].to_numpy(float, na_value=np.nan) if entropy else np.full(len(a), np.nan)
     t = t_crit(G, level)
     ma, sa, _ = clustered_mean(a, codes, G)
-    mh, sh, _ = clustered_mean(H, codes, G)
-    pg, sp, gp = clustered_mean((a >= ge).astype(float), codes, G)
+    mh, sh, _ = clustered_mean(H, codes, G) if entropy else (np.nan, np.nan, G)
+    reach = a >= (L if ge is None else ge)        # p_full: the round accepted its whole draft (a = L)
+    pg, sp, gp = clustered_mean(reach.astype(float), codes, G)
     pg_lo, pg_hi = E.proportion_ci(pg, sp, gp, level)
+    name = _share_name(ge)
     row = {"rounds": len(a), "prompts": G,
            "mean_accepted": ma, "mean_accepted_lo": ma - t * sa, "mean_accepted_hi": ma + t * sa,
+           "tau": ma + 1.0,
            "mean_entropy": mh, "mean_entropy_lo": mh - t * sh, "mean_entropy_hi": mh + t * sh,
-           f"p_ge{ge}": pg, f"p_ge{ge}_lo": pg_lo, f"p_ge{ge}_hi": pg_hi}
+           name: pg, f"{name}_lo": pg_lo, f"{name}_hi": pg_hi}
+    if not entropy:
+        row.update(b0=np.nan, b0_lo=np.nan, b0_hi=np.nan, b1=np.nan, b1_lo=np.nan, b1_hi=np.nan, _b1_se=np.nan)
+        return row
     try:
         b, cov, _, _ = E.law_fit(H, a, L, codes, G, cov="cr3")
         se = np.sqrt(np.diag(cov))
@@ -126,7 +139,7 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int, notes: list[str], label:
 
 
 def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.95, n_boot: int = 2000,
-               seed: int = 0, ge: int = 8) -> OrderResult:
+               seed: int = 0, ge: int | None = None) -> OrderResult:
     """Per-task means and slopes, adjacent gaps and ordering checks (see the module docstring).
 
     Parameters
@@ -141,8 +154,11 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
         Prompt-level bootstrap replicates (0: none).
     seed : int, default 0
         Bootstrap seed.
-    ge : int, default 8
-        The length of P(a >= ge) reported per task.
+    ge : int, optional
+        None (default): the share column is ``p_full`` = P(a = L), each round against its own
+        horizon (a share of rounds accepting 8 or more is 0 whenever L < 8); an integer k gives
+        ``p_ge<k>`` = P(a >= k) instead. Without root entropy (logs that do not measure it) the
+        tasks are ordered by mean accepted length alone: entropy and slope columns are empty.
 
     Returns
     -------
@@ -157,10 +173,24 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
     'OrderResult'
     """
     frame = E.as_frame(rounds)
-    E.require(frame, ["root_entropy", "accepted", "horizon"], ANALYSIS)
+    E.require(frame, ["accepted", "horizon"], ANALYSIS)
+    entropy = "root_entropy" in frame.columns and bool(frame["root_entropy"].notna().any())
     notes: list[str] = []
+    if not entropy:
+        notes.append("no root_entropy in the logs: tasks ordered by mean accepted length (tau) only; entropy and "
+                     "slope columns empty (recorded by glance-log)")
     frame = E.speculative_rounds(frame, notes)
-    order = tuple(DEFAULT_ORDER if order is None else order)
+    if order is None:
+        present = set(frame["task"].astype(str))
+        if len(present & set(DEFAULT_ORDER)) >= 2:
+            order = DEFAULT_ORDER
+        else:  # no expected order for these tasks: sort them by observed mean accepted length
+            means = frame.groupby(frame["task"].astype(str), sort=True)["accepted"].mean()
+            order = tuple(means.sort_values(kind="stable").index)
+            notes.append("order: the tasks sorted by observed tau (no expected order given and fewer than two of "
+                         f"{', '.join(DEFAULT_ORDER)} present), so means_ordered holds by construction for the "
+                         "pooled drafters; read the gaps and their intervals")
+    order = tuple(order)
     if len(set(order)) != len(order):
         raise GlanceError(f"{ANALYSIS}: the order lists a task twice ({', '.join(order)})")
     tasks_present = set(frame["task"].astype(str))
@@ -184,7 +214,7 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
         per = {}
         for task in tasks_here:
             sub = arm.loc[arm["task"].astype(str) == task]
-            row = _task_row(sub, level, ge, notes, E.fmt_group({**arm_key, "task": task}))
+            row = _task_row(sub, level, ge, notes, E.fmt_group({**arm_key, "task": task}), entropy)
             codes, G = cluster_codes(sub)
             a = sub["accepted"].to_numpy(float)
             sums = np.bincount(codes, weights=a, minlength=G)
@@ -227,15 +257,17 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
         gaps_here = grows[-(len(tasks_here) - 1):]
         vrows.append({**arm_key, "task": " < ".join(tasks_here),
                       "means_ordered": bool(np.all(np.diff(means) > 0)),
-                      "slopes_ordered": bool(np.all(np.diff(slopes) > 0)),
-                      "entropy_reversed": bool(np.all(np.diff(ents) < 0)),
+                      "slopes_ordered": bool(np.all(np.diff(slopes) > 0)) if entropy else None,
+                      "entropy_reversed": bool(np.all(np.diff(ents) < 0)) if entropy else None,
                       "gaps_exclude_zero": bool(all(g["gap_lo"] > 0 for g in gaps_here)),
                       "boot_share_ordered": p_ordered,
                       "kendall_tau_means": float(stats.kendalltau(np.arange(len(means)), means).statistic),
                       "kendall_tau_slopes": float(stats.kendalltau(np.arange(len(slopes)), slopes).statistic)
                       if np.isfinite(slopes).all() else np.nan})
     method: list[str] = []
-    method.append(f"intervals {int(level * 100)}%: means CR1 prompt-clustered (t, G-1 df), p_ge{ge} the same "
+    share = "p_full = P(a = L) (share of rounds accepting their whole draft)" if ge is None else \
+        f"p_ge{ge} = P(a >= {ge})"
+    method.append(f"intervals {int(level * 100)}%: means CR1 prompt-clustered (t, G-1 df), {share} the same "
                  "on the logit scale, b0/b1 CR3 cluster jackknife as in the law table; gap: "
                  f"percentile interval of {n_boot} prompt-bootstrap resamples (within task); slope_gap: Wald with the "
                  "two tasks' CR3 variances (t with the smaller task's G-1 df)")
@@ -249,15 +281,17 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("task ordering (--order)")
-    g.add_argument("--task-order", default=",".join(DEFAULT_ORDER), metavar="T1,T2,...",
-                   help="the expected order from open to grounded (default: %(default)s)")
+    g.add_argument("--task-order", default=None, metavar="T1,T2,...",
+                   help=f"the expected order from open to grounded (default: {','.join(DEFAULT_ORDER)} when two "
+                        "of them are in the logs, otherwise the tasks sorted by observed tau)")
     g.add_argument("--order-bootstrap", type=int, default=2000, metavar="B",
                    help="prompt-bootstrap resamples for the adjacent gaps (default 2000)")
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
-    order = [t.strip() for t in str(getattr(args, "task_order", ",".join(DEFAULT_ORDER))).split(",") if t.strip()]
-    if len(order) < 2:
+    given = getattr(args, "task_order", None)
+    order = None if given is None else [t.strip() for t in str(given).split(",") if t.strip()]
+    if order is not None and len(order) < 2:
         raise GlanceError("--task-order needs at least two comma-separated tasks")
     level = float(getattr(args, "level", 0.95) or 0.95)
     seed = int(getattr(args, "seed", 0) or 0)

@@ -55,6 +55,9 @@ from .offsets import decile_bins
 __all__ = ["probe", "pair_conditions", "clustered_ols", "signal_effect", "ProbeResult", "SignalResult",
            "cli_section", "add_cli_arguments"]
 
+#: Columns the section cannot do without (checked before it runs; a missing one skips it, named).
+NEEDS = ("root_entropy",)
+
 ANALYSIS = "the mismatched-image probe"
 MATCHED, MISMATCHED = "matched", "mismatched"
 

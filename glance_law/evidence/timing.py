@@ -52,6 +52,8 @@ ANALYSIS = "the timing ledger"
 #: Round columns the CLI section reads (``python -m glance_law.fit`` reads only these
 #: besides the law's own and the contract's key columns).
 CLI_COLUMNS = ("round_ms", "draft_passes", "budget")
+#: Round columns the section cannot do without: none (the ledger reads the prompt files; round costs are optional).
+NEEDS = ()
 
 
 def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.DataFrame:
@@ -84,6 +86,8 @@ class TimingResult(Result):
     """Per (candidate arm, task) speedup rows plus geometric means."""
 
     title: ClassVar[str] = "Timing ledger: paired ms/token, speedup (ratio of means), bootstrap margin, wins"
+    #: What a width-limited text table keeps: the speedup and its paired-bootstrap margin.
+    display_keep: ClassVar[tuple[str, ...]] = ("speedup", "margin")
     frame: pd.DataFrame
     prompt_frame: pd.DataFrame
     level: float = 0.95

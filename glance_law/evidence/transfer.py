@@ -46,6 +46,9 @@ from .offsets import decile_bins
 __all__ = ["transfer", "parse_spec", "curve_r2", "TransferResult", "TransferCalibration",
            "cli_section", "add_cli_arguments"]
 
+#: Columns the section cannot do without (checked before it runs; a missing one skips it, named).
+NEEDS = ("root_entropy",)
+
 ANALYSIS = "the transfer analysis"
 
 

@@ -68,6 +68,13 @@ def _spread(H, w):
     return float(H[k[0]]), float(H[k[1]])
 
 
+def _per_bin(total, n):
+    """Per-bin means; NaN for a bin no round fell in (a reduced table's cell is never split, so
+    with fewer cells than bins some equal-count bins stay empty)."""
+    total = np.asarray(total, dtype=np.float64)
+    return np.divide(total, n, out=np.full(total.shape, np.nan), where=np.asarray(n) > 0)
+
+
 def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     """Every statistic of one group; returns (row, curve frame, checks).
 
@@ -133,11 +140,11 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     B = opt["bins"]
     curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
     bins = bm = floor = None
-    if n >= B:
+    if Wc >= B:  # rounds, not rows: a reduced table's row stands for `weight` rounds
         bins = _curve.sorted_bins(n, B, wc)
         bm = _curve.binned_means(ac, bins, B, clc, G, wc, level)
         Wb = bm["n"]
-        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": wbin(bins, Hc, B) / Wb,
+        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": _per_bin(wbin(bins, Hc, B), Wb),
                               "mean_accepted": bm["mean"], "lo": bm["lo"], "hi": bm["hi"],
                               "predicted": np.nan, "isotonic": np.nan})
         if wc is None:
@@ -146,11 +153,11 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
         row["floor_rounds"] = int(round(Wb[0]))
         row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
         iso = _curve.isotonic_decreasing(Hc, ac, weights=wc, key=key)
-        curve["isotonic"] = wbin(bins, iso, B) / Wb
+        curve["isotonic"] = _per_bin(wbin(bins, iso, B), Wb)
         del iso
         row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
     else:
-        notes.append(f"{where}: fewer rounds ({n}) than curve bins ({B}); no decile curve")
+        notes.append(f"{where}: fewer rounds ({Wc:.0f}) than curve bins ({B}); no decile curve")
     ranks = (_curve.midranks(Hc, weights=wc, key=key), _curve.integer_midranks(ac, wc))
     del key
     rho, rho_p, _ = spearman_clustered(Hc, ac, clc, G, ranks=ranks, weights=wc, overwrite_ranks=True)
@@ -195,7 +202,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
         if keep is not None:
             pred = pred[keep]
         if bm is not None:
-            curve["predicted"] = wbin(bins, pred, B) / bm["n"]
+            curve["predicted"] = _per_bin(wbin(bins, pred, B), bm["n"])
             row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
         pred -= ac                                         # residuals, in place
         sse = wsumc(pred * pred)

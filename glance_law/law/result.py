@@ -206,6 +206,8 @@ class LawFit(Result):
             cols.remove("drafter")
         return self.table[cols]
 
-    def summary(self, fmt: str = "text", digits: int = 3) -> str:
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "b1", "holds", "failed_checks")
+
+    def summary(self, fmt: str = "text", digits: int = 3, width: int | None = None) -> str:
         frame = self.display_frame() if fmt in _fmt.HUMAN else self.to_frame()
-        return _fmt.render(frame, fmt, self.title, self.notes, digits)
+        return _fmt.render(frame, fmt, self.title, self.notes, digits, width=width, keep=self.display_keep)

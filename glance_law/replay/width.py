@@ -70,6 +70,8 @@ LABELS = {"fixed": "fixed width", "oracle": "oracle", "paper": "entropy-keyed (p
           "rescue": "entropy-keyed (rescue-corrected)"}
 CLI_COLUMNS = ("topk_logq", "target_rank", "horizon", "budget", "accepted", "root_entropy", "task",
                "prompt_id", "condition", "drafter")
+#: Columns the section cannot do without (checked before it runs; a missing one skips it, named).
+NEEDS = ("root_entropy", "topk_logq", "target_rank")
 
 
 # --------------------------------------------------------------------------- keys

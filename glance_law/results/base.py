@@ -31,8 +31,17 @@ class Result:
         """Caveats printed under the table (skipped inputs, exclusions, method notes)."""
         return ()
 
-    def summary(self, fmt: str = "text", digits: int = 3) -> str:
-        return _fmt.render(self.to_frame(), fmt, self.title, self.notes, digits)
+    #: Columns a width-limited text table always keeps (besides the first).
+    display_keep: ClassVar[tuple[str, ...]] = ()
+
+    def display_frame(self) -> pd.DataFrame:
+        """The table human formats print (default: :meth:`to_frame`; JSON/CSV always print to_frame)."""
+        return self.to_frame()
+
+    def summary(self, fmt: str = "text", digits: int = 3, width: int | None = None) -> str:
+        """The table in ``fmt``; ``width`` (text): fit that many characters, naming the columns left out."""
+        frame = self.display_frame() if fmt in _fmt.HUMAN else self.to_frame()
+        return _fmt.render(frame, fmt, self.title, self.notes, digits, width=width, keep=self.display_keep)
 
     def to_latex(self, digits: int = 3) -> str:
         return self.summary("latex", digits)

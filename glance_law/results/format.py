@@ -152,10 +152,50 @@ def display_frame(frame: pd.DataFrame, digits: int = 3, intervals: bool = True) 
     return pd.DataFrame(out, columns=list(out))
 
 
+#: Default width (characters) of text tables in the command-line tools; ``width=None`` prints every column.
+TEXT_WIDTH = 100
+#: Columns that identify a row: a width-limited table never leaves them out.
+ALWAYS_KEEP = ("drafter", "task")
+
+
+def _cell_width(df: pd.DataFrame, c) -> int:
+    return max([len(str(c))] + [len(str(v)) for v in df[c]])
+
+
+def fit_columns(df: pd.DataFrame, width: int | None, keep: Sequence[str] = ()) -> tuple[pd.DataFrame, list[str]]:
+    """The columns of a display frame that fit in ``width`` characters (two spaces between
+    columns), and the names left out. The first column and those in ``keep`` are always
+    kept, and so are the row labels :data:`ALWAYS_KEEP` (their widths are reserved first); the others are taken in order while they fit.
+    ``width=None`` keeps every column."""
+    cols = list(df.columns)
+    if width is None or not cols:
+        return df, []
+    widths = {c: _cell_width(df, c) for c in cols}
+    if sum(widths.values()) + 2 * (len(cols) - 1) <= width:
+        return df, []
+    keep = set(keep) | set(ALWAYS_KEEP)
+    fixed = [c for c in cols if c == cols[0] or c in keep]
+    used = sum(widths[c] for c in fixed) + 2 * (len(fixed) - 1)
+    chosen = set(fixed)
+    for c in cols:
+        if c in chosen:
+            continue
+        if used + 2 + widths[c] <= width:
+            chosen.add(c)
+            used += 2 + widths[c]
+    shown = [c for c in cols if c in chosen]
+    return df[shown], [c for c in cols if c not in chosen]
+
+
+def hidden_note(hidden: Sequence[str], width: int) -> str:
+    return (f"{len(hidden)} column(s) not shown to fit {width} characters: {', '.join(hidden)} "
+            "(--wide prints every column; --format json or csv carry them all)")
+
+
 def _text(df: pd.DataFrame, title, notes) -> str:
     df = pd.DataFrame({text_escape(c): [text_escape(v) for v in df[c]] for c in df.columns})
     cols = list(df.columns)
-    widths = [max([len(str(c))] + [len(str(v)) for v in df[c]]) for c in cols]
+    widths = [_cell_width(df, c) for c in cols]
     left = [i == 0 or not any(ch.isdigit() for ch in "".join(df[c].astype(str))) for i, c in enumerate(cols)]
 
     def line(vals):
@@ -165,6 +205,16 @@ def _text(df: pd.DataFrame, title, notes) -> str:
     head = [text_escape(title), ""] if title else []
     tail = [""] + [f"note: {text_escape(n)}" for n in notes] if notes else []
     return "\n".join(head + rows + tail) + "\n"
+
+
+def _md_escape(s: str) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def markdown_text(s: str) -> str:
+    """A line of prose for Markdown: HTML and Markdown control characters escaped, one line."""
+    text = _html.escape(" ".join(str(s).split()), quote=False)
+    return "".join("\\" + ch if ch in "\\`*_[]#|" else ch for ch in text)
 
 
 def _markdown(df: pd.DataFrame, title, notes) -> str:
@@ -244,9 +294,14 @@ def records(frame: pd.DataFrame) -> list[dict]:
 
 
 def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
-           notes: Iterable[str] = (), digits: int = 3, intervals: bool = True) -> str:
-    """Render one table in ``fmt`` (one of :data:`FORMATS`)."""
-    notes = [str(n) for n in notes]
+           notes: Iterable[str] = (), digits: int = 3, intervals: bool = True, width: int | None = None,
+           keep: Sequence[str] = ()) -> str:
+    """Render one table in ``fmt`` (one of :data:`FORMATS`).
+
+    Notes are printed once each (repeats dropped, first occurrence kept). ``width`` (text only):
+    leave out columns until the table fits that many characters (:func:`fit_columns`; the first
+    column and ``keep`` stay) and say which in a note; None prints every column."""
+    notes = list(dict.fromkeys(str(n) for n in notes))
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "json":
@@ -254,4 +309,8 @@ def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
     if fmt == "csv":
         return frame.to_csv(index=False, lineterminator="\n")
     df = display_frame(frame, digits, intervals)
+    if fmt == "text" and width is not None:
+        df, hidden = fit_columns(df, width, keep)
+        if hidden:
+            notes.append(hidden_note(hidden, width))
     return {"text": _text, "markdown": _markdown, "latex": _latex, "html": _html_table}[fmt](df, title, notes)

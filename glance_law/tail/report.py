@@ -370,6 +370,8 @@ class TailFit(Result):
     """
 
     title: ClassVar[str] = "grounded tail: floor regime, geometric vs two-state survival"
+    #: What a width-limited text table keeps: the regime's mean and the geometric-vs-two-state verdict.
+    display_keep: ClassVar[tuple[str, ...]] = ("floor_mean", "lrt", "lrt_p_bootstrap", "heldout_two_state_wins")
     tasks: tuple = ()
     level: float = 0.95
     note_lines: tuple = ()
@@ -502,6 +504,14 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         raise GlanceError(f"threshold must be a finite entropy >= 0 nats (got {threshold})")
     frame, skipped = as_frame(rounds)
     notes: list[str] = [f"skipped {p}: {r}" if str(p) not in r else f"skipped {r}" for p, r in skipped]
+    whole = "root_entropy" not in frame.columns or not frame["root_entropy"].notna().any()
+    if whole:  # no entropy measured: the regime is the whole log (every drafted round), no law, no cap
+        frame = frame.assign(root_entropy=np.zeros(len(frame), dtype=np.float32))
+        quantile, threshold = 1.0, None
+        if b0 is None:
+            b0 = float("nan")
+        notes.append("no root_entropy in the logs: the regime is the whole log (every matched drafted round of "
+                     "the group), not an entropy floor; cap, sup and pi_star need the law's b0 and are empty")
     data = prepare(frame, by, condition, None, CLUSTER_BY, notes)
     get_b0 = _b0_source(frame, by, condition, method, b0, law, notes)
     tasks, empty = [], []
@@ -531,7 +541,7 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
                           "or check the task and condition")
     if empty:
         notes.append(f"empty floor regime (no round with H <= {threshold} nats), not analysed: {', '.join(empty)}")
-    rule = (f"H <= {threshold} nats" if threshold is not None else
+    rule = ("the whole log (no root entropy)" if whole else f"H <= {threshold} nats" if threshold is not None else
             "bottom entropy decile (the law's lowest decile bin)" if abs(quantile - 0.1) < 1e-12 else
             f"bottom {quantile:g} of rounds by entropy")
     notes += [
@@ -564,6 +574,8 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
 # ---------------------------------------------------------------------------
 
 CLI_COLUMNS = ("root_entropy", "accepted", "horizon", "task", "prompt_id", "condition", "drafter")
+#: Columns the section cannot do without (root_entropy is optional: without it the regime is the whole log).
+NEEDS = ("accepted", "horizon")
 
 
 def add_cli_arguments(parser) -> None:

@@ -1,0 +1,128 @@
+"""The table every log allows: per group, how many rounds and prompts, how much is accepted.
+
+:func:`group_summary` needs only the contract's required counting columns (``task``,
+``prompt_id``, ``accepted``, ``horizon``): it runs on logs that carry no root entropy, no
+match vectors and no timing (Spec-Bench/EAGLE/Medusa answers, vLLM/SGLang exports). Per
+group (per drafter when the logs hold several, then a pooled row per drafter):
+
+* ``rounds``, ``prompts``;
+* ``horizon`` (the largest L) and ``horizon_min`` (they differ for adaptive drafts);
+* ``mean_accepted`` and ``tau`` = mean accepted + 1 (tokens committed per round, bonus
+  included), with prompt-clustered CR1 intervals (t with G-1 df);
+* ``p_full`` = P(a = L): the share of rounds that accepted their whole draft (each round
+  against its own horizon), with the CR1 interval on the logit scale;
+* when the logs carry ``root_entropy``: ``mean_entropy`` and ``low_entropy_share``, the
+  share of rounds whose root entropy is below :data:`LOW_ENTROPY` nats (the spread the
+  law's slope is fitted on: see :mod:`glance_law.results.explain`); empty otherwise.
+
+Only drafted rounds (horizon > 0) of the matched condition enter; exclusions are noted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from glance_law.errors import GlanceError
+from glance_law.results.base import TableResult
+from glance_law.stats.cluster import clustered_mean, t_crit
+
+from . import common as E
+
+__all__ = ["group_summary", "GroupSummary", "LOW_ENTROPY", "NEEDS", "SUMMARY_COLUMNS"]
+
+ANALYSIS = "the per-group summary"
+#: Columns this analysis needs (beyond none: they are the contract's required counting columns).
+NEEDS = ("accepted", "horizon")
+#: Root entropy (nats) below which a round counts as "near zero" in ``low_entropy_share``.
+LOW_ENTROPY = 0.05
+SUMMARY_COLUMNS = ("drafter", "task", "rounds", "prompts", "horizon", "horizon_min", "mean_accepted",
+                   "mean_accepted_lo", "mean_accepted_hi", "tau", "tau_lo", "tau_hi", "p_full", "p_full_lo",
+                   "p_full_hi", "mean_entropy", "low_entropy_share")
+
+
+@dataclass(frozen=True, eq=False)
+class GroupSummary(TableResult):
+    """Per group: rounds, prompts, horizon, mean accepted length, tau and P(a = L)."""
+
+    title: ClassVar[str] = "accepted length per group (every log allows this table)"
+    has_entropy: bool = False
+    by: str | None = "task"
+
+    def rows(self, drafter: str | None = None) -> pd.DataFrame:
+        f = self.frame
+        return f if drafter is None else f.loc[f["drafter"] == drafter]
+
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "p_full")
+
+    def display_frame(self) -> pd.DataFrame:
+        """Human formats: tau as a point (its interval is mean_accepted's shifted by 1), no constant
+        columns (a single drafter, equal horizons, entropy columns without entropy)."""
+        f = self.frame
+        drop = ["tau_lo", "tau_hi"] + ([] if f["drafter"].nunique() > 1 else ["drafter"])
+        if not self.has_entropy:
+            drop += ["mean_entropy", "low_entropy_share"]
+        if (f["horizon"] == f["horizon_min"]).all():
+            drop.append("horizon_min")
+        return f.drop(columns=drop)
+
+
+def _row(a, L, H, codes, G, level) -> dict:
+    t = t_crit(G, level) if G >= 2 else np.nan
+    ma, sa, _ = clustered_mean(a, codes, G)
+    full = (a >= L).astype(np.float64)
+    pf, sp, gp = clustered_mean(full, codes, G)
+    pf_lo, pf_hi = E.proportion_ci(pf, sp, gp, level)
+    row = {"rounds": int(a.size), "prompts": int(G), "horizon": int(L.max()), "horizon_min": int(L.min()),
+           "mean_accepted": ma, "mean_accepted_lo": ma - t * sa, "mean_accepted_hi": ma + t * sa,
+           "tau": ma + 1.0, "tau_lo": ma + 1.0 - t * sa, "tau_hi": ma + 1.0 + t * sa,
+           "p_full": pf, "p_full_lo": pf_lo, "p_full_hi": pf_hi,
+           "mean_entropy": np.nan, "low_entropy_share": np.nan}
+    if H is not None:
+        row["mean_entropy"] = float(H.mean())
+        row["low_entropy_share"] = float(np.mean(H < LOW_ENTROPY))
+    return row
+
+
+def has_entropy(frame: pd.DataFrame) -> bool:
+    """Whether the rounds carry a measured root entropy (the column present and not all null)."""
+    return "root_entropy" in frame.columns and bool(frame["root_entropy"].notna().any())
+
+
+def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> GroupSummary:
+    """Rounds, prompts, horizon, mean accepted length and tau (prompt-clustered CR1 intervals) and
+    P(a = L) per group and pooled (per drafter); see the module docstring."""
+    frame = E.as_frame(rounds)
+    E.require(frame, ("task", "prompt_id") + NEEDS, ANALYSIS)
+    notes: list[str] = []
+    frame = E.with_arm_labels(E.speculative_rounds(frame, notes))
+    if not len(frame):
+        raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")
+    if by is not None and by not in frame.columns:
+        raise GlanceError(f"cannot group by '{by}': the logs have no such column")
+    ent = has_entropy(frame)
+    if ent and frame["root_entropy"].isna().any():
+        n = int(frame["root_entropy"].isna().sum())
+        notes.append(f"{n} round(s) without a root entropy: mean_entropy and low_entropy_share use the others")
+    rows = []
+    for drafter, dsub in frame.groupby("drafter", sort=True, observed=True):
+        parts = [] if by is None else list(dsub.groupby(dsub[by].astype(str), sort=True, observed=True))
+        for label, sub in parts + [(E.GROUP_ALL, dsub)]:
+            codes, G = E.clusters(sub)
+            a = sub["accepted"].to_numpy(np.float64)
+            L = sub["horizon"].to_numpy(np.float64)
+            H = None
+            if ent:
+                h = sub["root_entropy"].to_numpy(np.float64)
+                h = h[np.isfinite(h)]
+                H = h if h.size else None
+            rows.append({"drafter": str(drafter), "task": str(label), **_row(a, L, H, codes, G, level)})
+    notes.append(f"intervals: {100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; "
+                 "tau = mean accepted + 1 (tokens committed per round); p_full = P(a = L), the share of rounds "
+                 "that accepted their whole draft (each against its own horizon), interval on the logit scale")
+    if ent:
+        notes.append(f"low_entropy_share: share of rounds with root entropy below {LOW_ENTROPY:g} nats")
+    frame_out = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    return GroupSummary(frame_out, float(level), tuple(dict.fromkeys(notes)), has_entropy=ent, by=by)
