@@ -66,6 +66,8 @@ def open_bytes(path) -> bytes:
         except (OSError, EOFError) as exc:
             raise LogError(p, f"the gzip stream is corrupt or truncated ({exc})",
                            "re-copy the file (gzip -t tells whether it is whole)") from None
+    if raw[:3] == b"\xef\xbb\xbf":          # a UTF-8 byte-order mark (Windows editors): an encoding marker, not data
+        raw = raw[3:]
     return raw
 
 
