@@ -135,7 +135,7 @@ def classify(rec) -> str | None:
     if isinstance(rec.get("data"), dict) and ("metrics" in rec["data"] or "choices" in rec["data"]):
         rec = rec["data"]
     ch = rec.get("choices")
-    if ("question_id" in rec and isinstance(ch, list) and ch and isinstance(ch[0], dict)
+    if (isinstance(ch, list) and ch and isinstance(ch[0], dict)
             and any(k in ch[0] for k in ("accept_lengths", "idxs", "decoding_steps"))):
         return "spec-bench"
     if "question_id" in rec and "turns" in rec and "choices" not in rec:
