@@ -283,6 +283,32 @@ def test_glance_rows_four_defects_fixed(tmp_path):
     assert r["root_entropy"].tolist() == pytest.approx([0.5, 0.1, 2.0])
 
 
+def test_glance_hook_converter_is_the_importer(tmp_path):
+    # glance_log.hooks.GlanceOnRound.convert_jsonl: a thin call into the importer (the same rows, written)
+    from glance_log.hooks.glance import GlanceOnRound
+    f = write_jsonl(tmp_path / "round_log.jsonl", GLANCE_ROWS)
+    assert GlanceOnRound.convert_jsonl(f, tmp_path / "out", task="fallback", horizon=7) == 3
+    got = read_logs(tmp_path / "out").frame
+    want = import_logs(f, horizon=7).rounds
+    for c in ("prompt_id", "task", "accepted", "horizon", "budget", "extended", "round"):
+        assert got[c].astype(str).tolist() == want[c].astype(str).tolist(), c
+    assert got["budget"].tolist() == [63, 63, 31] and got["extended"].tolist() == [False, True, False]
+    assert GlanceOnRound.convert_jsonl([f], tmp_path / "o2", run_id="r1", drafter="blk") == 3
+    g = read_logs(tmp_path / "o2").frame
+    assert set(g["run_id"].astype(str)) == {"r1"} and set(g["drafter"].astype(str)) == {"blk"}
+    bad = write_jsonl(tmp_path / "bad.jsonl", ['{"entropy": 0.1, "accept_len": 1}'])
+    with pytest.raises(LogError, match="line 1: the row has no horizon.*--horizon"):
+        GlanceOnRound.convert_jsonl(bad, tmp_path / "o3")
+    # the on_round callable reads the same keys the same way
+    rec = GlanceOnRound(tmp_path / "cb", task="docvqa")
+    for row in GLANCE_ROWS[:2]:
+        rec(row)
+    rec.close()
+    cb = read_logs(tmp_path / "cb").frame
+    assert cb["prompt_id"].tolist() == ["doc-1", "doc-1"] and cb["budget"].tolist() == [63, 63]
+    assert cb["horizon"].tolist() == [15, 22] and cb["extended"].tolist() == [False, True]
+
+
 def test_glance_rows_import_without_torch(tmp_path):
     f = write_jsonl(tmp_path / "round_log.jsonl", GLANCE_ROWS)
     code = ("import sys; sys.modules['torch'] = None; "
