@@ -427,3 +427,28 @@ def test_reduce_accepts_jsonl(tmp_path):
     cells = pd.read_parquet(tmp_path / "r.parquet")
     r = import_logs(f).rounds          # output-ending rounds that accepted 0 have horizon 0: not drafted
     assert (cells["hbin"] == -1).all() and cells["n"].sum() == int((r["horizon"] > 0).sum()) < len(r)
+
+
+def test_vllm_names_across_versions_and_exporters(tmp_path):
+    # the same counters with the "vllm_" prefix of exporters that rewrite ":", without "_total", extra labels
+    text = prom_scrape(10, 30, 17, [8, 5, 4])
+    variant = (text.replace("vllm:", "vllm_").replace("_total{", "{")
+               .replace('engine="0"', 'engine="0",instance="h:8000",job="vllm"'))
+    a, b = tmp_path / "a.prom", tmp_path / "b.prom"
+    a.write_text(text)
+    b.write_text(variant)
+    assert detect_format(b) == "vllm"
+    ra, rb = import_logs(a).rounds, import_logs(b).rounds
+    assert sorted(ra["accepted"].tolist()) == sorted(rb["accepted"].tolist()) == [0, 0, 1, 1, 1, 2, 3, 3, 3, 3]
+
+
+def test_sglang_newer_field_names(tmp_path):
+    # newer SGLang: spec_num_correct_drafts / spec_num_proposed_drafts / spec_correct_drafts_histogram
+    meta = {"id": "r", "completion_tokens": 9, "spec_verify_ct": 4, "spec_accept_length": 2.25,
+            "spec_num_correct_drafts": 5, "spec_num_proposed_drafts": 12, "spec_correct_drafts_histogram": [1, 1, 1, 1]}
+    f = write_jsonl(tmp_path / "sg.jsonl", [{"text": "", "meta_info": meta}])
+    imp = import_logs(f)
+    assert imp.rounds["accepted"].tolist() == [0, 1, 2, 3] and (imp.rounds["horizon"] == 3).all()
+    bad = write_jsonl(tmp_path / "bad.jsonl", [{"meta_info": dict(meta, spec_verify_ct="many")}])
+    with pytest.raises(LogError, match="line 1: spec_verify_ct or the acceptance histogram is not a number"):
+        import_logs(bad)

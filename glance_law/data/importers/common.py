@@ -125,7 +125,7 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
 
 _ENTROPY_KEYS = ("root_entropy", "entropy", "H", "ent")
 _ACCEPT_KEYS = ("accepted", "accept_len", "acceptance_length", "accepted_len", "n_accepted", "tau")
-_PROM = re.compile(rb"^\s*(#\s*(HELP|TYPE)\s+)?vllm:spec_decode", re.M)
+_PROM = re.compile(rb"^\s*(#\s*(HELP|TYPE)\s+)?vllm[:_]spec_decode", re.M)
 
 
 def classify(rec) -> str | None:
