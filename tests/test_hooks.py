@@ -114,7 +114,7 @@ def test_glance_on_round_dicts(tmp_path):
     rec.close()
     f = gio.read_logs(tmp_path / "a").frame
     assert f["accepted"].tolist() == [3, 5, 0] and f["horizon"].tolist() == [15, 15, 15]
-    assert f["round"].tolist() == [0, 1, 2] and f["budget"].iloc[0] == 63
+    assert f["round"].tolist() == [0, 1, 2] and f["budget"].iloc[0] == 62     # tree_size counts the root
     assert f["root_entropy"].iloc[1] == pytest.approx(0.1)
     with pytest.raises(GlanceError, match="lacks entropy"):
         GlanceOnRound(tmp_path / "b", task="chartqa")({"entropy": 0.3, "accepted": 1})

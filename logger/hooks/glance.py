@@ -4,6 +4,8 @@ Torch-free: the dictionaries' tensor values are read through ``.item()``.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from glance_law.data import schema as S
 from glance_law.data.io import LogWriter, run_metadata
 from glance_law.errors import GlanceError
@@ -24,9 +26,10 @@ class GlanceOnRound:
     ALIASES = {
         "root_entropy": ("root_entropy", "entropy", "H", "ent"),
         "accepted": ("accepted", "accept_len", "acceptance_length", "accepted_len", "n_accepted"),
-        "budget": ("budget", "tree_size", "num_nodes", "n_nodes"),
+        "budget": ("budget",),
+        "tree_size": ("tree_size", "num_nodes", "n_nodes"),
         "horizon": ("horizon", "depth", "max_depth"),
-        "prompt_id": ("prompt_id", "sample_id", "id"),
+        "prompt_id": ("prompt_id", "prompt", "sample_id", "id"),
         "round": ("round", "round_idx", "step"),
         "root_margin": ("root_margin", "margin"),
         "root_pmax": ("root_pmax", "pmax", "max_prob"),
@@ -68,9 +71,16 @@ class GlanceOnRound:
                               f"(keys: {', '.join(sorted(d))}); pass horizon= to GlanceOnRound if the dict has none")
         pid = self._get(d, "prompt_id")
         rnd = self._get(d, "round")
+        a, L = int(a), int(L)
+        # GLANCE extends a fully accepted block: a round may accept past L; it is stored as a run of at
+        # least `accepted` (horizon = accepted), as glance_law.data.importers.glance stores it
         row = {"run_id": self.run_id, "task": self.task, "prompt_id": str(pid if pid is not None else self._prompt),
                "round": int(rnd if rnd is not None else self._round), "root_entropy": float(h),
-               "accepted": int(a), "horizon": int(L), "drafter": self.drafter}
+               "accepted": a, "horizon": max(a, L), "drafter": self.drafter, "extended": a > L,
+               "drafted_horizon": L}
+        size = self._get(d, "tree_size")
+        if size is not None:
+            row["budget"] = int(size) - 1          # GLANCE's tree size counts the root
         for name in ("budget", "root_margin", "root_pmax", "round_ms"):
             v = self._get(d, name)
             if v is not None:
@@ -83,23 +93,35 @@ class GlanceOnRound:
 
     @classmethod
     def convert_jsonl(cls, paths, out_dir, **kw) -> int:
-        """Convert GLANCE JSONL files of on_round dictionaries into a rounds log; returns rows."""
-        import json
+        """Convert GLANCE ``--round-log`` JSONL files (each row the decoder's ``on_round``
+        dictionary plus ``task`` and ``prompt``) into a rounds log in ``out_dir``; returns the
+        rows written. A thin call into :mod:`glance_law.data.importers.glance`, which reads the
+        ``prompt`` key, each row's ``task``, ``budget = tree_size - 1`` and extended rounds
+        (docs/your-logs.md). ``task=``: the task of rows without one; ``horizon=``: L of rows
+        without ``horizon``/``block_size``; ``run_id=`` / ``drafter=``, when given, name the
+        run and drafter instead of the file's. Bad input raises :class:`glance_law.io.LogError`
+        (one line: file, line, fix)."""
+        import os
 
-        rec = cls(out_dir, **kw)
-        n = 0
-        for p in ([paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "open") else paths):
-            with open(p, encoding="utf-8") as fh:
-                for lineno, line in enumerate(fh, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        d = json.loads(line)
-                    except json.JSONDecodeError as exc:
-                        raise GlanceError(f"{p}:{lineno}: malformed JSON ({exc.msg})") from None
-                    rec(d)
-                    n += 1
-        rec.close()
+        from glance_law.data.importers import import_logs
+        from glance_law.data.io import write_table
+
+        many = [paths] if isinstance(paths, (str, bytes, os.PathLike)) else list(paths)
+        imp = import_logs([os.fsdecode(p) for p in many], format="glance", horizon=kw.get("horizon"),
+                          task=kw.get("task"))
+        table = imp.rounds_table
+        n = 0 if table is None else table.num_rows
+        if not n:
+            return 0
+        import pyarrow as pa
+        for name in ("run_id", "drafter"):
+            if kw.get(name) is not None:
+                i = table.column_names.index(name)
+                table = table.set_column(i, name, pa.array([str(kw[name])] * n, pa.string()))
+        keep = [c for c in table.column_names if c in S.required_names(S.KIND_ROUNDS) or table.column(c).null_count < n]
+        run_id = str(kw.get("run_id") or imp.parts[0][4].get("run_id") or "glance").replace("/", "_")
+        run = kw.get("run") or run_metadata(run_id=run_id, source="glance")
+        write_table(table.select(keep), Path(out_dir) / f"{run_id}-glance.parquet", S.KIND_ROUNDS, run)
         return n
 
     def close(self) -> None:

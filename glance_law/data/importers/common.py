@@ -66,6 +66,8 @@ def open_bytes(path) -> bytes:
         except (OSError, EOFError) as exc:
             raise LogError(p, f"the gzip stream is corrupt or truncated ({exc})",
                            "re-copy the file (gzip -t tells whether it is whole)") from None
+    if raw[:3] == b"\xef\xbb\xbf":          # a UTF-8 byte-order mark (Windows editors): an encoding marker, not data
+        raw = raw[3:]
     return raw
 
 
@@ -123,7 +125,7 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
 
 _ENTROPY_KEYS = ("root_entropy", "entropy", "H", "ent")
 _ACCEPT_KEYS = ("accepted", "accept_len", "acceptance_length", "accepted_len", "n_accepted", "tau")
-_PROM = re.compile(rb"^\s*(#\s*(HELP|TYPE)\s+)?vllm:spec_decode", re.M)
+_PROM = re.compile(rb"^\s*(#\s*(HELP|TYPE)\s+)?vllm[:_]spec_decode", re.M)
 
 
 def classify(rec) -> str | None:
@@ -133,7 +135,7 @@ def classify(rec) -> str | None:
     if isinstance(rec.get("data"), dict) and ("metrics" in rec["data"] or "choices" in rec["data"]):
         rec = rec["data"]
     ch = rec.get("choices")
-    if ("question_id" in rec and isinstance(ch, list) and ch and isinstance(ch[0], dict)
+    if (isinstance(ch, list) and ch and isinstance(ch[0], dict)
             and any(k in ch[0] for k in ("accept_lengths", "idxs", "decoding_steps"))):
         return "spec-bench"
     if "question_id" in rec and "turns" in rec and "choices" not in rec:

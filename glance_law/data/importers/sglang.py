@@ -24,8 +24,9 @@ import pandas as pd
 from glance_law.data.importers.common import FileResult, file_run, horizon_for, run_base
 from glance_law.data.io import LogError
 
-_ACC = ("spec_accept_token_num", "spec_accepted_tokens", "spec_accepted_drafts")
-_PROP = ("spec_draft_token_num", "spec_proposed_drafts")
+_ACC = ("spec_accept_token_num", "spec_accepted_tokens", "spec_accepted_drafts", "spec_num_correct_drafts")
+_PROP = ("spec_draft_token_num", "spec_proposed_drafts", "spec_num_proposed_drafts")
+_HIST = ("spec_accept_histogram", "spec_correct_drafts_histogram")
 
 
 def _first(meta, keys):
@@ -49,7 +50,14 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         if not isinstance(meta, dict) or meta.get("spec_verify_ct") is None:
             ignored += 1
             continue
-        ct = int(meta["spec_verify_ct"])
+        try:
+            ct = int(meta["spec_verify_ct"])
+            hist_raw = _first(meta, _HIST)
+            if hist_raw is not None:
+                [int(x) for x in hist_raw]
+        except (TypeError, ValueError):
+            raise LogError(path, f"line {lineno}: spec_verify_ct or the acceptance histogram is not a number",
+                           "log the response as the server sent it") from None
         pid = str(next((rec[k] for k in ("prompt_id", "question_id", "custom_id") if rec.get(k) is not None),
                        meta.get("id", f"line-{lineno}")))
         t = str(rec.get("task") or task or "unknown")
@@ -64,7 +72,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         P["spec_accept_length"].append(meta.get("spec_accept_length"))
         P["accepted_tokens"].append(acc_tok)
         P["draft_tokens"].append(prop)
-        hist = meta.get("spec_accept_histogram")
+        hist = _first(meta, _HIST)
         if isinstance(hist, list) and hist:
             L = override
             if L is None and prop is not None and ct > 0 and int(prop) % ct == 0:

@@ -21,7 +21,6 @@ horizon kept in ``drafted_horizon``. ``vanilla`` files are the autoregressive ar
 from __future__ import annotations
 
 import math
-import re
 from array import array
 from collections import Counter
 from pathlib import Path
@@ -41,32 +40,55 @@ from glance_law.data.importers.common import (
 from glance_law.data.io import LogError
 
 #: method in ``model_id`` -> deepest draft offset L (``"hf-heuristic"``: Hugging Face's
-#: assisted-generation schedule, reconstructed per round; None: not known, pass a horizon).
+#: assisted-generation schedule, reconstructed per round; None: no fixed depth known, pass a
+#: horizon). Sources (file @ commit) in docs/your-logs.md; :data:`HINTS` says why each None is None.
 METHODS: dict = {
     "vanilla": 0,            # autoregressive baseline
-    "eagle": 5,              # EAGLE-1 static tree, depth 5
-    "medusa": 4,             # Medusa, 4 heads
-    "hydra": 4,              # Hydra heads
-    "ssd": 3,                # CTC drafter
+    "eagle": 5,              # EAGLE-1 static tree mc_sim_7b_63 (Spec-Bench model/eagle/choices.py): depth 5
+    "eagle2": 6,             # EAGLE-2 dynamic tree, Spec-Bench default --depth 5: at most depth + 1 = 6 draft tokens
+    "eagle3": 6,             # EAGLE-3, same drafting loop and default --depth 5: at most 6
+    "medusa": 4,             # Medusa static tree mc_sim_7b_63 (model/medusa/medusa_choices.py): depth 4
+    "hydra": 4,              # Hydra static tree mc_sim_7b_63 (model/hydra/hydra_choices.py): depth 4
+    "recycling": 6,          # Token Recycling static tree template "2.2.2" (model/recycling/tree_template_.py): depth 6
+    "ssd": 3,                # CTC drafter (delsiiin/VASE)
     "sps": "hf-heuristic",   # a small draft model, HF schedule: start 5, +2 after a full accept, else -1 (>= 1)
-    "eagle2": None, "eagle3": None, "pld": None, "lookahead": None, "rest": None, "space": None,
-    "recycling": None, "samd": None, "ctc": None, "clover": None, "kangaroo": None,
+    "pld": None, "lookahead": None, "lade": None, "rest": None, "space": None, "samd": None, "ctc": None,
+    "clover": None, "kangaroo": None,
 }
+#: Why a method has no fixed horizon, and what to pass instead (in its refusal).
+HINTS: dict = {
+    "pld": "prompt lookup drafts up to 10 tokens per round (Spec-Bench inference_pld.py: "
+           "draft_num_candidate_tokens=10), fewer when the matched continuation is shorter and one placeholder "
+           "when nothing matches; the per-round length is not logged (--horizon pld=10 reads every round at that cap)",
+    "lookahead": "lookahead decoding verifies n-grams of LEVEL - 1 tokens (LEVEL in the model_id, e.g. "
+                 "lade-level-5); rounds with no candidate draft nothing, and the per-round length is not logged",
+    "rest": "REST drafts a trie of retrieved continuations whose depth varies per round and is not logged",
+    "space": "SPACE's semi-autoregressive draft length is set by the trained model's mask count, not by the log",
+    "samd": "SAM-Decoding switches between suffix-automaton and tree drafts of varying depth per round",
+    "eagle2": "", "eagle3": "",
+}
+HINTS["lade"] = HINTS["lookahead"]
 SPS_START = 5
 
-_SUFFIX = re.compile(r"(?:-(?:float16|bfloat16|float32|fp16|bf16|fp32|half|int8|int4))?"
-                     r"(?:-temp(?:erature)?-[0-9.]+)?$", re.I)
+_DTYPES = {"float16", "bfloat16", "float32", "float64", "fp16", "bf16", "fp32", "half", "int8", "int4", "fp8"}
 
 
 def parse_model_id(model_id: str) -> tuple[str, str | None, str]:
     """(target, method, drafter name) from a model_id like
-    ``vicuna-7b-v1.3-sps-68m-float16-temp-0.0`` -> (``vicuna-7b-v1.3``, ``sps``, ``sps-68m``)."""
-    core = _SUFFIX.sub("", str(model_id))
-    toks = core.split("-")
-    for i in range(len(toks) - 1, 0, -1):
-        if toks[i].lower() in METHODS:
-            return "-".join(toks[:i]), toks[i].lower(), "-".join(toks[i:]).lower()
-    return core, None, toks[-1].lower() if toks else "unknown"
+    ``vicuna-7b-v1.3-sps-68m-float16-temp-0.0`` -> (``vicuna-7b-v1.3``, ``sps``, ``sps-68m``).
+    Everything from the first dtype or ``temp``/``temperature`` token on is settings
+    (Medusa's own ``...-temperature-0.0-posterior_threshold-0.09...`` too); a method may also
+    lead (``medusa-vicuna-7b-v1.3``, the Medusa repository's naming)."""
+    toks = str(model_id).split("-")
+    cut = next((j for j, t in enumerate(toks) if j and (t.lower() in _DTYPES or t.lower() in ("temp", "temperature"))),
+               len(toks))
+    core = toks[:cut]
+    for i in range(len(core) - 1, -1, -1):
+        if core[i].lower() in METHODS:
+            if i == 0:
+                return "-".join(core[1:]) or core[0], core[0].lower(), core[0].lower()
+            return "-".join(core[:i]), core[i].lower(), "-".join(core[i:]).lower()
+    return "-".join(core), None, core[-1].lower() if core else "unknown"
 
 
 def sps_schedule(accepted: np.ndarray, start: int = SPS_START) -> tuple[np.ndarray, int]:
@@ -119,17 +141,76 @@ def questions_file(path, lines) -> FileResult:
                        "categories only"])
 
 
+def _ints(x) -> list:
+    """A list of integers from a scalar or a list (a scalar is one turn); integral floats pass."""
+    if x is None:
+        return []
+    if not isinstance(x, list):
+        x = [x]
+    out = []
+    for v in x:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or int(v) != v:
+            raise ValueError(f"{v!r} is not an integer")
+        out.append(int(v))
+    return out
+
+
+def _nums(x) -> list:
+    """Per-turn numbers (wall_time): a scalar is one turn; None elements stay None."""
+    if x is None:
+        return []
+    return list(x) if isinstance(x, list) else [x]
+
+
+def split_turns(al, ds: list, nt: list, n_turns: int):
+    """The per-step values of one answer and their split into turns: (values, lengths per
+    turn, how) or None when no split is consistent. ``al``: a flat list over all turns, or one
+    list per turn; ``ds``: decoding_steps; ``nt``: new_tokens; ``n_turns``: the turns in the
+    answer. ``how``: ``steps`` (decoding_steps, as Spec-Bench writes them), ``nested`` (one
+    list per turn), ``single`` (one turn: the whole list), ``new_tokens`` (cut where the
+    running sum meets each turn's new_tokens), ``steps+1`` (every turn one step more than
+    decoding_steps says: Token Recycling's counter skips the final step)."""
+    if al and all(isinstance(t, list) for t in al):
+        vals = [v for t in al for v in _ints(t)]
+        return vals, [len(t) for t in al], "nested"
+    vals = _ints(al)
+    if ds and sum(ds) == len(vals):
+        return vals, ds, "steps"
+    if max(n_turns, len(ds), len(nt)) <= 1:
+        return vals, [len(vals)], "single"
+    if nt and len(nt) == max(n_turns, len(ds)) and sum(nt) == sum(vals):
+        run, k, lens = 0, 0, []
+        want = np.cumsum(nt).tolist()
+        start = 0
+        for i, v in enumerate(vals):
+            run += v
+            if k < len(want) and run == want[k]:
+                lens.append(i + 1 - start)
+                start = i + 1
+                k += 1
+                while k < len(want) and want[k] == run:     # a turn with no tokens
+                    lens.append(0)
+                    k += 1
+        if k == len(want) and start == len(vals):
+            return vals, lens, "new_tokens"
+    if ds and sum(ds) + len(ds) == len(vals):
+        return vals, [d + 1 for d in ds], "steps+1"
+    return None
+
+
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     path = Path(path)
     notes: list[str] = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     recs = [(i, r) for i, r in lines.records if isinstance(r, dict) and isinstance(r.get("choices"), list)]
     other = len(lines.records) - len(recs)
     if other:
-        notes.append(f"{path}: {other} record(s) without 'choices' ignored")
+        notes.append(f"{path}: {other} record(s) without a 'choices' list ignored")
     if not recs:
-        raise LogError(path, "no answer records (objects with 'choices')",
+        raise LogError(path, "no answer records (objects with a 'choices' list)",
                        "pass the model_answer/*.jsonl files Spec-Bench writes")
-    model_ids = Counter(str(r.get("model_id", "")) for _, r in recs)
+    base = run_base(path)
+    model_ids = Counter(str(r["model_id"]) for _, r in recs if r.get("model_id") not in (None, ""))
+    no_model = sum(1 for _, r in recs if r.get("model_id") in (None, ""))
     qcat = _questions(path)
     if qcat:
         asked = {str(r.get("question_id")) for _, r in recs}
@@ -139,22 +220,33 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     if len(model_ids) > 1:
         raise LogError(path, f"mixes {len(model_ids)} model_id values ({ids_list(model_ids)})",
                        "split the file by model_id (one run per file)")
-    model_id = next(iter(model_ids))
+    if model_ids:
+        model_id = next(iter(model_ids))
+        if no_model:
+            notes.append(f"{path}: {no_model} answer(s) without a model_id read as '{model_id}' (the file's other "
+                         "answers)")
+    else:
+        model_id = base.split("/")[-1]
+        notes.append(f"{path}: no model_id in the answers: target and method read from the file name "
+                     f"'{model_id}'")
     target, method, drafter = parse_model_id(model_id)
-    base = run_base(path)
     override = horizon_for(horizon, (path.name, base.split("/")[-1], base, model_id, f"{target}-{method}",
                                      method, "*"))
-    spec = METHODS.get(method) if method else None
-    if override is not None:
-        spec = int(override)
+    table = METHODS.get(method) if method else None
+    spec = int(override) if override is not None else table
 
     # --- per answer: turns and their values --------------------------------------
     seen: Counter = Counter()
     empty, mismatch, badval, multi, idx_only, nan_wall, tok_mismatch = [], [], [], 0, 0, 0, 0
+    no_qid, no_cat, hows, why_bad = 0, 0, Counter(), Counter()
 
-    answers = []     # (run k, qid, task, [(values, new_tokens, wall)], ...)
+    answers = []     # (run k, qid, task, values | None, steps per turn, new_tokens, wall, line)
     for lineno, r in recs:
-        qid = str(r.get("question_id"))
+        q = r.get("question_id")
+        if q is None:
+            no_qid += 1
+            q = f"line-{lineno}"
+        qid = str(q)
         seen[qid] += 1
         k = seen[qid]
         ch = r["choices"]
@@ -164,46 +256,85 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         cat = r.get("category")
         if cat is None:
             cat = qcat.get(qid)
+        if cat is None:
+            no_cat += 1
         tsk = str(cat) if cat is not None else (task or "unknown")
-        nt = list(c.get("new_tokens") or [])
-        wt = list(c.get("wall_time") or [])
+        try:
+            nt = _ints(c.get("new_tokens"))
+            ds = _ints(c.get("decoding_steps"))
+        except ValueError as exc:
+            badval.append(qid)
+            why_bad[f"new_tokens/decoding_steps: {exc}"] += 1
+            continue
+        wt = _nums(c.get("wall_time"))
+        turns = c.get("turns")
+        n_turns = len(turns) if isinstance(turns, list) else (1 if turns is not None else 0)
         if "accept_lengths" not in c:
             idxs = c.get("idxs")
-            if isinstance(idxs, list):
+            if idxs is not None:
+                try:
+                    steps = [i + 1 for i in _ints(idxs)]
+                except ValueError as exc:
+                    badval.append(qid)
+                    why_bad[f"idxs: {exc}"] += 1
+                    continue
                 idx_only += 1
-                answers.append((k, qid, tsk, None, [int(x) + 1 for x in idxs], nt, wt, lineno))
+                answers.append((k, qid, tsk, None, steps, nt, wt, lineno))
                 continue
             badval.append(qid)
+            why_bad["neither accept_lengths nor idxs"] += 1
             continue
-        al = c.get("accept_lengths") or []
-        ds = [int(x) for x in (c.get("decoding_steps") or [])]
+        al = c.get("accept_lengths")
         if not al:
             empty.append(qid)
             continue
-        if sum(ds) != len(al):
+        try:
+            got = split_turns(al if isinstance(al, list) else [al], ds, nt, n_turns)
+        except ValueError as exc:
+            badval.append(qid)
+            why_bad[f"accept_lengths: {exc}"] += 1
+            continue
+        if got is None:
             mismatch.append(qid)
             continue
-        try:
-            v = array("q", al)           # C conversion; refuses floats and strings
-        except (TypeError, ValueError, OverflowError):
-            badval.append(qid)
-            continue
+        vals, lens, how = got
+        hows[how] += 1
+        v = array("q", vals)
         if min(v) < 1:
             badval.append(qid)
+            why_bad["accept_lengths below 1"] += 1
             continue
-        answers.append((k, qid, tsk, v, ds, nt, wt, lineno))
+        answers.append((k, qid, tsk, v, lens, nt, wt, lineno))
 
     if empty:
         notes.append(f"{path}: {len(empty)} answer(s) with empty accept_lengths (no decoding steps; the run "
                      f"failed on them) left out: question_id {ids_list(empty)}")
     if mismatch:
         notes.append(f"{path}: {len(mismatch)} answer(s) whose decoding_steps do not sum to the length of "
-                     f"accept_lengths left out (turns cannot be split): question_id {ids_list(mismatch)}")
+                     "accept_lengths, with several turns that new_tokens cannot split either, left out: "
+                     f"question_id {ids_list(mismatch)}")
     if badval:
-        notes.append(f"{path}: {len(badval)} answer(s) with unreadable or impossible accept_lengths (values "
-                     f"must be integers >= 1) left out: question_id {ids_list(badval)}")
+        notes.append(f"{path}: {len(badval)} answer(s) with unreadable or impossible values left out ("
+                     + "; ".join(f"{w}: {n}" for w, n in why_bad.most_common(3)) + f"): question_id {ids_list(badval)}")
+    for how, what in (("nested", "give accept_lengths as one list per turn: turns taken from those lists"),
+                      ("single", "have one turn and decoding_steps that miss or disagree with accept_lengths: "
+                                 "the whole list read as that turn"),
+                      ("new_tokens", "have decoding_steps that disagree with accept_lengths: turns split where "
+                                     "the running sum of accept_lengths meets each turn's new_tokens"),
+                      ("steps+1", "count one decoding step fewer per turn than accept_lengths holds (Token "
+                                  "Recycling's step counter skips the last step): turns of decoding_steps + 1")):
+        n = hows.get(how, 0)
+        if n:
+            notes.append(f"{path}: {n} answer(s) {what}")
     if multi:
         notes.append(f"{path}: {multi} answer(s) hold several choices; only choices[0] is read")
+    if no_qid:
+        notes.append(f"{path}: {no_qid} answer(s) without a question_id: prompt_id 'line-<line number>' (each its "
+                     "own cluster, unpaired in the timing ledger)")
+    if no_cat:
+        notes.append(f"{path}: {no_cat} answer(s) without a category (none in the record"
+                     + (", nor in the question file beside it" if qcat else ", and no question.jsonl beside it")
+                     + f"): task '{task or 'unknown'}'" + ("" if task else " (pass --task NAME)"))
     if not answers:
         raise LogError(path, f"no usable answers ({len(empty)} with empty accept_lengths, {len(mismatch)} with "
                              f"step counts that disagree, {len(badval)} unreadable)",
@@ -219,17 +350,26 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     # --- horizon ---------------------------------------------------------------------
     rounds_level = [a for a in answers if a[3] is not None]
     vmax = max((max(a[3]) for a in rounds_level), default=0)
+    key = f"{target}-{method}" if method else model_id
     if rounds_level and spec is None:
-        why = (f"the method '{method}' has no horizon in the method table" if method
+        why = (f"the method '{method}' has no fixed horizon in the method table" if method
                else f"no known method in model_id '{model_id}'")
-        raise LogError(path, f"{why} (known: " + ", ".join(f"{m} {h}" for m, h in METHODS.items()
-                                                             if h is not None) + ")",
-                       f"pass the run's deepest draft offset: --horizon L (or horizon={{'{method or base}': L}})")
-    if rounds_level and isinstance(spec, int) and vmax - 1 > spec:
-        src = "--horizon" if override is not None else f"the method table ({method} {spec})"
-        raise LogError(path, f"accept_lengths reach {vmax} (accepted {vmax - 1}), more than the horizon {spec} "
-                             f"from {src}", "the data contradict the horizon: pass this run's deepest draft "
-                       f"offset, e.g. --horizon {target}-{method}={vmax - 1} (or larger)")
+        hint = HINTS.get(method) if method else None
+        raise LogError(path, f"{why}" + (f": {hint}" if hint else "") + " (known: "
+                       + ", ".join(f"{m} {h}" for m, h in METHODS.items() if h is not None) + ")",
+                       f"pass the run's deepest draft offset: --horizon {method or key}=L (or horizon={{'"
+                       f"{method or key}': L}}); its accept_lengths reach {vmax} (L >= {max(vmax - 1, 0)})")
+    if rounds_level and isinstance(spec, int) and spec > 0 and vmax - 1 > spec:
+        if override is not None:
+            raise LogError(path, f"accept_lengths reach {vmax} (accepted {vmax - 1}), more than the horizon {spec} "
+                                 "given with --horizon", "the data contradict that horizon: pass this run's deepest "
+                           f"draft offset, e.g. --horizon {key}={vmax - 1} (or larger)")
+        notes.append(f"{path}: WARNING: accept_lengths reach {vmax} (accepted {vmax - 1}), more than the method "
+                     f"table's horizon {spec} for '{method}': this run drafted deeper than the table's default. "
+                     f"Imported with horizon {vmax - 1}, the largest accepted run observed (a lower bound on the "
+                     f"configured depth: rounds that reached it count as fully accepted); if you know the run's "
+                     f"depth, pass it: --horizon {key}=L")
+        spec = vmax - 1
     if spec == 0 and vmax > 1:
         raise LogError(path, f"an autoregressive (vanilla) run with accept_lengths up to {vmax}",
                        "the data contradict the method; check model_id, or pass --horizon L for this file")

@@ -43,10 +43,12 @@ from glance_law.data.importers.common import (
 )
 from glance_law.data.io import LogError
 
-_SAMPLE = re.compile(r'^(vllm:spec_decode_[a-z_]+?)(_total)?(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)(\s+\d+)?\s*$')
+# names with the "vllm:" prefix (vLLM's own exposition) or "vllm_" (exporters that turn ":" into "_"),
+# with or without prometheus_client's "_total" suffix
+_SAMPLE = re.compile(r'^vllm[:_](spec_decode_[a-z_]+?)(_total)?(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)(\s+-?\d+)?\s*$')
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_NAMES = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-          "vllm:spec_decode_num_accepted_tokens": "accepted", "vllm:spec_decode_num_accepted_tokens_per_pos": "pos"}
+_NAMES = {"spec_decode_num_drafts": "drafts", "spec_decode_num_draft_tokens": "draft_tokens",
+          "spec_decode_num_accepted_tokens": "accepted", "spec_decode_num_accepted_tokens_per_pos": "pos"}
 
 
 def parse_scrapes(text: str) -> list[dict]:
