@@ -39,22 +39,6 @@ def _nan_row() -> dict:
     return {c: np.nan for c in LAW_COLUMNS + LAW_EXTRA_COLUMNS}
 
 
-def _law_moments(p, L, w, M_all):
-    """Weighted sums of M, M^2 and Var(a|H) under the law, in chunks (bounded temporaries);
-    ``M_all`` = truncated_mean(p, L), Var = 2 p M' - M - M^2 as truncated_variance."""
-    s1 = s2 = sv = 0.0
-    for k in range(0, p.size, _law.CHUNK):
-        sl = slice(k, k + _law.CHUNK)
-        M = M_all[sl]
-        V = 2.0 * p[sl] * _law.truncated_mean_derivative(p[sl], L[sl]) - M - M * M
-        np.maximum(V, 0.0, out=V)
-        ws = None if w is None else w[sl]
-        s1 += float(M.sum()) if ws is None else _law.dot(ws, M)
-        s2 += _law.dot(M, M) if ws is None else _law.dot(ws, M * M)
-        sv += float(V.sum()) if ws is None else _law.dot(ws, V)
-    return s1, s2, sv
-
-
 NARROW_SPREAD = 0.1  # nats: the 10-90% entropy range under which a slope is flagged (docs/theory-law.md)
 
 
@@ -115,7 +99,11 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     def wsumc(x):
         return float(x.sum()) if wc is None else _law.dot(wc, x)
 
+    starts = None  # unweighted, the sorted rounds' bins are B consecutive runs: sums by np.add.reduceat
+
     def wbin(bins, x, B):  # per-bin weighted sums over the checks' rounds
+        if starts is not None:
+            return np.add.reduceat(x, starts)
         return np.bincount(bins, x if wc is None else wc * x, B)
 
     level = opt["level"]
@@ -142,6 +130,8 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     bins = bm = floor = None
     if Wc >= B:  # rounds, not rows: a reduced table's row stands for `weight` rounds
         bins = _curve.sorted_bins(n, B, wc)
+        if wc is None:  # n >= B: every bin holds at least one round
+            starts = np.searchsorted(bins, np.arange(B, dtype=bins.dtype))
         bm = _curve.binned_means(ac, bins, B, clc, G, wc, level)
         Wb = bm["n"]
         curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": _per_bin(wbin(bins, Hc, B), Wb),
@@ -190,12 +180,10 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
             lo, hi = b - half, b + half
         row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
         row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
-        row["loglik"] = _law.loglik(b, H, a, L, w)
         row["cap"] = _law.cap(b0)
-        # the law's mean M(p, L) once; the model-implied ceiling Var(M) / (Var(M) + E Var(a|H))
-        # (ceiling.model_ceiling) from it and M' in chunks
-        pred = _law.truncated_mean(p, L)
-        s1, s2, sv = _law_moments(p, L, w, pred)
+        # the law's mean M(p, L), the log-likelihood and the model-implied ceiling
+        # Var(M) / (Var(M) + E Var(a|H)) (ceiling.model_ceiling) in one chunked pass
+        pred, row["loglik"], s1, s2, sv = _law.fitted_moments(b, H, a, L, p, w)
         between = max(s2 / W - (s1 / W) ** 2, 0.0)
         row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
         del p

@@ -29,7 +29,8 @@ from glance_law.stats.cluster import design_sums
 
 __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
            "expected_accepted", "loglik", "score_and_information", "cluster_score_information",
-           "fit_affine_logit", "fit_conditional_mean", "refit", "mean_and_jacobian", "law_supremum", "cap"]
+           "fit_affine_logit", "fit_conditional_mean", "refit", "mean_and_jacobian", "law_supremum", "cap",
+           "fitted_moments"]
 
 CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
 _NEWTON_CHUNK = 1 << 15  # rows per chunk of a Newton pass (three float64 buffers stay in cache)
@@ -79,6 +80,57 @@ def truncated_variance(p, L) -> np.ndarray:
     p = np.asarray(p, dtype=np.float64)
     M = truncated_mean(p, L)
     return np.maximum(2.0 * p * truncated_mean_derivative(p, L) - M - M * M, 0.0)
+
+
+def fitted_moments(b, H, a, L, p, weight=None, chunk: int = 1 << 15):
+    """One chunked pass at the estimate ``b``: the law's mean ``M(p, L)`` per round (returned as
+    an array) and the totals the fit reports - the log-likelihood and the (weighted) sums of
+    ``M``, ``M^2`` and ``Var(a|H) = 2 p M' - M - M^2`` (clipped at 0).
+
+    ``p`` = :func:`match_prob` ``(H, b0, b1)``. Same formulas as :func:`truncated_mean`,
+    :func:`truncated_mean_derivative` and :func:`loglik` (``1 - p^L`` shared between M and M');
+    temporaries are cache-sized. Returns ``(M, loglik, sum M, sum M^2, sum Var)``.
+    """
+    b0, b1 = float(b[0]), float(b[1])
+    n = p.size
+    out = np.empty(n)
+    ll = s1 = s2 = sv = 0.0
+    for k in range(0, n, chunk):
+        sl = slice(k, k + chunk)
+        pk = p[sl]
+        Lk = np.asarray(L[sl], dtype=np.float64)
+        ak = np.asarray(a[sl], dtype=np.float64)
+        wk = None if weight is None else np.asarray(weight[sl], dtype=np.float64)
+        q = 1.0 - pk
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            om = -np.expm1(Lk * np.log(np.where(pk > 0, pk, 1.0)))      # 1 - p^L
+            M = pk * om / q
+            Md = (om - Lk * q * (1.0 - om)) / (q * q)
+        if np.any(pk <= 0) or np.any(pk >= 1.0):
+            M = np.where(pk <= 0, 0.0, M)
+            M = np.where(pk >= 1.0, Lk, M)
+            Md = np.where(pk <= 0, 1.0, Md)
+        small = q * np.maximum(Lk, 1.0) < 1e-4
+        if small.any():
+            qs, Ls = q[small], Lk[small]
+            Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
+                + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
+        out[sl] = M
+        V = 2.0 * pk * Md - M - M * M
+        np.maximum(V, 0.0, out=V)
+        eta = b0 - b1 * np.asarray(H[sl], dtype=np.float64)
+        t = ak * eta - (ak + (ak < Lk)) * np.logaddexp(0.0, eta)
+        if wk is None:
+            ll += float(t.sum())
+            s1 += float(M.sum())
+            s2 += dot(M, M)
+            sv += float(V.sum())
+        else:
+            ll += dot(wk, t)
+            s1 += dot(wk, M)
+            s2 += dot(wk, M * M)
+            sv += dot(wk, V)
+    return out, ll, s1, s2, sv
 
 
 def expected_accepted(H, b0: float, b1: float, L) -> np.ndarray:
