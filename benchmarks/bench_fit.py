@@ -4,7 +4,7 @@ reference method against the MLE.
 
     nice -n 15 python benchmarks/bench_fit.py               # 10^6 and 10^7 rounds
     nice -n 15 python benchmarks/bench_fit.py --sizes 1e6   # 10^6 only
-    python benchmarks/bench_fit.py --against main --sizes 1e6,1e7  # issue 13 item 6: floor, old, new
+    python benchmarks/bench_fit.py --against 96046f3,f34bced --sizes 1e6,1e7  # issue 13 item 6: floor, old, new
     python benchmarks/bench_fit.py --reference-only          # the bias of the paper's method
 
 Measured (all in one run, so ratios compare like with like):
@@ -18,9 +18,9 @@ Measured (all in one run, so ratios compare like with like):
                peak RSS (includes interpreter start and imports);
 * ``cli-read2`` a fresh process that only imports pyarrow and reads the two columns.
 
-With ``--against REF`` (issue 13, item 6) each size is instead timed in fresh processes, side by
+With ``--against REF[,REF...]`` (issue 13, item 6) each size is instead timed in fresh processes, side by
 side in one run: the *floor* (pyarrow reads root_entropy and accepted, then one argsort of the
-entropies), ``fit_law`` of this checkout and ``fit_law`` of the commit REF (extracted with
+entropies), ``fit_law`` of this checkout and ``fit_law`` of each commit REF (extracted with
 ``git archive`` into a temporary folder), each on the frame already in memory; "added" is the
 fit's peak RSS above the RSS before it (the peak is reset through /proc/self/clear_refs). Each
 figure is the best of ``--repeat`` runs inside its process (imports and the first read excluded).
@@ -114,7 +114,7 @@ def fit_only(paths, repeat: int):
     return best_of(lambda: fit_law(frame), repeat)
 
 
-def bench_size(n: int, repeat: int, tmp: Path, ref_dir: str | None = None) -> None:
+def bench_size(n: int, repeat: int, tmp: Path, ref_dirs: list[str] | None = None) -> None:
     folder = tmp / f"n{n}"
     folder.mkdir()
     t = time.perf_counter()
@@ -123,8 +123,8 @@ def bench_size(n: int, repeat: int, tmp: Path, ref_dir: str | None = None) -> No
     size = sum(p.stat().st_size for p in paths) / 1e6
     print(f"\n== {n_real:,} rounds in {len(paths)} Parquet part(s), {size:.0f} MB "
           f"(simulated in {time.perf_counter() - t:.0f} s)")
-    if ref_dir is not None:
-        against(paths, ref_dir, repeat)
+    if ref_dirs:
+        against(paths, ref_dirs, repeat)
         for p in paths:
             p.unlink()
         return
@@ -192,12 +192,13 @@ else:
 """
 
 
-def against(paths, ref_dir: str, repeat: int) -> None:
-    """Floor, this checkout's fit_law and REF's fit_law in fresh processes (wall, CPU, added MB)."""
+def against(paths, ref_dirs: list[str], repeat: int) -> None:
+    """Floor, this checkout's fit_law and each REF's fit_law in fresh processes (wall, CPU, added MB)."""
     here = str(Path(__file__).resolve().parents[1])
     out = {}
-    for label, root, mode in (("floor", here, f"floor{max(repeat, 3)}"), ("fit (this checkout)", here, str(repeat)),
-                              ("fit (" + Path(ref_dir).name + ")", ref_dir, str(repeat))):
+    runs = [("floor", here, f"floor{max(repeat, 3)}"), ("fit (this checkout)", here, str(repeat))]
+    runs += [("fit (" + Path(d).name + ")", d, str(repeat)) for d in ref_dirs]
+    for label, root, mode in runs:
         r = subprocess.run([sys.executable, "-c", _FIT_CHILD, root, mode] + [str(p) for p in paths],
                            capture_output=True, text=True)
         if r.returncode != 0:
@@ -237,8 +238,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="1e6,1e7", help="comma-separated round counts (default 1e6,1e7)")
     ap.add_argument("--repeat", type=int, default=3, help="in-process repeats, best taken (default 3)")
     ap.add_argument("--reference-only", action="store_true", help="only the paper-reference comparison")
-    ap.add_argument("--against", metavar="REF", help="a git commit: time its fit_law against this checkout's and "
-                    "the floor (fresh processes, one run)")
+    ap.add_argument("--against", metavar="REF[,REF...]", help="git commits: time their fit_law against this "
+                    "checkout's and the floor (fresh processes, one run)")
     args = ap.parse_args(argv)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average "
           f"{', '.join(f'{x:.1f}' for x in os.getloadavg())}")
@@ -247,16 +248,16 @@ def main(argv=None) -> int:
     if args.reference_only:
         return 0
     with tempfile.TemporaryDirectory(prefix="bench_fit_") as tmp:
-        ref_dir = None
-        if args.against:
-            ref_dir = str(Path(tmp) / f"ref-{args.against}")
-            os.makedirs(ref_dir)
+        ref_dirs = []
+        for ref in (args.against.split(",") if args.against else []):
+            ref_dirs.append(str(Path(tmp) / f"ref-{ref}"))
+            os.makedirs(ref_dirs[-1])
             here = Path(__file__).resolve().parents[1]
-            archive = subprocess.run(["git", "-C", str(here), "archive", args.against], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", ref_dir], input=archive.stdout, check=True)
+            archive = subprocess.run(["git", "-C", str(here), "archive", ref], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", ref_dirs[-1]], input=archive.stdout, check=True)
         for s in args.sizes.split(","):
             n = int(float(s))
-            bench_size(n, args.repeat if n <= 2_000_000 else 1, Path(tmp), ref_dir)
+            bench_size(n, args.repeat if n <= 2_000_000 else 1, Path(tmp), ref_dirs)
     print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0
 
