@@ -94,7 +94,8 @@ def test_every_result_subclass_is_checked():
     for m in _all_modules():
         if m.startswith("glance_law"):
             importlib.import_module(m)
-    concrete = {c.__name__ for c in _subclasses(Result) if c.__name__ != "TableResult"}
+    concrete = {c.__name__ for c in _subclasses(Result)   # the library's own (tests define some of theirs)
+                if c.__name__ != "TableResult" and c.__module__.startswith("glance_law")}
     assert concrete <= {type(r).__name__ for r in _instances().values()}
     assert set(IDS) == set(_instances())
 
