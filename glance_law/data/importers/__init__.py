@@ -38,7 +38,7 @@ from glance_law.data.importers.common import (
     realkey,
     supported_line,
 )
-from glance_law.data.io import LogError
+from glance_law.data.tables import LogError
 
 __all__ = ["import_logs", "import_file", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
            "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from glance_law.data.io import LogError
+from glance_law.data.tables import LogError
 
 #: Formats an importer reads (``format=`` / the ingest CLI's FORMAT), with what they are.
 FORMATS: Mapping[str, str] = {
@@ -228,7 +228,7 @@ class FileResult:
     run: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        from glance_law.data.io import to_arrow
+        from glance_law.data.tables import to_arrow
         for kind, name in (("rounds", "rounds"), ("prompts", "prompts")):
             v = getattr(self, name)
             if isinstance(v, pd.DataFrame):
@@ -328,7 +328,7 @@ _BASE_RUN: dict = {}
 def file_run(**fields) -> dict:
     """The glance.run document of an imported file (provenance computed once per process)."""
     if not _BASE_RUN:
-        from glance_law.data.io import run_metadata
+        from glance_law.data.provenance import run_metadata
         _BASE_RUN.update(run_metadata())
     from datetime import datetime, timezone
     return {**_BASE_RUN, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

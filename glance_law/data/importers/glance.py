@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.importers.common import FileResult, file_run, horizon_for, run_base
-from glance_law.data.io import LogError
+from glance_law.data.tables import LogError
 
 ALIASES = {
     "root_entropy": ("root_entropy", "entropy", "H", "ent"),

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.importers.common import FileResult, file_run, horizon_for, run_base
-from glance_law.data.io import LogError
+from glance_law.data.tables import LogError
 
 _ACC = ("spec_accept_token_num", "spec_accepted_tokens", "spec_accepted_drafts", "spec_num_correct_drafts")
 _PROP = ("spec_draft_token_num", "spec_proposed_drafts", "spec_num_proposed_drafts")

@@ -37,7 +37,7 @@ from glance_law.data.importers.common import (
     read_json_lines,
     run_base,
 )
-from glance_law.data.io import LogError
+from glance_law.data.tables import LogError
 
 #: method in ``model_id`` -> deepest draft offset L (``"hf-heuristic"``: Hugging Face's
 #: assisted-generation schedule, reconstructed per round; None: no fixed depth known, pass a

@@ -41,7 +41,7 @@ from glance_law.data.importers.common import (
     read_json_lines,
     run_base,
 )
-from glance_law.data.io import LogError
+from glance_law.data.tables import LogError
 
 # names with the "vllm:" prefix (vLLM's own exposition) or "vllm_" (exporters that turn ":" into "_"),
 # with or without prometheus_client's "_total" suffix
