@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from glance_law import io as gio
 from glance_law import schema as S
 from glance_law.data import keys as K
+from glance_law.data import tables as _gtables
 from glance_law.simulate import DEFAULT_TASKS, simulate_rounds
 
 L = 5
@@ -48,7 +49,7 @@ def raw_write(table, path, kind="rounds", schema_version="1", run=None, meta=Tru
     """Write a Parquet file directly (bypassing the writer's typing), to craft bad files."""
     if isinstance(table, pd.DataFrame):  # contract types, but no checks at all
         known = {c.name: c for c in S.columns(kind if kind in S.KINDS else "rounds")}
-        table = pa.table({n: gio._column_array(n, table[n], known.get(n)) for n in table.columns})
+        table = pa.table({n: _gtables._column_array(n, table[n], known.get(n)) for n in table.columns})
     md = None
     if meta:
         md = {}
