@@ -19,6 +19,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 moto_server = pytest.importorskip("moto.server")
@@ -332,9 +333,78 @@ def test_a_scheme_pyarrow_lacks_goes_through_fsspec():
     assert reduce_logs("memory://glance-test/logs/", "arrow").rounds == reduce_logs(LOGS, "arrow").rounds
 
 
-def test_foreign_logs_in_a_store_are_refused_in_one_line(store):
+SLICES = ROOT / "tests" / "data" / "realdata"
+#: committed real Spec-Bench slices (tests/data/realdata/PROVENANCE.md), with their question file
+ANSWERS = ("spec_bench__question.jsonl.gz", "spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz",
+           "spec_bench__vicuna-7b-v1.3-vanilla-float16-temp-0.0.jsonl.gz", "vicuna-7b-v1.3-medusa.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def answers(store, tmp_path_factory):
+    """The same answer files in a local folder 'answers' and under s3://bucket/answers/."""
+    local = tmp_path_factory.mktemp("local") / "answers"
+    local.mkdir()
+    for name in ANSWERS:
+        shutil.copy(SLICES / name, local / name)
+        store["s3"].upload_file(str(SLICES / name), "bucket", f"answers/{name}")
+    return local
+
+
+def _same_import(remote, local, where):
+    assert remote.sources == tuple(s.replace(str(where), "s3://bucket/answers") for s in local.sources)
+    pd.testing.assert_frame_equal(remote.rounds, local.rounds)
+    pd.testing.assert_frame_equal(remote.prompts, local.prompts)
+    assert remote.format == local.format
+    assert remote.notes == tuple(n.replace(str(where), "s3://bucket/answers") for n in local.notes)
+
+
+def test_foreign_logs_are_imported_from_the_store_in_place(store, answers):
+    from glance_law.data.importers import import_logs
+    # skip_bad: the EAGLE slice holds a real corrupt line (NUL bytes), skipped and noted alike
+    local = import_logs(str(answers), skip_bad=True)
+    remote = import_logs("s3://bucket/answers/", skip_bad=True)
+    assert any("skipped corrupt line" in n for n in remote.notes)
+    assert local.rounds_table.num_rows > 1000 and local.format == "spec-bench"
+    # the question file beside the answers was found in the store too (categories, not 'unknown')
+    assert any("question file" in n for n in remote.notes)
+    assert set(remote.prompts["task"].astype(str)) - {"unknown"}
+    _same_import(remote, local, answers)
+    glob = import_logs("s3://bucket/answers/*.jsonl.gz", skip_bad=True)
+    _same_import(glob, import_logs(str(answers / "*.jsonl.gz"), skip_bad=True), answers)
+    # read_logs imports them in memory, as it does local foreign logs
+    got, want = read_logs("s3://bucket/answers/", skip_bad=True), read_logs(answers, skip_bad=True)
+    pd.testing.assert_frame_equal(got.frame, want.frame)
+
+
+def test_fit_and_ingest_read_foreign_logs_from_the_store(store, answers, tmp_path, capsys):
+    from glance_law.cli.ingest import main as ingest_main
+    assert fit_main([str(answers), "--skip-bad"]) == 0
+    local = capsys.readouterr()
+    assert fit_main(["s3://bucket/answers/", "--skip-bad"]) == 0
+    remote = capsys.readouterr()
+    assert remote.out == local.out and len(local.out.splitlines()) > 3
+    assert remote.err == local.err.replace(str(answers), "s3://bucket/answers")
+    for k in ("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID"):
+        assert store["env"][k] not in remote.err + remote.out
+    assert ingest_main(["spec-bench", "s3://bucket/answers/*.jsonl.gz", "--skip-bad",
+                        "--out", str(tmp_path / "s3")]) == 0
+    assert ingest_main(["spec-bench", str(answers / "*.jsonl.gz"), "--skip-bad", "--out", str(tmp_path / "disk")]) == 0
+    capsys.readouterr()
+    names = sorted(p.name for p in (tmp_path / "disk").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "s3").iterdir()) and names
+    for kind in ("rounds", "prompts"):
+        pd.testing.assert_frame_equal(read_logs(tmp_path / "s3", kind=kind).frame,
+                                      read_logs(tmp_path / "disk", kind=kind).frame)
+
+
+def test_foreign_log_errors_in_a_store_name_the_uri(store, answers):
     store["s3"].put_object(Bucket="bucket", Key="foreign/answers.jsonl", Body=b'{"question_id": 1}\n')
     with pytest.raises(LogError) as info:
         read_logs("s3://bucket/foreign/")
-    assert str(info.value).startswith("s3://bucket/foreign/answers.jsonl: importing foreign logs")
+    assert str(info.value).startswith("s3://bucket/foreign/answers.jsonl: not a log format glance-law can import")
     assert "\n" not in str(info.value)
+    from glance_law.data.importers import import_logs
+    with pytest.raises(LogError, match=r"^s3://bucket/answers/\*\.prom: the pattern matches no files"):
+        import_logs("s3://bucket/answers/*.prom")
+    with pytest.raises(LogError, match=r"^s3://bucket/nothing/: no such file, folder or prefix"):
+        import_logs("s3://bucket/nothing/")

@@ -590,15 +590,11 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
 
 
 def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
-    """(contract Parquet files, foreign logs to import: .jsonl / .jsonl.gz / .prom ...)."""
+    """(contract Parquet files, foreign logs to import: .jsonl / .jsonl.gz / .prom ...); URIs
+    among them are imported in place (glance_law.data.importers reads them through
+    glance_law.data.uri)."""
     from glance_law.data.importers.common import is_foreign
     foreign = [p for p in files if not str(p).endswith(".parquet") and is_foreign(p)]
-    remote = [p for p in foreign if _uri.is_uri(p)]
-    if remote:  # the importers take local paths (glance_law.data.importers.common.open_bytes reads URIs)
-        raise LogError(remote[0], "importing foreign logs (.jsonl, .jsonl.gz, .prom) straight from a store is "
-                                  "not supported yet",
-                       "copy them to a local folder and import them there (python -m glance_law.ingest); the "
-                       "Parquet it writes can live in the store")
     return ([p for p in files if p not in foreign], foreign) if foreign else (files, [])
 
 

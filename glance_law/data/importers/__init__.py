@@ -93,13 +93,24 @@ _CACHE: dict = {}
 _CACHE_MAX = 64
 
 
-def foreign_files(paths) -> list[Path]:
-    """Files, folders (every importable file below them, hidden ones excluded) and globs."""
+def foreign_files(paths) -> list:
+    """Files, folders (every importable file below them, hidden ones excluded) and globs;
+    local ones as :class:`pathlib.Path`, URIs (``s3://bucket/answers/``, a glob on one; see
+    :mod:`glance_law.data.uri`) as the URI strings of the objects, read in place."""
     import glob as _glob
+
+    from glance_law.data import uri
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    out: list[Path] = []
+    out: list = []
     for p in paths:
+        if uri.is_uri(p):
+            try:
+                out.extend(uri.expand([p], accept=is_foreign,
+                                      what="importable files (" + ", ".join(FOREIGN_SUFFIXES) + ")"))
+            except uri.StoreError as exc:
+                raise LogError(exc.location, exc.problem, exc.fix) from None
+            continue
         s = str(p)
         cand = [Path(h) for h in sorted(_glob.glob(s, recursive=True))] if set("*?[") & set(s) and not \
             Path(s).exists() else [Path(s)]
@@ -119,7 +130,7 @@ def foreign_files(paths) -> list[Path]:
                 raise LogError(c, "no such file or folder", "check the path")
     seen, uniq = set(), []
     for p in out:
-        k = os.path.realpath(p)
+        k = p if isinstance(p, str) else os.path.realpath(p)
         if k not in seen:
             seen.add(k)
             uniq.append(p)

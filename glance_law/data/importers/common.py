@@ -49,7 +49,7 @@ def is_foreign(path) -> bool:
 def open_bytes(path) -> bytes:
     """The whole file, gunzipped when it starts with the gzip magic (whatever its name)."""
     from glance_law.data import uri
-    p = path if uri.is_uri(path) else Path(path)
+    p = str(path) if uri.is_uri(str(path)) else Path(path)
     try:
         if uri.is_uri(p):             # a store object (glance_law.data.uri): read in place
             with uri.open_input(p) as fh:
@@ -245,10 +245,79 @@ class FileResult:
         return 0 if self.prompts is None else self.prompts.num_rows
 
 
+class StoreLoc:
+    """A store URI (``s3://bucket/answers/x.jsonl``, anything :mod:`glance_law.data.uri`
+    reads) with the few :class:`pathlib.Path` operations the importers use; ``str()`` is the
+    URI itself (credentials never appear in it: they come from the environment)."""
+
+    __slots__ = ("uri",)
+
+    def __init__(self, location):
+        self.uri = str(location)
+
+    def __str__(self) -> str:
+        return self.uri
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, StoreLoc) and other.uri == self.uri
+
+    def __hash__(self) -> int:
+        return hash(self.uri)
+
+    def _top(self) -> int:
+        """Index in ``uri`` where the bucket/authority part ends (the root of the store)."""
+        start = self.uri.find("://") + 3
+        end = self.uri.find("/", start)
+        return len(self.uri) if end < 0 else end
+
+    @property
+    def name(self) -> str:
+        from glance_law.data import uri
+        return "" if len(self.uri.rstrip("/")) <= self._top() else uri.basename(self.uri)
+
+    @property
+    def parent(self) -> StoreLoc:
+        cut = self.uri.rstrip("/").rfind("/")
+        return StoreLoc(self.uri[:cut]) if cut >= self._top() else self
+
+    @property
+    def parents(self) -> list:
+        out, q = [], self.parent
+        while q.name:
+            out.append(q)
+            q = q.parent
+        return out
+
+    def __truediv__(self, name: str) -> StoreLoc:
+        from glance_law.data import uri
+        return StoreLoc(uri.join(self.uri, name))
+
+    def resolve(self) -> StoreLoc:
+        return self
+
+    def is_file(self) -> bool:
+        from glance_law.data import uri
+        try:
+            return uri.size(self.uri) is not None
+        except uri.StoreError:
+            return False
+
+
+def as_loc(path):
+    """A :class:`StoreLoc` for a URI, a :class:`pathlib.Path` for a local path."""
+    from glance_law.data import uri
+    if isinstance(path, StoreLoc):
+        return path
+    return StoreLoc(path) if uri.is_uri(path) else Path(path)
+
+
 def run_base(path) -> str:
     """A run identifier that depends on the file alone: its stem, prefixed by the nearest
-    folder that is not ``model_answer`` (Spec-Bench's layout), e.g. ``vase/vicuna-7b-v1.3-medusa``."""
-    p = Path(path)
+    folder that is not ``model_answer`` (Spec-Bench's layout), e.g. ``vase/vicuna-7b-v1.3-medusa``.
+    For a URI the folders are those of its key (the bucket counts as the top folder)."""
+    p = as_loc(path)
     name = p.name
     for suf in (".gz", ".jsonl", ".json", ".prom"):
         if name.lower().endswith(suf):
@@ -336,5 +405,12 @@ def file_run(**fields) -> dict:
 
 
 def realkey(path) -> tuple:
+    """A cache key of a file: (real path, mtime, size); for a URI (the URI, None, size)."""
+    from glance_law.data import uri
+    if isinstance(path, StoreLoc) or uri.is_uri(path):
+        try:
+            return (str(path), None, uri.size(str(path)))
+        except uri.StoreError as exc:
+            raise LogError(str(path), exc.problem, exc.fix) from None
     st = os.stat(path)
     return (os.path.realpath(path), st.st_mtime_ns, st.st_size)

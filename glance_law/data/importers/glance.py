@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from glance_law.data.importers.common import FileResult, file_run, horizon_for, run_base
+from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
 from glance_law.data.tables import LogError
 
 ALIASES = {
@@ -58,7 +57,7 @@ def _pid(v) -> str:
 
 
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
-    path = Path(path)
+    path = as_loc(path)
     base = run_base(path)
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     default_L = horizon_for(horizon, (path.name, base.split("/")[-1], base, "glance", "*"))

@@ -16,12 +16,10 @@ tokens per step (``spec_draft_token_num / spec_verify_ct`` = speculative_num_dra
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from glance_law.data.importers.common import FileResult, file_run, horizon_for, run_base
+from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
 from glance_law.data.tables import LogError
 
 _ACC = ("spec_accept_token_num", "spec_accepted_tokens", "spec_accepted_drafts", "spec_num_correct_drafts")
@@ -34,7 +32,7 @@ def _first(meta, keys):
 
 
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
-    path = Path(path)
+    path = as_loc(path)
     base = run_base(path)
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     override = horizon_for(horizon, (path.name, base.split("/")[-1], base, "sglang", "*"))

@@ -31,10 +31,12 @@ import pyarrow as pa
 from glance_law.data.importers.common import (
     QUESTIONS,
     FileResult,
+    as_loc,
     file_run,
     horizon_for,
     ids_list,
     read_json_lines,
+    realkey,
     run_base,
 )
 from glance_law.data.tables import LogError
@@ -111,6 +113,7 @@ _QCACHE: dict = {}
 def _questions(path: Path) -> dict:
     """question_id -> category from a question.jsonl beside the answers (Spec-Bench layout
     ``data/<bench>/question.jsonl`` above ``model_answer/``, or ``<bench>__question.jsonl``)."""
+    path = as_loc(path)
     cands = []
     stem = path.name.split("__")[0] if "__" in path.name else None
     for folder in (path.parent, path.parent.parent):
@@ -120,7 +123,7 @@ def _questions(path: Path) -> dict:
                 cands.append(folder / f"{stem}__{name}")
     for c in cands:
         if c.is_file():
-            key = (str(c.resolve()), c.stat().st_mtime_ns)
+            key = realkey(c)
             if key in _QCACHE:
                 return _QCACHE[key]
             try:
@@ -199,7 +202,7 @@ def split_turns(al, ds: list, nt: list, n_turns: int):
 
 
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
-    path = Path(path)
+    path = as_loc(path)
     notes: list[str] = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     recs = [(i, r) for i, r in lines.records if isinstance(r, dict) and isinstance(r.get("choices"), list)]
     other = len(lines.records) - len(recs)

@@ -35,6 +35,7 @@ import pandas as pd
 
 from glance_law.data.importers.common import (
     FileResult,
+    as_loc,
     file_run,
     horizon_for,
     open_bytes,
@@ -229,7 +230,7 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
 
 
 def import_file(path, *, horizon=None, skip_bad=False, task=None, raw: bytes | None = None) -> FileResult:
-    path = Path(path)
+    path = as_loc(path)
     raw = open_bytes(path) if raw is None else raw
     head = raw.lstrip()[:1]
     if head not in (b"{", b"["):
