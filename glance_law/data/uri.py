@@ -379,49 +379,20 @@ def _expand_uri(location: str, accept, what: str) -> list[str]:
 
 
 def expand(paths, accept=None, what: str = "*.parquet files") -> list:
-    """Files, folders and globs -> the files, in the order given, each group sorted,
-    de-duplicated. Local inputs come back as :class:`pathlib.Path` (as they always did), URIs
-    as URI strings (``file://`` URIs stay URIs). Raises :class:`StoreError` (one line) for a
-    missing file, folder, prefix or bucket, a pattern matching nothing, or a store failure.
-    ``accept(name)``: which files of a folder count (default: ``*.parquet``); ``what`` names
-    them in the message for a folder without any."""
-    import glob as _glob
-    ok = accept or (lambda name: name.endswith(".parquet"))
+    """Store URIs, their prefixes and globs -> the object URIs, in the order given, each group
+    sorted, de-duplicated. Raises :class:`StoreError` (one line) for a missing prefix or
+    bucket, a pattern matching nothing, or a store failure. ``accept(name)``: which objects of
+    a prefix count (default: ``*.parquet``); ``what`` names them in the message for a prefix
+    without any. Local paths are the reader's (:func:`glance_law.data.io.expand_paths`, with
+    its link and permission handling) and are refused here."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list = []
     for p in paths:
-        if is_uri(p):
-            out.extend(_expand_uri(p, accept, what))
-            continue
-        s = os.fspath(p)
-        if _GLOB & set(s) and not Path(s).exists():
-            hits = sorted(_glob.glob(s, recursive=True))
-            if not hits:
-                raise StoreError(s, "the pattern matches no files",
-                                 "check the path, or run glance-log first to write logs there")
-            cand = [Path(h) for h in hits]
-        else:
-            cand = [Path(s)]
-        for c in cand:
-            if c.is_dir():
-                found = sorted(q for q in c.rglob("*") if not q.name.startswith(".") and q.is_file() and ok(q.name))
-                if not found:
-                    raise StoreError(c, f"the folder holds no {what}",
-                                     "point at the folder glance-log wrote (its --out)")
-                out.extend(found)
-            elif c.exists():
-                out.append(c)
-            else:
-                raise StoreError(c, "no such file or folder",
-                                 "check the path, or run glance-log first to write logs there")
-    seen, uniq = set(), []
-    for p in out:
-        key = p if isinstance(p, str) else os.path.realpath(p)
-        if key not in seen:
-            seen.add(key)
-            uniq.append(p)
-    return uniq
+        if not is_uri(p):
+            raise ValueError(f"{p!r} is a local path; expand it with glance_law.data.io.expand_paths")
+        out.extend(_expand_uri(p, accept, what))
+    return list(dict.fromkeys(out))
 
 
 # --------------------------------------------------------------------------
