@@ -425,16 +425,16 @@ def width(inp: Inputs) -> list:
 
 @section("policy", "B.5, causal form", "draft policies fitted on training prompts, scored on held-out prompts")
 def policy(inp: Inputs) -> list:
-    from glance_law.policy import evaluate_policies, prepare
+    from glance_law.policy.search import default_target, policy_table, prepare_for
     o = inp.options
     frame = getattr(inp.rounds, "frame", inp.rounds)
     names = sorted(set(frame["drafter"].astype(str)) - {"ar"}) if "drafter" in frame.columns else [None]
     out, why = [], []
     for d in names:
         try:
-            data = prepare(inp.rounds, drafter=d)
-            target = o.budgets[0] if data.shape == "budget" else max(1, int(pd.Series(data.cap).median()) // 2)
-            res = evaluate_policies(inp.rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed)
+            data = prepare_for(inp.rounds, drafter=d)
+            target = default_target(data, o.budgets)
+            res = policy_table(inp.rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed)
         except GlanceError as exc:
             why.append(f"{d}: {exc}")
             continue

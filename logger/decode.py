@@ -184,12 +184,15 @@ def _stop_index(stream: list, eos: Sequence[int], max_new: int):
     return None, None
 
 
-def _policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int) -> int:
+def _policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int, prev: tuple[int, int] = (-1, -1)) -> int:
     """The shape a draft policy (:mod:`glance_law.policy`) picks for one round from what is known at
-    its root: the target's root entropy and margin (``root_stats``) and the drafter's top-k rows."""
+    its root: the target's root entropy and margin (``root_stats``), the drafter's top-k rows and
+    the previous round's accepted count and shape (``prev``; -1 at the first round: host integers
+    the previous round already synchronised)."""
     stats = RootStats(entropy=root_stats[:1].astype(np.float64), topk_logq=lq[None].astype(np.float64),
                       horizon=np.array([lq.shape[0]]), margin=root_stats[1:2].astype(np.float64),
-                      position=np.array([position], dtype=np.float64))
+                      position=np.array([position], dtype=np.float64),
+                      prev_accepted=np.array([prev[0]], np.int64), prev_shape=np.array([prev[1]], np.int64))
     return int(apply_policy(policy, stats)[0])
 
 
@@ -236,6 +239,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
     root_row = last_logits if forced is None else None         # the row that predicted the root
     zero = torch.zeros(1, dtype=torch.long, device=dev) if policy is not None else None
     rounds = 0
+    prev = (-1, -1)                                            # previous round's (accepted, shape) for policies
     acc_log, hor_log, pos_log = [], [], []
     n_forced = len(forced.positions) if forced is not None else None
     d0 = mark()
@@ -263,7 +267,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                 rs = device_root_stats(root_row[None], zero, zero)[0, :2]
                 both = torch.cat([prop.logq[:, :k].float().reshape(-1), rs]).cpu().numpy()
                 lq = both[:-2].reshape(-1, k)
-                n_round = _policy_shape(policy, lq, both[-2:], len(stream) - 1)
+                n_round = _policy_shape(policy, lq, both[-2:], len(stream) - 1, prev)
             ii = prop.ids[:, :k].cpu().numpy()
             tree = build_tree(lq, n_round) if n_round > 0 else None
             if tree is None or tree.size == 0:
@@ -311,6 +315,7 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                 ended = True
                 break
         accepted = len(path) - 1
+        prev = (accepted, 0 if tree is None else int(tree.size))
         ended = ended or accepted >= room
         if ended and tree is not None:
             # the proposal is cut at the output's end: offsets past it do not exist, so the

@@ -18,8 +18,10 @@ from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
 
 from glance_law.policy import (  # noqa: E402
+    AcceptKeyedDepthPolicy,
     FixedPolicy,
     GatedDepthPolicy,
+    HeuristicDepthPolicy,
     KeyedBudgetPolicy,
     KeyedDepthPolicy,
     policy_to_dict,
@@ -56,6 +58,11 @@ POLICIES = [
     KeyedBudgetPolicy(key="paper", b0=2.0, b1=0.8, threshold=0.02, max_size=63),
     KeyedDepthPolicy(b0=2.0, b1=0.8, threshold=0.3, max_size=6),
     GatedDepthPolicy(mode="cumprob", threshold=0.2, max_size=6),
+    # keyed on the previous round's acceptance (the decoder passes it: no extra sync)
+    AcceptKeyedDepthPolicy(survival=((0.8, 0.6, 0.4, 0.3, 0.2, 0.1), (0.3, 0.1, 0.05, 0.0, 0.0, 0.0),
+                                     (0.5, 0.3, 0.2, 0.1, 0.0, 0.0), (0.7, 0.5, 0.3, 0.2, 0.1, 0.0),
+                                     (0.9, 0.8, 0.7, 0.6, 0.5, 0.4)), threshold=0.25, max_size=6),
+    HeuristicDepthPolicy(start=2, max_size=6),
     FixedPolicy(size=0),
 ]
 

@@ -4,6 +4,9 @@
   price, gated depth) over :class:`RootStats`, JSON round trip;
 * :mod:`glance_law.policy.evaluate` - exact replay of every shape, the round-cost model,
   prompt-grouped held-out evaluation (:func:`evaluate_policies`);
+* :mod:`glance_law.policy.runs` - depth policies replayed from accepted runs alone (Spec-Bench
+  answers): acceptance-keyed depth with a shadow price, Hugging Face's heuristic schedule;
+* :mod:`glance_law.policy.search` - one entry over both replays (:func:`policy_table`);
 * ``python -m glance_law.policy LOGS --budget N --out policy.json`` - search and export.
 """
 from .evaluate import (
@@ -19,14 +22,18 @@ from .evaluate import (
     score_policy,
 )
 from .policies import (
+    ACCEPT_CONTEXTS,
     FAMILIES,
+    AcceptKeyedDepthPolicy,
     FixedPolicy,
     GatedDepthPolicy,
+    HeuristicDepthPolicy,
     KeyedBudgetPolicy,
     KeyedDepthPolicy,
     Policy,
     RootStats,
     ThresholdPolicy,
+    accept_context,
     apply_policy,
     fit_threshold,
     load_policy,
@@ -34,8 +41,12 @@ from .policies import (
     policy_to_dict,
     save_policy,
 )
+from .runs import RunData, evaluate_run_policies, fit_accept_policy, prepare_runs, replay_policy
+from .search import policy_table, prepare_for
 
 __all__ = ["RootStats", "Policy", "ThresholdPolicy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy",
            "GatedDepthPolicy", "FAMILIES", "apply_policy", "fit_threshold", "policy_to_dict", "policy_from_dict",
            "save_policy", "load_policy", "PolicyData", "CostModel", "PolicyTable", "prepare", "cost_model",
-           "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on", "score_policy"]
+           "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on", "score_policy",
+           "AcceptKeyedDepthPolicy", "HeuristicDepthPolicy", "ACCEPT_CONTEXTS", "accept_context", "RunData", "prepare_runs",
+           "fit_accept_policy", "replay_policy", "evaluate_run_policies", "policy_table", "prepare_for"]

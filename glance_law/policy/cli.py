@@ -20,8 +20,10 @@ import numpy as np
 from .._version import __version__
 from ..errors import GlanceError
 from ..results import format as _fmt
-from .evaluate import FAMILY_NAMES, PolicyTable, evaluate_policies, prepare
+from .evaluate import FAMILY_NAMES, PolicyTable
 from .policies import FixedPolicy, Policy, policy_to_dict
+from .runs import RUN_FAMILIES
+from .search import policy_table, prepare_for
 
 PROG = "python -m glance_law.policy"
 
@@ -44,13 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the policy chooses (default: budget for k > 1 drafters, depth for chains)")
     p.add_argument("--families", default=None, metavar="F[,F...]",
                    help=f"families to search (default: {', '.join(FAMILY_NAMES['budget'])} for budgets, "
-                        f"{', '.join(FAMILY_NAMES['depth'])} for depths)")
+                        f"{', '.join(FAMILY_NAMES['depth'])} for depths; on logs with accepted runs only "
+                        f"(Spec-Bench): {', '.join(RUN_FAMILIES)})")
     p.add_argument("--feature", choices=("auto", "pred_entropy", "root_entropy"), default="auto",
                    help="the entropy policies read: pred_entropy (the row that predicted the root, what the live "
                         "decoder knows), root_entropy (the verify row: one position of foresight), auto (default: "
                         "pred_entropy when logged)")
     p.add_argument("--folds", type=int, default=5, help="prompt-grouped folds (default 5)")
-    p.add_argument("--n-max", type=int, default=255, help="largest tree budget replayed (default 255)")
+    p.add_argument("--n-max", type=int, default=255,
+                   help="largest tree budget (or, on accepted-run logs, draft depth) replayed (default 255)")
     p.add_argument("--bootstrap", type=int, default=200, metavar="B", help="prompt-bootstrap replicates (default 200)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--level", type=float, default=0.95)
@@ -110,10 +114,10 @@ def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
 
     logs = read_logs(list(paths))
     fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
-    data = prepare(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
-    res = evaluate_policies(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
-                            level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
-                            constant_ms=args.constant_ms, data=data)
+    data = prepare_for(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
+    res = policy_table(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
+                       level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
+                       constant_ms=args.constant_ms, data=data)
     fam, row = _best(res.table)
     pol, fit = export_record(res, fam, row, args.budget, paths, data, args.folds, args.seed)
     return res, pol, fit

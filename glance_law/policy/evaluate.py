@@ -43,7 +43,7 @@ from .policies import (
     fit_threshold,
 )
 
-__all__ = ["PolicyData", "CostModel", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
+__all__ = ["PolicyData", "CostModel", "select_rounds", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
            "score_policy", "PolicyTable", "FAMILY_NAMES", "families_for"]
 
 #: built-in families searched per shape ("keyed-paper": the paper's key; "keyed-rescue": corrected)
@@ -92,22 +92,10 @@ class PolicyData:
         return self.curve[np.arange(self.rounds), s].astype(np.float64)
 
 
-def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_max: int = 255,
-            condition: str | None = "matched", task: str | None = None, feature: str = "auto") -> PolicyData:
-    """Select one drafter's matched rounds and replay every shape up to the cap.
-
-    ``shape``: ``"budget"`` (tree node budgets, default for drafters with k > 1) or ``"depth"``
-    (chain depths: the drafter's top-1 path; default when k = 1). ``n_max``: the largest tree
-    budget replayed (depths are capped by each round's proposal). ``feature``: the entropy the
-    policies read - ``pred_entropy`` (the row that predicted the root: what a live decoder
-    knows), ``root_entropy`` (the verify pass's root row: one position of foresight), or
-    ``auto`` (pred_entropy when every round has it)."""
-    frame = getattr(rounds, "frame", rounds)
-    if not isinstance(frame, pd.DataFrame):
-        raise GlanceError("policy evaluation expects a rounds DataFrame or a LogSet from glance_law.read_logs")
-    for c in ("topk_logq", "target_rank", "prompt_id"):
-        if c not in frame.columns:
-            raise MissingColumnError(f"the column {c}", "the policy replay", SUPPLIED_BY.get(c))
+def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition: str | None = "matched",
+                  task: str | None = None) -> tuple[pd.DataFrame, str, list[str]]:
+    """One drafter's drafted rounds of one condition (and task): (frame, drafter, notes saying what
+    was left out). ``drafter`` may be omitted when the logs hold one speculative drafter."""
     notes: list[str] = []
     if condition is not None and "condition" in frame.columns:
         keep = frame["condition"].astype(str) == condition
@@ -140,6 +128,26 @@ def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_m
             frame = frame.loc[~ar]
     if frame.empty:
         raise GlanceError(f"no drafted round of drafter {drafter!r} to evaluate")
+    return frame, drafter, notes
+
+
+def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_max: int = 255,
+            condition: str | None = "matched", task: str | None = None, feature: str = "auto") -> PolicyData:
+    """Select one drafter's matched rounds and replay every shape up to the cap.
+
+    ``shape``: ``"budget"`` (tree node budgets, default for drafters with k > 1) or ``"depth"``
+    (chain depths: the drafter's top-1 path; default when k = 1). ``n_max``: the largest tree
+    budget replayed (depths are capped by each round's proposal). ``feature``: the entropy the
+    policies read - ``pred_entropy`` (the row that predicted the root: what a live decoder
+    knows), ``root_entropy`` (the verify pass's root row: one position of foresight), or
+    ``auto`` (pred_entropy when every round has it)."""
+    frame = getattr(rounds, "frame", rounds)
+    if not isinstance(frame, pd.DataFrame):
+        raise GlanceError("policy evaluation expects a rounds DataFrame or a LogSet from glance_law.read_logs")
+    for c in ("topk_logq", "target_rank", "prompt_id"):
+        if c not in frame.columns:
+            raise MissingColumnError(f"the column {c}", "the policy replay", SUPPLIED_BY.get(c))
+    frame, drafter, notes = select_rounds(frame, drafter=drafter, condition=condition, task=task)
     if feature == "auto":
         feature = ("pred_entropy" if "pred_entropy" in frame.columns and frame["pred_entropy"].notna().all()
                    else "root_entropy")

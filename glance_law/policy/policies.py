@@ -48,7 +48,7 @@ from ..replay.tree import best_first
 from ..replay.width import node_masses
 
 __all__ = ["RootStats", "Policy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy", "GatedDepthPolicy",
-           "ThresholdPolicy", "fit_threshold", "policy_to_dict", "policy_from_dict", "load_policy", "save_policy",
+           "AcceptKeyedDepthPolicy", "HeuristicDepthPolicy", "ACCEPT_CONTEXTS", "accept_context", "ThresholdPolicy", "fit_threshold", "policy_to_dict", "policy_from_dict", "load_policy", "save_policy",
            "apply_policy", "FAMILIES", "SHAPES"]
 
 SHAPES = ("budget", "depth")
@@ -61,13 +61,18 @@ class RootStats:
     ``entropy`` (R,) the target's root entropy (nats); ``topk_logq`` (R, L, k) the drafter's
     top-k log-probabilities per offset (rows sorted descending, -inf = not proposed) or None;
     ``horizon`` (R,) offsets the drafter proposed (None: L); ``margin`` (R,) the root's top-2
-    logit margin or None; ``position`` (R,) the root's index in the generated stream or None."""
+    logit margin or None; ``position`` (R,) the root's index in the generated stream or None;
+    ``prev_accepted`` / ``prev_shape`` (R,) the stream's previous round's accepted count and
+    shape (-1 at a stream's first round) or None. ``entropy`` may be all NaN for logs without
+    it (Spec-Bench answers): policies keyed on the acceptance history do not read it."""
 
     entropy: np.ndarray
     topk_logq: np.ndarray | None = None
     horizon: np.ndarray | None = None
     margin: np.ndarray | None = None
     position: np.ndarray | None = None
+    prev_accepted: np.ndarray | None = None
+    prev_shape: np.ndarray | None = None
 
     @property
     def rounds(self) -> int:
@@ -275,8 +280,100 @@ class GatedDepthPolicy(ThresholdPolicy):
         return v
 
 
+#: acceptance-history contexts of :class:`AcceptKeyedDepthPolicy` (index = context)
+ACCEPT_CONTEXTS = ("first round", "none accepted", "under half accepted", "half or more accepted",
+                   "whole draft accepted")
+
+
+def accept_context(prev_accepted, prev_shape) -> np.ndarray:
+    """Context 0..4 of :data:`ACCEPT_CONTEXTS` from the previous round's accepted count and
+    shape (-1 or 0 shape: no previous draft, context 0)."""
+    a = np.asarray(prev_accepted, dtype=np.float64)
+    d = np.asarray(prev_shape, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(d > 0, a / np.where(d > 0, d, 1.0), np.nan)
+    c = np.select([~(d > 0), rate <= 0, rate < 0.5, rate < 1], [0, 1, 2, 3], default=4)
+    return c.astype(np.int64)
+
+
+def _need_history(stats: RootStats, who: str) -> tuple[np.ndarray, np.ndarray]:
+    if stats.prev_accepted is None or stats.prev_shape is None:
+        raise GlanceError(f"the {who} policy needs the previous round's accepted count and shape "
+                          "(RootStats.prev_accepted / prev_shape)")
+    return np.asarray(stats.prev_accepted), np.asarray(stats.prev_shape)
+
+
+@dataclass(frozen=True, eq=False)
+class AcceptKeyedDepthPolicy(ThresholdPolicy):
+    """Depth keyed on the acceptance history (the dynamic-K rules engines ask for): the
+    previous round's acceptance rate picks a context (:data:`ACCEPT_CONTEXTS`), offset j is worth
+    the fitted P(run >= j | context) (``survival``: one row per context, Kaplan-Meier from the
+    logged runs), and the round drafts every offset worth at least the price ``threshold``: the
+    shadow-price form of a chain's shared draft budget, needing only accepted counts. A round
+    with no previous draft to learn from (context 0) drafts at least ``explore`` offsets: with 0
+    there, a stream that once stops drafting would never draft again."""
+
+    family: ClassVar[str] = "keyed-accept"
+    shape: str = "depth"
+    survival: tuple = ()
+    explore: int = 1
+
+    def unit_values(self, stats: RootStats) -> np.ndarray:
+        a, d = _need_history(stats, "keyed-accept")
+        S = np.asarray(self.survival, dtype=np.float64)
+        if S.ndim != 2 or S.shape[0] != len(ACCEPT_CONTEXTS):
+            raise GlanceError(f"keyed-accept policy: survival must have {len(ACCEPT_CONTEXTS)} rows (one per context)")
+        n = min(int(self.max_size), S.shape[1])
+        ctx = accept_context(a, d)
+        v = S[ctx, :n].copy()
+        e = min(int(self.explore), n)
+        if e > 0:
+            v[:, :e] = np.where((ctx == 0)[:, None], np.inf, v[:, :e])       # always above the price
+        cap = stats.caps()
+        if cap is not None:
+            v = np.where(np.arange(1, n + 1)[None, :] <= cap[:, None], v, -np.inf)
+        return np.where(np.isnan(v), -np.inf, v)
+
+    def depths(self) -> np.ndarray:
+        """The depth drafted in each context (uncapped by the proposal)."""
+        S = np.asarray(self.survival, dtype=np.float64)[:, :int(self.max_size)]
+        with np.errstate(invalid="ignore"):
+            out = (S >= self.threshold).sum(axis=1).astype(np.int64)
+        out[0] = max(out[0], min(int(self.explore), S.shape[1]))
+        return out
+
+    def describe(self) -> str:
+        ctx = ("first", "none", "<half", ">=half", "all")
+        by = ", ".join(f"{c} {d}" for c, d in zip(ctx, self.depths().tolist()))
+        return f"price={_fmt(float(self.threshold))}; depth after {by}"
+
+
+@dataclass(frozen=True, eq=False)
+class HeuristicDepthPolicy(Policy):
+    """Hugging Face assisted generation's schedule (``num_assistant_tokens_schedule="heuristic"``):
+    ``start`` at a stream's first round, then the previous depth + ``up`` after a round that
+    accepted its whole draft, else the previous depth - ``down`` (at least ``floor``), at most
+    ``max_size``. (HF keeps growing its counter past a cap; here the capped depth is the state.)"""
+
+    family: ClassVar[str] = "hf-heuristic"
+    shape: str = "depth"
+    start: int = 5
+    up: int = 2
+    down: int = 1
+    floor: int = 1
+    max_size: int = 255
+
+    def __call__(self, stats: RootStats) -> np.ndarray:
+        a, d = _need_history(stats, "hf-heuristic")
+        a, d = a.astype(np.int64), d.astype(np.int64)
+        nxt = np.where(a >= d, d + int(self.up), np.maximum(int(self.floor), d - int(self.down)))
+        out = np.where(d < 0, int(self.start), nxt)
+        return np.clip(out, 0, int(self.max_size)).astype(np.int64)
+
+
 FAMILIES: dict[str, type[Policy]] = {c.family: c for c in (FixedPolicy, KeyedBudgetPolicy, KeyedDepthPolicy,
-                                                            GatedDepthPolicy)}
+                                                            GatedDepthPolicy, AcceptKeyedDepthPolicy,
+                                                            HeuristicDepthPolicy)}
 
 
 def fit_threshold(values: np.ndarray, target: float, weights=None) -> float:

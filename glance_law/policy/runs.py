@@ -1,0 +1,361 @@
+"""Depth policies from accepted runs alone (Spec-Bench answers and any log without per-offset columns).
+
+A log that records only each round's accepted count and horizon cannot replay entropy-keyed
+trees, but it can replay *depth schedules* for a chain (docs/policy.md, "Logs with accepted
+runs only"): :mod:`glance_law.replay.runs` steps every prompt's turns round by round, a policy
+choosing each round's depth from what the decoder knows at its root (the previous round's
+depth and accepted count), and reads the accepted run off the logged one. The families:
+
+* ``fixed`` - the same depth every round (the baseline; every depth 1..K is replayed, K the
+  deepest logged horizon, so a policy is compared with the fixed depth at its mean depth);
+* ``keyed-accept`` - :class:`~glance_law.policy.policies.AcceptKeyedDepthPolicy`: offset j is
+  worth P(run >= j | previous round's acceptance rate), Kaplan-Meier from the training prompts'
+  logged runs, and the round drafts every offset worth the shadow price, the price fitted by
+  replaying the training prompts so the mean depth meets the target;
+* ``hf-heuristic`` - Hugging Face's heuristic schedule (start 5, +2 after a fully accepted
+  draft, else -1), nothing fitted.
+
+Held-out: prompt-grouped K-fold (:func:`glance_law.policy.evaluate.prompt_folds`), the fit on
+the training prompts, the replay scored on the others; intervals from the prompt-level
+bootstrap. The result is a :class:`~glance_law.policy.evaluate.PolicyTable`.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..data.keys import cluster_codes
+from ..errors import GlanceError, MissingColumnError
+from ..replay.runs import (
+    ReplayTotals,
+    RunState,
+    RunStreams,
+    replay_depths,
+    run_streams,
+    run_survival,
+)
+from ..stats.cluster import bootstrap_counts, percentile_interval
+from .evaluate import CostModel, PolicyTable, evaluated_on, prompt_folds, select_rounds
+from .policies import (
+    ACCEPT_CONTEXTS,
+    AcceptKeyedDepthPolicy,
+    FixedPolicy,
+    HeuristicDepthPolicy,
+    RootStats,
+    accept_context,
+    apply_policy,
+)
+
+__all__ = ["RunData", "prepare_runs", "fit_accept_policy", "replay_policy", "evaluate_run_policies",
+           "RUN_FAMILIES", "MIN_CONTEXT_ROUNDS"]
+
+#: families searched on accepted-run logs
+RUN_FAMILIES = ("keyed-accept", "hf-heuristic")
+#: a context with fewer training rounds uses the pooled survival
+MIN_CONTEXT_ROUNDS = 30
+
+
+@dataclass(frozen=True, eq=False)
+class RunData:
+    """One drafter's logged rounds as streams (a prompt's turns) for the sequential replay.
+
+    ``streams`` the per-position layout; ``stream_prompt`` (S,) each stream's prompt code 0..G-1;
+    ``keys`` (G,) the prompts' (task, prompt_id); per logged round: ``stream`` (R,),
+    ``accepted``, ``horizon``, ``censored`` (the whole draft accepted, or cut by the output's
+    end: the run is only known to be at least ``accepted``) and ``context`` (the previous round's
+    acceptance context, :data:`~glance_law.policy.policies.ACCEPT_CONTEXTS`); ``max_depth`` the
+    deepest depth replayed."""
+
+    streams: RunStreams
+    stream_prompt: np.ndarray
+    keys: tuple
+    stream: np.ndarray
+    accepted: np.ndarray
+    horizon: np.ndarray
+    censored: np.ndarray
+    context: np.ndarray
+    max_depth: int
+    drafter: str
+    notes: tuple[str, ...] = ()
+    shape: str = "depth"
+    feature: str = "accepted history"
+
+    @property
+    def rounds(self) -> int:
+        return int(self.accepted.size)
+
+    @property
+    def prompts(self) -> int:
+        return len(self.keys)
+
+    @property
+    def codes(self) -> np.ndarray:
+        """Prompt code of every logged round."""
+        return self.stream_prompt[self.stream]
+
+    def streams_of(self, prompts) -> np.ndarray:
+        """Indices of the streams of these prompt codes."""
+        return np.flatnonzero(np.isin(self.stream_prompt, np.asarray(prompts)))
+
+    def rounds_of(self, prompts) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.codes, np.asarray(prompts)))
+
+
+def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = "matched", task: str | None = None,
+                 max_depth: int | None = None) -> RunData:
+    """One drafter's rounds as streams: a stream is one generation call (run, task, prompt, turn),
+    its rounds in order. Needs ``prompt_id``, ``accepted`` and ``horizon``; uses ``run_id``,
+    ``turn``, ``round`` and ``ends_output`` when present. ``max_depth``: the deepest depth
+    replayed (default: the deepest logged horizon)."""
+    frame = getattr(rounds, "frame", rounds)
+    if not isinstance(frame, pd.DataFrame):
+        raise GlanceError("policy evaluation expects a rounds DataFrame or a LogSet from glance_law.read_logs")
+    for c in ("prompt_id", "accepted", "horizon"):
+        if c not in frame.columns:
+            raise MissingColumnError(f"the column {c}", "the run-length policy replay")
+    pre: list[str] = []
+    if "drafted_horizon" in frame.columns:
+        dh = pd.to_numeric(frame["drafted_horizon"], errors="coerce")
+        cut = dh.notna() & (dh != frame["horizon"])
+        if cut.any():
+            # an importer cuts an output-ending round's horizon to its accepted run; the decoder drafted more
+            frame = frame.assign(horizon=dh.where(dh.notna(), frame["horizon"]))
+            pre.append(f"{int(cut.sum())} output-ending round(s) replayed at their drafted horizon (drafted_horizon), "
+                       "not the horizon cut to their accepted run")
+    frame, drafter, notes = select_rounds(frame, drafter=drafter, condition=condition, task=task)
+    notes = pre + notes
+    a = pd.to_numeric(frame["accepted"], errors="coerce").to_numpy(dtype=np.float64)
+    h = pd.to_numeric(frame["horizon"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(a) | ~np.isfinite(h) | (a < 0) | (a > h) | (a != np.floor(a)) | (h != np.floor(h))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise GlanceError(f"{int(bad.sum())} round(s) with accepted outside 0..horizon or not integers (first: "
+                          f"accepted={a[i]}, horizon={h[i]}); fix the columns accepted/horizon or re-import the log")
+    skey = [c for c in ("run_id", "task", "prompt_id", "turn") if c in frame.columns]
+    codes, _ = cluster_codes(frame, skey)
+    order = np.lexsort(((frame["round"].to_numpy() if "round" in frame.columns else np.arange(len(frame))), codes))
+    frame = frame.iloc[order]
+    stream = codes[order]
+    a, h = a[order].astype(np.int64), h[order].astype(np.int64)
+    _, stream = np.unique(stream, return_inverse=True)
+    last = np.r_[stream[1:] != stream[:-1], True]
+    ends = (frame["ends_output"].to_numpy(dtype=bool) | last) if "ends_output" in frame.columns else last
+    streams = run_streams(stream, a, h, ends)
+    pcodes, G = cluster_codes(frame)
+    stream_prompt = np.zeros(streams.streams, np.int64)
+    stream_prompt[stream] = pcodes
+    if np.any(stream_prompt[stream] != pcodes):
+        raise GlanceError("a stream spans several prompts (task, prompt_id): check the prompt_id column")
+    kf = frame[[c for c in ("task", "prompt_id") if c in frame.columns]].astype(str)
+    keys: list = [None] * G
+    for c, row in zip(pcodes, kf.itertuples(index=False)):
+        keys[c] = tuple(row)
+    first = np.r_[True, stream[1:] != stream[:-1]]
+    prev_a = np.r_[-1, a[:-1]]
+    prev_h = np.r_[-1, h[:-1]]
+    context = np.where(first, 0, accept_context(prev_a, prev_h))
+    cens = (a >= h) | ends                       # the whole draft accepted, or cut by the output's end
+    deepest = int(h[~ends].max()) if (~ends).any() else int(h.max())
+    K = deepest if max_depth is None else int(min(max_depth, max(deepest, 1)))
+    if K < 1:
+        raise GlanceError(f"drafter {drafter!r}: no round drafted a token (every horizon is 0)")
+    notes.append(f"{drafter}: {a.size} logged rounds in {streams.streams} streams (turns) of {G} prompts replayed "
+                 f"at depths 1..{K}; a round rooted inside a logged round reads its run off that round (exact for a "
+                 "drafter that continues its own chain, e.g. a greedy draft model; an approximation for tree and "
+                 "multi-head drafters), and where the logged round accepted its whole draft the run past it is "
+                 "unknown: the replay assumes a miss there (a lower bound) and counts the round as censored")
+    return RunData(streams=streams, stream_prompt=stream_prompt, keys=tuple(keys), stream=stream, accepted=a,
+                   horizon=h, censored=cens, context=context, max_depth=K, drafter=str(drafter), notes=tuple(notes))
+
+
+def _choose(policy: Callable, streams_prompt_cap: int):
+    """Wrap a policy over RootStats into the replay's ``choose(state)``."""
+    def choose(state: RunState) -> np.ndarray:
+        n = state.stream.size
+        stats = RootStats(entropy=np.full(n, np.nan), horizon=np.full(n, streams_prompt_cap, np.int64),
+                          position=state.position.astype(np.float64), prev_accepted=state.prev_accepted,
+                          prev_shape=state.prev_depth)
+        return apply_policy(policy, stats)
+    return choose
+
+
+def replay_policy(d: RunData, policy: Callable, streams: np.ndarray | None = None) -> ReplayTotals:
+    """Replay ``policy`` (a built-in or ``f(RootStats) -> depths``, capped at ``d.max_depth``) on
+    the streams ``streams`` (default all)."""
+    st = d.streams if streams is None else d.streams.take(streams)
+    return replay_depths(st, _choose(policy, d.max_depth))
+
+
+def _survival_table(d: RunData, rounds: np.ndarray) -> np.ndarray:
+    K = d.max_depth
+    a, c, ctx = d.accepted[rounds], d.censored[rounds], d.context[rounds]
+    pooled = run_survival(a, c, K)
+    S = np.empty((len(ACCEPT_CONTEXTS), K))
+    for i in range(len(ACCEPT_CONTEXTS)):
+        m = ctx == i
+        S[i] = run_survival(a[m], c[m], K) if m.sum() >= MIN_CONTEXT_ROUNDS else pooled
+    return np.where(np.isfinite(S), S, -1.0)          # -1: not estimated (never drafted)
+
+
+def fit_accept_policy(d: RunData, prompts: np.ndarray, target: float) -> AcceptKeyedDepthPolicy:
+    """Fit the keyed-accept policy on the prompts ``prompts``: survival tables from their logged
+    runs, then the price at which replaying their streams gives the largest mean depth not above
+    ``target`` (bisection over the prices that change a depth)."""
+    rounds = d.rounds_of(prompts)
+    S = _survival_table(d, rounds)
+    pol = AcceptKeyedDepthPolicy(survival=tuple(tuple(float(x) for x in row) for row in S), max_size=d.max_depth)
+    idx = d.streams_of(prompts)
+    st = d.streams.take(idx)
+    cands = np.unique(S[S >= 0])[::-1]                 # descending prices: depth grows along the list
+    cands = np.r_[np.nextafter(cands[0], np.inf) if cands.size else 1.0, cands]
+
+    def mean_depth(t):
+        tot = replay_depths(st, _choose(_with_price(pol, t), d.max_depth))
+        return tot.depth.sum() / max(tot.rounds.sum(), 1)
+
+    lo, hi = 0, cands.size - 1                          # lo always meets the target (depth 0)
+    if mean_depth(cands[hi]) <= target:
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if mean_depth(cands[mid]) <= target:
+            lo = mid
+        else:
+            hi = mid
+    return _with_price(pol, float(cands[lo]))
+
+
+def _with_price(pol: AcceptKeyedDepthPolicy, t: float) -> AcceptKeyedDepthPolicy:
+    from dataclasses import replace
+    return replace(pol, threshold=float(t))
+
+
+def _prompt_sums(d: RunData, tot: ReplayTotals, streams: np.ndarray) -> np.ndarray:
+    """(G, 4) per prompt: rounds, tokens, depth, censored rounds of the replayed ``streams``."""
+    p = d.stream_prompt[streams]
+    G = d.prompts
+    return np.stack([np.bincount(p, weights=getattr(tot, k), minlength=G)
+                     for k in ("rounds", "tokens", "depth", "censored")], axis=1)
+
+
+def _interp(x, xp, fp):
+    keep = np.r_[xp[1:] > xp[:-1], True]
+    return float(np.interp(x, xp[keep], fp[keep]))
+
+
+def _summary(w, P, F):
+    """tokens/round, mean depth, fixed tokens at that depth, gain %, censored share for prompt weights w."""
+    r, t, dep, cen = w @ P
+    T, D = t / r, dep / r
+    fr, ft, fd = w @ F[0], w @ F[1], w @ F[2]
+    fixed = _interp(D, fd / fr, ft / fr)
+    return {"tokens": T, "mean_shape": D, "fixed_tokens": fixed, "gain": 100.0 * (T / fixed - 1.0),
+            "censored": cen / r}
+
+
+def _score(P, F, n_boot, level, rng) -> dict:
+    G = P.shape[0]
+    out = _summary(np.ones(G), P, F)
+    if n_boot > 0 and G >= 2:
+        draws: dict[str, list] = {k: [] for k in out}
+        for cnt in bootstrap_counts(G, n_boot, rng):
+            for w in cnt:
+                r = _summary(w.astype(np.float64), P, F)
+                for k, v in r.items():
+                    draws[k].append(v)
+        for k in list(out):
+            lo, hi = percentile_interval(np.asarray(draws[k]), level)
+            out[k + "_lo"], out[k + "_hi"] = float(lo), float(hi)
+    else:
+        for k in list(out):
+            out[k + "_lo"] = out[k + "_hi"] = np.nan
+    return out
+
+
+def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
+                          families: Sequence[str] | None = None, folds: int = 5, in_sample: bool = True,
+                          max_depth: int | None = None, n_boot: int = 200, level: float = 0.95, seed: int = 0,
+                          policies: dict[str, Callable] | None = None, data: RunData | None = None) -> PolicyTable:
+    """Held-out table of depth policies replayed from accepted runs (module docstring).
+
+    ``target``: the mean draft depth the fitted families must meet on their training prompts.
+    Every row's gain is against the fixed depth at the row's own mean depth (the replayed fixed
+    depths 1..K interpolated) on the same prompts. ``policies``: extra callables scored as given."""
+    if not target > 0:
+        raise GlanceError("the target mean depth (--budget) must be positive")
+    d = data if data is not None else prepare_runs(rounds, drafter=drafter, max_depth=max_depth)
+    if target > d.max_depth:
+        raise GlanceError(f"the target depth {target:g} exceeds the deepest replayed depth ({d.max_depth})")
+    names = list(RUN_FAMILIES if families is None else families)
+    for n in names:
+        if n not in RUN_FAMILIES:
+            raise GlanceError(f"family {n!r} needs per-offset columns (topk_logq, target_rank); on logs with accepted "
+                              f"runs only choose from {', '.join(RUN_FAMILIES)}")
+    notes = list(d.notes)
+    rng = np.random.default_rng(seed)
+    all_streams = np.arange(d.streams.streams)
+    fixed_tot = [replay_policy(d, FixedPolicy(shape="depth", size=k)) for k in range(1, d.max_depth + 1)]
+    Fs = [_prompt_sums(d, t, all_streams) for t in fixed_tot]
+    F = (np.stack([f[:, 0] for f in Fs], 1), np.stack([f[:, 1] for f in Fs], 1), np.stack([f[:, 2] for f in Fs], 1))
+    codes = d.codes
+    splits = prompt_folds(codes, folds, seed)
+    base = {"drafter": d.drafter, "shape": "depth", "feature": d.feature, "target": float(target),
+            "rounds": d.rounds, "prompts": d.prompts}
+    rows = []
+    k0 = int(min(max(round(target), 1), d.max_depth))
+    P = Fs[k0 - 1]
+    rows.append({**base, "family": "fixed", "evaluated_on": "no fit", "params": f"size={k0}",
+                 **_score(P, F, n_boot, level, rng)})
+    fitted: dict = {}
+    for name in names:
+        if name == "hf-heuristic":
+            pol = HeuristicDepthPolicy(max_size=d.max_depth)
+            P = _prompt_sums(d, replay_policy(d, pol), all_streams)
+            rows.append({**base, "family": name, "evaluated_on": "no fit", "params": pol.describe(),
+                         **_score(P, F, n_boot, level, rng)})
+            fitted[name] = pol
+            continue
+        modes = [("held-out", splits)]
+        if in_sample:
+            modes.append(("in-sample", [(np.arange(codes.size), np.arange(codes.size))]))
+        for _label, spl in modes:
+            P = np.zeros((d.prompts, 4))
+            used = []
+            for tr, te in spl:
+                pol = fit_accept_policy(d, np.unique(codes[tr]), target)
+                used.append(pol)
+                sidx = d.streams_of(np.unique(codes[te]))
+                P += _prompt_sums(d, replay_policy(d, pol, sidx), sidx)
+            mode = evaluated_on(spl, codes)
+            desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
+            rows.append({**base, "family": name, "evaluated_on": mode, "params": desc,
+                         **_score(P, F, n_boot, level, rng)})
+            if mode == "in-sample":
+                fitted[name] = used[0]
+    for name, f in (policies or {}).items():
+        P = _prompt_sums(d, replay_policy(d, f), all_streams)
+        rows.append({**base, "family": name, "evaluated_on": "as given", "params": "user callable",
+                     **_score(P, F, n_boot, level, rng)})
+    table = pd.DataFrame(rows)
+    lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo",
+            "mean_shape_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
+            "gain", "gain_lo", "gain_hi", "censored", "censored_lo", "censored_hi", "rounds", "prompts", "params"]
+    table = table[lead]
+    logged_tok = (d.accepted + 1).sum() / d.rounds
+    notes += [
+        f"held-out: fitted on the training prompts of a {len(splits)}-fold prompt-grouped split (GroupKFold, seed "
+        f"{seed}) and scored on the other prompts; in-sample rows are fitted and scored on every prompt (optimistic, "
+        "never a held-out gain); 'no fit' rows have nothing fitted",
+        "tokens: committed tokens per round (accepted + 1) in the sequential replay; mean_shape: mean draft depth; "
+        "fixed_tokens: the fixed depth at the row's mean depth (replayed depths interpolated); gain: % over it; "
+        "censored: share of the row's rounds whose accepted count is a lower bound",
+        f"as logged: {logged_tok:.3f} tokens per round at mean horizon {d.horizon.mean():.2f} over {d.rounds} rounds",
+        f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
+        "their fold estimates",
+        "no ms per token: these logs time whole turns, not rounds, so the round-cost regression is not identified; "
+        "the gains are in tokens per round at equal mean draft depth",
+    ]
+    return PolicyTable(table=table, policies=fitted, cost=CostModel(), note_lines=tuple(dict.fromkeys(notes)))

@@ -1,0 +1,287 @@
+"""Depth policies from accepted runs (glance_law.replay.runs, glance_law.policy.runs): the
+sequential replay against a brute-force token walk, Kaplan-Meier against hand-computed values,
+the logged schedules reproduced exactly on real Spec-Bench files, recovery of a real gain from
+an acceptance-keyed policy, and the held-out bookkeeping."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import glance_law.policy.runs as prun
+from glance_law.data.importers.spec_bench import sps_schedule
+from glance_law.errors import GlanceError
+from glance_law.io import read_logs
+from glance_law.policy import (
+    AcceptKeyedDepthPolicy,
+    FixedPolicy,
+    HeuristicDepthPolicy,
+    RootStats,
+    accept_context,
+    load_policy,
+    policy_table,
+    prepare_for,
+    prepare_runs,
+    replay_policy,
+)
+from glance_law.policy import cli as pcli
+from glance_law.replay.runs import RunState, replay_depths, run_streams, run_survival
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "spec-bench"
+SPS = REAL / "bnukh" / "test_bench__vicuna-7b-v1.3-sps-68m-float16-temp-0.0.jsonl.gz"
+MEDUSA = REAL / "bnukh" / "test_bench__vicuna-7b-v1.3-medusa-float16-temperature-0.0.jsonl.gz"
+need_real = pytest.mark.skipif(not SPS.exists(), reason="../shared/realdata not present")
+
+
+# --------------------------------------------------------------------------- brute force
+
+def brute_replay(stream, acc, hor, ends, choose_one):
+    """Token-by-token walk, one stream at a time, written without the vectorised layout."""
+    out = []
+    for s in range(int(stream.max()) + 1):
+        rows = np.flatnonzero(stream == s)
+        runs, cens = [], []
+        for i in rows:
+            for j in range(acc[i] + 1):
+                runs.append(acc[i] - j)
+                cens.append(bool(acc[i] >= hor[i] and not ends[i]))
+        T = len(runs)
+        p, pa, pd_, k = 0, -1, -1, 0
+        rounds = tokens = depth = nc = 0
+        while p < T:
+            d = choose_one(pa, pd_, k, p)
+            a = min(d, runs[p])
+            nc += int(cens[p] and d > runs[p])
+            c = min(a + 1, T - p)
+            p += c
+            rounds, tokens, depth = rounds + 1, tokens + c, depth + d
+            pa, pd_, k = a, d, k + 1
+        out.append((rounds, tokens, depth, nc))
+    return np.array(out)
+
+
+def random_log(rng, S=7, L=5):
+    stream, acc, hor = [], [], []
+    for s in range(S):
+        for _ in range(rng.integers(1, 12)):
+            h = int(rng.integers(1, L + 1))
+            stream.append(s)
+            hor.append(h)
+            acc.append(int(rng.integers(0, h + 1)))
+    stream, acc, hor = map(np.array, (stream, acc, hor))
+    ends = np.r_[stream[1:] != stream[:-1], True]
+    return stream, acc, hor, ends
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sequential_replay_matches_a_brute_force_walk(seed):
+    rng = np.random.default_rng(seed)
+    stream, acc, hor, ends = random_log(rng)
+    st = run_streams(stream, acc, hor, ends)
+
+    def rule(pa, pd_, k, p):                       # any causal rule of the state
+        return int((3 * max(pa, 0) + 2 * k + p + (pd_ < 0)) % 6)
+
+    def choose(state: RunState):
+        return np.array([rule(a, d, k, p) for a, d, k, p in zip(state.prev_accepted, state.prev_depth,
+                                                                    state.round_index, state.position)])
+    tot = replay_depths(st, choose)
+    want = brute_replay(stream, acc, hor, ends, rule)
+    got = np.stack([tot.rounds, tot.tokens, tot.depth, tot.censored], 1)
+    np.testing.assert_array_equal(got, want)
+    # tokens are conserved whatever the policy; the logged depths reproduce the log exactly
+    assert tot.tokens.sum() == (acc + 1).sum()
+    it = {}
+
+    def logged(state: RunState):
+        out = []
+        for s in state.stream:
+            rows = np.flatnonzero(stream == s)
+            out.append(hor[rows[it.get(s, 0)]])
+            it[s] = it.get(s, 0) + 1
+        return np.array(out)
+    tot2 = replay_depths(st, logged)
+    np.testing.assert_array_equal(tot2.rounds, np.bincount(stream))
+    assert tot2.censored.sum() == 0 and tot2.depth.sum() == hor.sum()
+
+
+def test_take_relays_out_the_streams():
+    rng = np.random.default_rng(3)
+    stream, acc, hor, ends = random_log(rng)
+    st = run_streams(stream, acc, hor, ends)
+    sub = st.take([4, 1])
+    full = replay_depths(st, lambda s: np.full(s.stream.size, 2))
+    part = replay_depths(sub, lambda s: np.full(s.stream.size, 2))
+    np.testing.assert_array_equal(part.tokens, full.tokens[[4, 1]])
+    np.testing.assert_array_equal(part.rounds, full.rounds[[4, 1]])
+
+
+def test_run_streams_refuses_bad_rows():
+    with pytest.raises(ValueError):
+        run_streams(np.array([0, 0]), np.array([3, 1]), np.array([2, 2]))
+    with pytest.raises(ValueError):
+        run_streams(np.array([1, 0]), np.array([0, 1]), np.array([2, 2]))
+
+
+# --------------------------------------------------------------------------- Kaplan-Meier
+
+def test_run_survival_hand_computed():
+    # runs 0, 1, 2 observed; 2 and 3 censored (run >= 2, run >= 3)
+    S = run_survival(np.array([0, 1, 2, 2, 3]), np.array([0, 0, 0, 1, 1], bool), 4)
+    np.testing.assert_allclose(S[:3], [4 / 5, 4 / 5 * 3 / 4, 4 / 5 * 3 / 4 * 1 / 2])
+    assert np.isnan(S[3])                           # nobody at risk at t = 3
+    # without censoring it is the empirical P(run >= k)
+    a = np.random.default_rng(0).integers(0, 6, 500)
+    S = run_survival(a, np.zeros(a.size, bool), 5)
+    np.testing.assert_allclose(S, [(a >= k).mean() for k in range(1, 6)])
+
+
+def test_run_survival_recovers_a_geometric_chain_under_censoring():
+    rng = np.random.default_rng(1)
+    p, n = 0.7, 40000
+    run = rng.geometric(1 - p, n) - 1                # P(run >= k) = p^k
+    h = rng.integers(1, 8, n)
+    a, c = np.minimum(run, h), run >= h
+    S = run_survival(a, c, 6)
+    np.testing.assert_allclose(S, p ** np.arange(1, 7), atol=0.015)
+
+
+# --------------------------------------------------------------------------- policies
+
+def test_heuristic_policy_is_hugging_faces_schedule():
+    rng = np.random.default_rng(2)
+    acc_draws = rng.integers(0, 9, 60)
+    sched, _ = sps_schedule(np.zeros(60, np.int64))            # only the first value is used below
+    pol = HeuristicDepthPolicy()
+    pa, pdp, got, acc = -1, -1, [], []
+    for u in acc_draws:
+        d = int(pol(RootStats(entropy=np.array([np.nan]), prev_accepted=np.array([pa]),
+                              prev_shape=np.array([pdp])))[0])
+        a = int(min(u, d))
+        got.append(d)
+        acc.append(a)
+        pa, pdp = a, d
+    want, bad = sps_schedule(np.array(acc))
+    assert bad == -1 and sched[0] == 5
+    np.testing.assert_array_equal(got, want)
+
+
+def test_accept_context_and_keyed_depths():
+    c = accept_context(np.array([-1, 0, 1, 2, 4, 0]), np.array([-1, 4, 4, 4, 4, 0]))
+    np.testing.assert_array_equal(c, [0, 1, 2, 3, 4, 0])
+    S = ((0.9, 0.5, 0.2), (0.3, 0.1, 0.0), (0.6, 0.3, 0.1), (0.8, 0.6, 0.3), (0.95, 0.9, 0.8))
+    pol = AcceptKeyedDepthPolicy(survival=S, threshold=0.5, max_size=3)
+    np.testing.assert_array_equal(pol.depths(), [2, 0, 1, 2, 3])
+    st = RootStats(entropy=np.full(5, np.nan), prev_accepted=np.array([-1, 0, 1, 2, 4]),
+                   prev_shape=np.array([-1, 4, 4, 4, 4]), horizon=np.array([3, 3, 3, 3, 2]))
+    np.testing.assert_array_equal(pol(st), [2, 0, 1, 2, 2])       # capped by the horizon
+    with pytest.raises(GlanceError):
+        pol(RootStats(entropy=np.zeros(1)))
+
+
+# --------------------------------------------------------------------------- recovery
+
+def sticky_log(seed, prompts=60, rounds=60, L=6, p=(0.92, 0.15), stay=0.92):
+    """Logged runs whose acceptance regime persists across rounds: the previous round's acceptance
+    tells the decoder which regime it is in, so keying the depth on it must beat a fixed depth."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(prompts):
+        z = int(rng.integers(0, 2))
+        for r in range(rounds):
+            if rng.random() > stay:
+                z = 1 - z
+            run = rng.geometric(1 - p[z]) - 1
+            rows.append({"task": "t", "prompt_id": f"p{g}", "round": r, "accepted": min(run, L), "horizon": L,
+                         "drafter": "chain", "condition": "matched"})
+    return pd.DataFrame(rows)
+
+
+def test_acceptance_keyed_policy_recovers_a_held_out_gain():
+    frame = sticky_log(0)
+    res = policy_table(frame, 2.0, n_boot=200, folds=5)
+    t = res.to_frame().set_index(["family", "evaluated_on"])
+    row = t.loc[("keyed-accept", "held-out")]
+    assert row["gain_lo"] > 2.0, row                # a clear held-out gain over the fixed depth
+    assert abs(row["mean_shape"] - 2.0) < 0.5
+    fixed = t.loc[("fixed", "no fit")]
+    assert abs(fixed["gain"]) < 1e-9 and fixed["mean_shape"] == 2.0
+
+
+def test_no_gain_is_found_where_acceptance_carries_no_information():
+    rng = np.random.default_rng(5)
+    frame = sticky_log(1, stay=0.5, p=(0.6, 0.6))
+    frame["accepted"] = np.minimum(rng.geometric(0.4, len(frame)) - 1, 6)
+    res = policy_table(frame, 2.0, n_boot=200, folds=5)
+    row = res.to_frame().set_index(["family", "evaluated_on"]).loc[("keyed-accept", "held-out")]
+    assert row["gain_lo"] < 0.5 < row["gain_hi"] + 1.0 and abs(row["gain"]) < 3.0
+
+
+def test_a_leaky_split_is_never_reported_as_held_out(monkeypatch):
+    frame = sticky_log(2, prompts=20, rounds=30)
+    honest = policy_table(frame, 2.0, n_boot=0, folds=4)
+    assert "held-out" in set(honest.table["evaluated_on"])
+    orig = prun.prompt_folds
+
+    def leaky(codes, k, seed=0):
+        return [(np.arange(codes.size), te) for _, te in orig(codes, k, seed)]
+    monkeypatch.setattr(prun, "prompt_folds", leaky)
+    res = policy_table(frame, 2.0, n_boot=0, folds=4)
+    assert "held-out" not in set(res.table["evaluated_on"])
+    assert pcli._best(res.table) == ("fixed", {})
+
+
+# --------------------------------------------------------------------------- real logs
+
+@need_real
+def test_replaying_the_logged_schedule_reproduces_real_sps_rounds():
+    """SpS's horizons follow HF's heuristic schedule: replaying that policy visits exactly the
+    logged roots (same rounds, tokens and drafted depths, nothing censored)."""
+    logs = read_logs([str(SPS)])
+    d = prepare_runs(logs)
+    tot = replay_policy(d, HeuristicDepthPolicy(max_size=d.max_depth))
+    f = logs.frame
+    assert tot.rounds.sum() == len(f) == d.rounds
+    assert tot.tokens.sum() == int((f["accepted"].astype(int) + 1).sum())
+    assert tot.depth.sum() == int(f["drafted_horizon"].astype(int).sum())
+    assert tot.censored.sum() == 0
+
+
+@need_real
+def test_fixed_depth_at_the_tree_depth_reproduces_real_medusa_rounds():
+    logs = read_logs([str(MEDUSA)])
+    d = prepare_runs(logs)
+    assert d.max_depth == 4
+    tot = replay_policy(d, FixedPolicy(shape="depth", size=4))
+    f = logs.frame
+    assert tot.rounds.sum() == len(f)
+    assert tot.tokens.sum() == int((f["accepted"].astype(int) + 1).sum())
+    # a shallower depth commits fewer tokens per round, and its censored rounds are counted
+    t3 = replay_policy(d, FixedPolicy(shape="depth", size=3))
+    assert t3.tokens.sum() == tot.tokens.sum() and t3.rounds.sum() > tot.rounds.sum()
+
+
+@need_real
+def test_policy_cli_on_real_spec_bench_logs(tmp_path, capsys):
+    out = tmp_path / "policy.json"
+    rc = pcli.main([str(SPS), "--budget", "3", "--bootstrap", "20", "--folds", "3", "--out", str(out)])
+    cap = capsys.readouterr()
+    assert rc == 0, cap.err
+    assert "keyed-accept" in cap.out and "held-out" in cap.out and "hf-heuristic" in cap.out
+    pol, fit = load_policy(out)
+    assert pol.shape == "depth" and fit["drafter"] == "sps-68m" and fit["feature"] == "accepted history"
+    json.loads(out.read_text())
+    # tree budgets need per-offset columns; cost overrides do not apply: one line, exit 2
+    for extra in (["--shape", "budget"], ["--node-ms", "0.1"], ["--families", "gated-cumprob"]):
+        rc = pcli.main([str(SPS), "--budget", "3", "--bootstrap", "0", *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and "error:" in err, (extra, err)
+
+
+@need_real
+def test_prepare_for_picks_the_replay_the_columns_allow():
+    d = prepare_for(read_logs([str(MEDUSA)]))
+    assert isinstance(d, prun.RunData) and d.drafter == "medusa"
