@@ -38,23 +38,36 @@ need_real = pytest.mark.skipif(not SPS.exists(), reason="../shared/realdata not 
 
 # --------------------------------------------------------------------------- brute force
 
-def brute_replay(stream, acc, hor, ends, choose_one):
-    """Token-by-token walk, one stream at a time, written without the vectorised layout."""
+def brute_replay(stream, acc, hor, ends, choose_one, bound="lower"):
+    """Token-by-token walk, one stream at a time, written without the vectorised layout. Upper
+    bound: a round that accepted its whole draft continues through the bonus token into the
+    next round's run (recursively)."""
     out = []
     for s in range(int(stream.max()) + 1):
-        rows = np.flatnonzero(stream == s)
+        rows = list(np.flatnonzero(stream == s))
         runs, cens = [], []
+
+        def whole(i):                      # run from round i's root under the bound
+            c = acc[i] >= hor[i] and not ends[i]
+            if bound == "upper" and c:
+                return acc[i] + 1 + whole(i + 1)
+            return acc[i]
         for i in rows:
             for j in range(acc[i] + 1):
-                runs.append(acc[i] - j)
+                runs.append(whole(i) - j)
                 cens.append(bool(acc[i] >= hor[i] and not ends[i]))
         T = len(runs)
         p, pa, pd_, k = 0, -1, -1, 0
         rounds = tokens = depth = nc = 0
+        lower = [r if bound == "lower" else None for r in runs]
+        if bound == "upper":                # the censored flag compares with the lower-bound run
+            lower = []
+            for i in rows:
+                lower += [acc[i] - j for j in range(acc[i] + 1)]
         while p < T:
             d = choose_one(pa, pd_, k, p)
             a = min(d, runs[p])
-            nc += int(cens[p] and d > runs[p])
+            nc += int(cens[p] and d > lower[p])
             c = min(a + 1, T - p)
             p += c
             rounds, tokens, depth = rounds + 1, tokens + c, depth + d
@@ -92,6 +105,13 @@ def test_sequential_replay_matches_a_brute_force_walk(seed):
     want = brute_replay(stream, acc, hor, ends, rule)
     got = np.stack([tot.rounds, tot.tokens, tot.depth, tot.censored], 1)
     np.testing.assert_array_equal(got, want)
+    up = replay_depths(st, choose, bound="upper")
+    np.testing.assert_array_equal(np.stack([up.rounds, up.tokens, up.depth, up.censored], 1),
+                                  brute_replay(stream, acc, hor, ends, rule, bound="upper"))
+    def three(state):
+        return np.full(state.stream.size, 3)
+    lo3, hi3 = replay_depths(st, three), replay_depths(st, three, bound="upper")
+    assert np.all(hi3.rounds <= lo3.rounds)          # a fixed depth can only gain from longer runs
     # tokens are conserved whatever the policy; the logged depths reproduce the log exactly
     assert tot.tokens.sum() == (acc + 1).sum()
     it = {}

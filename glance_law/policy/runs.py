@@ -182,11 +182,13 @@ def _choose(policy: Callable, streams_prompt_cap: int):
     return choose
 
 
-def replay_policy(d: RunData, policy: Callable, streams: np.ndarray | None = None) -> ReplayTotals:
+def replay_policy(d: RunData, policy: Callable, streams: np.ndarray | None = None, *,
+                  bound: str = "lower") -> ReplayTotals:
     """Replay ``policy`` (a built-in or ``f(RootStats) -> depths``, capped at ``d.max_depth``) on
-    the streams ``streams`` (default all)."""
+    the streams ``streams`` (default all); ``bound``: a censored run ends at the drafter's unknown
+    guess of the bonus token (``"lower"``) or continues (``"upper"``)."""
     st = d.streams if streams is None else d.streams.take(streams)
-    return replay_depths(st, _choose(policy, d.max_depth))
+    return replay_depths(st, _choose(policy, d.max_depth), bound=bound)
 
 
 def _survival_table(d: RunData, rounds: np.ndarray) -> np.ndarray:
@@ -256,12 +258,13 @@ def _summary(w, P, F):
             "censored": cen / r}
 
 
-def _score(P, F, n_boot, level, rng) -> dict:
+def _score(P, F, n_boot, level, seed) -> dict:
+    """Point values and prompt-bootstrap intervals (the same resamples for every row: ``seed``)."""
     G = P.shape[0]
     out = _summary(np.ones(G), P, F)
     if n_boot > 0 and G >= 2:
         draws: dict[str, list] = {k: [] for k in out}
-        for cnt in bootstrap_counts(G, n_boot, rng):
+        for cnt in bootstrap_counts(G, n_boot, np.random.default_rng(seed)):
             for w in cnt:
                 r = _summary(w.astype(np.float64), P, F)
                 for k, v in r.items():
@@ -272,6 +275,20 @@ def _score(P, F, n_boot, level, rng) -> dict:
     else:
         for k in list(out):
             out[k + "_lo"] = out[k + "_hi"] = np.nan
+    return out
+
+
+BOUNDS = ("lower", "upper")
+
+
+def _score_both(P: dict, F: dict, n_boot, level, seed) -> dict:
+    """The row's figures with censored runs ending (the lower bound, the main columns) and, as
+    ``tokens_ifmatch`` / ``gain_ifmatch``, with them continuing (the upper bound)."""
+    out = _score(P["lower"], F["lower"], n_boot, level, seed)
+    up = _score(P["upper"], F["upper"], n_boot, level, seed)
+    for k in ("tokens", "gain"):
+        for suf in ("", "_lo", "_hi"):
+            out[f"{k}_ifmatch{suf}"] = up[k + suf]
     return out
 
 
@@ -295,54 +312,55 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
             raise GlanceError(f"family {n!r} needs per-offset columns (topk_logq, target_rank); on logs with accepted "
                               f"runs only choose from {', '.join(RUN_FAMILIES)}")
     notes = list(d.notes)
-    rng = np.random.default_rng(seed)
     all_streams = np.arange(d.streams.streams)
-    fixed_tot = [replay_policy(d, FixedPolicy(shape="depth", size=k)) for k in range(1, d.max_depth + 1)]
-    Fs = [_prompt_sums(d, t, all_streams) for t in fixed_tot]
-    F = (np.stack([f[:, 0] for f in Fs], 1), np.stack([f[:, 1] for f in Fs], 1), np.stack([f[:, 2] for f in Fs], 1))
+
+    def sums(pol, sidx=all_streams):
+        return {b: _prompt_sums(d, replay_policy(d, pol, sidx, bound=b), sidx) for b in BOUNDS}
+    Fs = [sums(FixedPolicy(shape="depth", size=k)) for k in range(1, d.max_depth + 1)]
+    F = {b: tuple(np.stack([f[b][:, i] for f in Fs], 1) for i in range(3)) for b in BOUNDS}
     codes = d.codes
     splits = prompt_folds(codes, folds, seed)
     base = {"drafter": d.drafter, "shape": "depth", "feature": d.feature, "target": float(target),
             "rounds": d.rounds, "prompts": d.prompts}
     rows = []
     k0 = int(min(max(round(target), 1), d.max_depth))
-    P = Fs[k0 - 1]
     rows.append({**base, "family": "fixed", "evaluated_on": "no fit", "params": f"size={k0}",
-                 **_score(P, F, n_boot, level, rng)})
+                 **_score_both(Fs[k0 - 1], F, n_boot, level, seed)})
     fitted: dict = {}
     for name in names:
         if name == "hf-heuristic":
             pol = HeuristicDepthPolicy(max_size=d.max_depth)
-            P = _prompt_sums(d, replay_policy(d, pol), all_streams)
             rows.append({**base, "family": name, "evaluated_on": "no fit", "params": pol.describe(),
-                         **_score(P, F, n_boot, level, rng)})
+                         **_score_both(sums(pol), F, n_boot, level, seed)})
             fitted[name] = pol
             continue
         modes = [("held-out", splits)]
         if in_sample:
             modes.append(("in-sample", [(np.arange(codes.size), np.arange(codes.size))]))
         for _label, spl in modes:
-            P = np.zeros((d.prompts, 4))
+            P = {b: np.zeros((d.prompts, 4)) for b in BOUNDS}
             used = []
             for tr, te in spl:
                 pol = fit_accept_policy(d, np.unique(codes[tr]), target)
                 used.append(pol)
-                sidx = d.streams_of(np.unique(codes[te]))
-                P += _prompt_sums(d, replay_policy(d, pol, sidx), sidx)
+                part = sums(pol, d.streams_of(np.unique(codes[te])))
+                for b in BOUNDS:
+                    P[b] += part[b]
             mode = evaluated_on(spl, codes)
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc,
-                         **_score(P, F, n_boot, level, rng)})
+                         **_score_both(P, F, n_boot, level, seed)})
             if mode == "in-sample":
                 fitted[name] = used[0]
     for name, f in (policies or {}).items():
-        P = _prompt_sums(d, replay_policy(d, f), all_streams)
         rows.append({**base, "family": name, "evaluated_on": "as given", "params": "user callable",
-                     **_score(P, F, n_boot, level, rng)})
+                     **_score_both(sums(f), F, n_boot, level, seed)})
     table = pd.DataFrame(rows)
     lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo",
             "mean_shape_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
-            "gain", "gain_lo", "gain_hi", "censored", "censored_lo", "censored_hi", "rounds", "prompts", "params"]
+            "gain", "gain_lo", "gain_hi", "censored", "censored_lo", "censored_hi", "tokens_ifmatch",
+            "tokens_ifmatch_lo", "tokens_ifmatch_hi", "gain_ifmatch", "gain_ifmatch_lo", "gain_ifmatch_hi",
+            "rounds", "prompts", "params"]
     table = table[lead]
     logged_tok = (d.accepted + 1).sum() / d.rounds
     notes += [
@@ -351,7 +369,9 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
         "never a held-out gain); 'no fit' rows have nothing fitted",
         "tokens: committed tokens per round (accepted + 1) in the sequential replay; mean_shape: mean draft depth; "
         "fixed_tokens: the fixed depth at the row's mean depth (replayed depths interpolated); gain: % over it; "
-        "censored: share of the row's rounds whose accepted count is a lower bound",
+        "censored: share of the row's rounds that reach past a logged round's whole accepted draft, where the "
+        "drafter's guess of the bonus token is unknown: tokens/gain assume it misses (lower bound), "
+        "tokens_ifmatch/gain_ifmatch that it matches (upper bound; fixed depths replayed the same way)",
         f"as logged: {logged_tok:.3f} tokens per round at mean horizon {d.horizon.mean():.2f} over {d.rounds} rounds",
         f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
         "their fold estimates",

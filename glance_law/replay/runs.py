@@ -11,8 +11,12 @@ draft, it proposes the same next tokens again):
 * a round rooted at any of those positions, ``p = s_i + j`` (0 <= j <= a_i), would see the
   drafter match exactly ``a_i - j`` more tokens when the logged round stopped at a mismatch
   (``a_i < horizon_i``), and *at least* that many when it accepted its whole draft
-  (``a_i = horizon_i``: what the drafter proposes past its logged horizon is unknown - the
-  replay then assumes a mismatch, a lower bound, and counts the round as *censored*);
+  (``a_i = horizon_i``: what the drafter proposes past its logged horizon is unknown, and the
+  round is counted as *censored*). Only one token is unknown there: the drafter's guess at the
+  target's bonus token ``s_i + a_i``. A miss ends the run (``bound="lower"``, the default: a
+  lower bound); a match continues it into the next logged round, whose draft a chain drafter
+  conditioned on the same true prefix proposes again (``bound="upper"``). The two bracket a
+  policy's tokens per round;
 * a depth-d round at ``p`` commits ``min(d, run(p)) + 1`` tokens (the bonus token included),
   never past the end of the stream.
 
@@ -46,14 +50,17 @@ class RunStreams:
     ``start`` (S,) offset of each stream's first position in the per-position arrays;
     ``length`` (S,) tokens each stream committed (sum of accepted + 1 over its rounds);
     ``run`` (N,) the drafter's matched run from each position (a lower bound where
-    ``censored``); ``censored`` (N,) the logged round accepted its whole draft, so the run from
-    here may be longer than ``run``; ``logged_rounds`` (S,) rounds each stream took."""
+    ``censored``); ``run_hi`` (N,) the run if the drafter also matches every bonus token it
+    never proposed (the upper bound); ``censored`` (N,) the logged round accepted its whole
+    draft, so the run from here may be longer than ``run``; ``logged_rounds`` (S,) rounds each
+    stream took."""
 
     start: np.ndarray
     length: np.ndarray
     run: np.ndarray
     censored: np.ndarray
     logged_rounds: np.ndarray
+    run_hi: np.ndarray | None = None
 
     @property
     def streams(self) -> int:
@@ -68,7 +75,8 @@ class RunStreams:
             start[1:] = np.cumsum(n)[:-1]
         pos = np.repeat(self.start[idx] - start, n) + np.arange(int(n.sum()))
         return RunStreams(start=start, length=n.copy(), run=self.run[pos], censored=self.censored[pos],
-                          logged_rounds=self.logged_rounds[idx].copy())
+                          logged_rounds=self.logged_rounds[idx].copy(),
+                          run_hi=None if self.run_hi is None else self.run_hi[pos])
 
 
 def run_streams(stream: np.ndarray, accepted: np.ndarray, horizon: np.ndarray,
@@ -105,8 +113,17 @@ def run_streams(stream: np.ndarray, accepted: np.ndarray, horizon: np.ndarray,
         first[1:] = np.cumsum(per)[:-1]
     j = np.arange(N) - np.repeat(first, per)              # offset of a position inside its round
     run = (np.repeat(a, per) - j).astype(np.int32)
-    cens = np.repeat((a >= h) & ~ends, per)
-    return RunStreams(start=start, length=length, run=run, censored=cens, logged_rounds=rounds)
+    c_round = (a >= h) & ~ends
+    cens = np.repeat(c_round, per)
+    # upper bound: a censored round's run continues through the bonus token into the next round's,
+    # up to the first uncensored round m: R_i = sum_{k=i..m} (a_k + 1) - 1 (a stream's last round
+    # is never censored, so m stays inside the stream)
+    idx = np.arange(a.size)
+    m = np.minimum.accumulate(np.where(c_round, a.size, idx)[::-1])[::-1] if a.size else idx
+    csum = np.r_[0, np.cumsum(per)]
+    R = csum[np.minimum(m, a.size - 1) + 1] - csum[idx] - 1
+    run_hi = (np.repeat(R, per) - j).astype(np.int32)
+    return RunStreams(start=start, length=length, run=run, censored=cens, logged_rounds=rounds, run_hi=run_hi)
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,13 +151,19 @@ class ReplayTotals:
     censored: np.ndarray
 
 
-def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray], *,
+def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray], *, bound: str = "lower",
                   record: bool = False) -> ReplayTotals | tuple[ReplayTotals, dict]:
     """Replay every stream with the depths ``choose(state)`` picks round by round.
 
     ``choose`` gets a :class:`RunState` for the streams still decoding and returns one depth
-    >= 0 per stream. With ``record=True`` also returns the rounds themselves (``stream``,
-    ``position``, ``depth``, ``accepted``, ``censored``; in step order)."""
+    >= 0 per stream. ``bound``: ``"lower"`` (a censored run ends at the unknown token) or
+    ``"upper"`` (it continues). With ``record=True`` also returns the rounds themselves
+    (``stream``, ``position``, ``depth``, ``accepted``, ``censored``; in step order)."""
+    if bound not in ("lower", "upper"):
+        raise ValueError(f"bound must be 'lower' or 'upper' (got {bound!r})")
+    runs = streams.run if bound == "lower" else streams.run_hi
+    if runs is None:
+        raise ValueError("these streams carry no upper-bound runs (build them with run_streams)")
     S = streams.streams
     length = streams.length
     pos = np.zeros(S, np.int64)
@@ -160,9 +183,9 @@ def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray],
         if np.any(d < 0):
             raise ValueError("depths must be >= 0")
         g = streams.start[idx] + pos[idx]
-        r = streams.run[g].astype(np.int64)
+        r = runs[g].astype(np.int64)
         acc = np.minimum(d, r)
-        cens = streams.censored[g] & (d > r)
+        cens = streams.censored[g] & (d > streams.run[g])
         commit = np.minimum(acc + 1, length[idx] - pos[idx])
         pos[idx] += commit
         tot.rounds[idx] += 1
