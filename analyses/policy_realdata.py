@@ -11,11 +11,14 @@ by choosing *when* to draft deep?), at most 4 for schedules (SpS). Writes DIR/po
 and .csv (one row per file and family; gains in % over the fixed depth at the row's mean depth,
 95% prompt-bootstrap intervals; "censored": rounds reaching past a logged round's whole accepted
 draft, where the drafter's guess of the bonus token is unknown - the gain assumes a miss there,
-the last column a match, both for the policy and the fixed depths).
+the next column a match, both for the policy and the fixed depths; where the turns' timings
+identify a round cost - depths that vary, as in SpS - the modelled speedup over the fixed depth
+with the lowest modelled ms per token).
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -28,13 +31,14 @@ from glance_law.policy import policy_table, prepare_runs
 
 def one_file(path: Path, n_boot: int, seed: int, skip_bad: bool = False) -> list[dict]:
     logs = read_logs([str(path)], skip_bad=skip_bad)
+    prompts = read_logs([str(path)], kind="prompts", skip_bad=skip_bad).frame
     frame = logs.frame
     drafters = sorted(set(frame["drafter"].astype(str)) - {"ar"})
     rows = []
     for dr in drafters:
         data = prepare_runs(logs, drafter=dr)
         target = float(min(max(1, data.max_depth - 1), 4))
-        res = policy_table(logs, target, data=data, n_boot=n_boot, seed=seed)
+        res = policy_table(logs, target, data=data, n_boot=n_boot, seed=seed, prompts=prompts)
         t = res.to_frame()
         t = t.loc[t["evaluated_on"] != "in-sample"]
         logged = (data.accepted + 1).sum() / data.rounds
@@ -47,8 +51,21 @@ def one_file(path: Path, n_boot: int, seed: int, skip_bad: bool = False) -> list
                          "gain_lo": r["gain_lo"], "gain_hi": r["gain_hi"], "censored": r["censored"],
                          "gain_ifmatch": r["gain_ifmatch"], "gain_ifmatch_lo": r["gain_ifmatch_lo"],
                          "gain_ifmatch_hi": r["gain_ifmatch_hi"],
+                         **{k: r.get(k, float("nan")) for k in (
+                             "ms_per_token", "speedup_best_fixed", "speedup_best_fixed_lo", "speedup_best_fixed_hi",
+                             "speedup_best_fixed_ifmatch", "speedup_best_fixed_ifmatch_lo",
+                             "speedup_best_fixed_ifmatch_hi")},
+                         "round_cost": (f"{res.cost.constant:.2f} + {res.cost.pass_ms:.3f} x depth ms"
+                                        if res.cost.identified else "not identified"),
                          "params": r["params"]})
     return rows
+
+
+def _speed(r: dict) -> str:
+    if math.isnan(r["speedup_best_fixed"]):                # no round cost identified
+        return "-"
+    return (f"{r['speedup_best_fixed']:.3f} [{r['speedup_best_fixed_lo']:.3f}, {r['speedup_best_fixed_hi']:.3f}]; "
+            f"{r['speedup_best_fixed_ifmatch']:.3f} ({r['round_cost']})")
 
 
 def main(argv=None) -> int:
@@ -74,15 +91,16 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / "policy_realdata.csv", index=False)
     lines = ["| file | drafter | rounds | prompts | logged tok/round (depth) | target | family | mean depth | "
-             "tok/round [95%] | fixed at that depth | gain % [95%] | censored | gain % if censored runs go on |",
-             "|" + "---|" * 13]
+             "tok/round [95%] | fixed at that depth | gain % [95%] | censored | gain % if censored runs go on | "
+             "modelled speedup over the best fixed depth (miss; match) |",
+             "|" + "---|" * 14]
     for r in rows:
         lines.append(f"| {r['file']} | {r['drafter']} | {r['rounds']} | {r['prompts']} | {r['logged_tokens']:.3f} "
                      f"(<= {r['max_depth']}) | {r['target']:g} | {r['family']} ({r['evaluated_on']}) | "
                      f"{r['mean_depth']:.2f} | {r['tokens']:.3f} [{r['tokens_lo']:.3f}, {r['tokens_hi']:.3f}] | "
                      f"{r['fixed_tokens']:.3f} | {r['gain']:+.2f} [{r['gain_lo']:+.2f}, {r['gain_hi']:+.2f}] | "
                      f"{100 * r['censored']:.1f}% | {r['gain_ifmatch']:+.2f} [{r['gain_ifmatch_lo']:+.2f}, "
-                     f"{r['gain_ifmatch_hi']:+.2f}] |")
+                     f"{r['gain_ifmatch_hi']:+.2f}] | {_speed(r)} |")
     if skipped:
         lines += ["", "Skipped:", *[f"- {s}" for s in skipped]]
     (out / "policy_realdata.md").write_text("\n".join(lines) + "\n")

@@ -434,7 +434,8 @@ def policy(inp: Inputs) -> list:
         try:
             data = prepare_for(inp.rounds, drafter=d)
             target = default_target(data, o.budgets)
-            res = policy_table(inp.rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed)
+            res = policy_table(inp.rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed,
+                               prompts=inp.prompts)
         except GlanceError as exc:
             why.append(f"{d}: {exc}")
             continue

@@ -33,6 +33,7 @@ from glance_law.replay.runs import RunState, replay_depths, run_streams, run_sur
 REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "spec-bench"
 SPS = REAL / "bnukh" / "test_bench__vicuna-7b-v1.3-sps-68m-float16-temp-0.0.jsonl.gz"
 MEDUSA = REAL / "bnukh" / "test_bench__vicuna-7b-v1.3-medusa-float16-temperature-0.0.jsonl.gz"
+SPS_BIG = REAL / "bnukh" / "spec_bench__vicuna-7b-v1.3-sps-68m-float16-temp-0.0.jsonl.gz"
 need_real = pytest.mark.skipif(not SPS.exists(), reason="../shared/realdata not present")
 
 
@@ -305,3 +306,46 @@ def test_policy_cli_on_real_spec_bench_logs(tmp_path, capsys):
 def test_prepare_for_picks_the_replay_the_columns_allow():
     d = prepare_for(read_logs([str(MEDUSA)]))
     assert isinstance(d, prun.RunData) and d.drafter == "medusa"
+
+
+@need_real
+def test_round_cost_from_turn_timings_is_recovered_and_refused_when_not_identified():
+    """decode_ms simulated from known per-turn, per-round and per-drafted-token costs on a real SpS
+    schedule (480 prompts; depths vary) is recovered; Medusa's fixed depth leaves the token cost
+    unidentified (no ms columns, a note)."""
+    d = prepare_runs(read_logs([str(SPS_BIG)]))
+    rng = np.random.default_rng(0)
+    G = d.prompts
+    turns = np.bincount(d.stream_prompt, minlength=G)
+    rounds = np.bincount(d.codes, minlength=G)
+    drafted = np.bincount(d.codes, weights=d.horizon, minlength=G)
+    P = pd.DataFrame({"task": [k[0] for k in d.keys], "prompt_id": [k[1] for k in d.keys], "drafter": d.drafter,
+                      "condition": "matched",
+                      "decode_ms": 40.0 * turns + 25.0 * rounds + 1.5 * drafted + rng.normal(0, 50, G)})
+    notes: list = []
+    cost = prun.run_cost_model(P, d, notes)
+    assert cost.identified, notes
+    np.testing.assert_allclose([cost.constant, cost.pass_ms], [25.0, 1.5], rtol=0.05)
+    big = REAL / "vase" / "vicuna-7b-v1.3-medusa.jsonl.gz"          # 480 prompts, depth always 4
+    med = prepare_runs(read_logs([str(big)]))
+    Pm = read_logs([str(big)], kind="prompts").frame
+    notes = []
+    assert not prun.run_cost_model(Pm, med, notes).identified
+    assert any("not identified: every round drafts the same depth" in n for n in notes), notes
+    res = policy_table(read_logs([str(MEDUSA)]), 3.0, prompts=read_logs([str(MEDUSA)], kind="prompts").frame,
+                       n_boot=0, folds=3)
+    assert "ms_per_token" not in res.to_frame().columns
+
+
+@need_real
+def test_real_sps_table_reports_modelled_speed():
+    logs = read_logs([str(SPS_BIG)])
+    P = read_logs([str(SPS_BIG)], kind="prompts").frame
+    res = policy_table(logs, 4.0, prompts=P, n_boot=0, folds=3, families=["hf-heuristic"])
+    assert res.cost.identified and 5 < res.cost.constant < 200 and 0 < res.cost.pass_ms < res.cost.constant
+    t = res.to_frame().set_index("family")
+    assert {"ms_per_token", "speedup_best_fixed", "speedup_best_fixed_ifmatch"} <= set(t.columns)
+    assert t.loc["fixed", "speedup_best_fixed"] <= 1.0 + 1e-12      # no fixed depth beats the best one
+    # the logged schedule's tokens per round are the logged ones (it visits the logged roots)
+    f = logs.frame
+    assert t.loc["hf-heuristic", "tokens"] == pytest.approx((f["accepted"].astype(int) + 1).sum() / len(f))

@@ -22,7 +22,7 @@ from ..errors import GlanceError
 from ..results import format as _fmt
 from .evaluate import FAMILY_NAMES, PolicyTable
 from .policies import FixedPolicy, Policy, policy_to_dict
-from .runs import RUN_FAMILIES
+from .runs import RUN_FAMILIES, RunData
 from .search import policy_table, prepare_for
 
 PROG = "python -m glance_law.policy"
@@ -115,9 +115,15 @@ def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
     logs = read_logs(list(paths))
     fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
     data = prepare_for(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
+    prompts = None
+    if isinstance(data, RunData):          # accepted runs only: the turns' timings give the round cost
+        try:
+            prompts = read_logs(list(paths), kind="prompts").frame
+        except GlanceError:
+            prompts = None
     res = policy_table(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
                        level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
-                       constant_ms=args.constant_ms, data=data)
+                       constant_ms=args.constant_ms, data=data, prompts=prompts)
     fam, row = _best(res.table)
     pol, fit = export_record(res, fam, row, args.budget, paths, data, args.folds, args.seed)
     return res, pol, fit

@@ -22,7 +22,7 @@ bootstrap. The result is a :class:`~glance_law.policy.evaluate.PolicyTable`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -49,13 +49,15 @@ from .policies import (
     apply_policy,
 )
 
-__all__ = ["RunData", "prepare_runs", "fit_accept_policy", "replay_policy", "evaluate_run_policies",
-           "RUN_FAMILIES", "MIN_CONTEXT_ROUNDS"]
+__all__ = ["RunData", "prepare_runs", "fit_accept_policy", "replay_policy", "evaluate_run_policies", "run_cost_model",
+           "RUN_FAMILIES", "MIN_CONTEXT_ROUNDS", "MIN_COST_PROMPTS"]
 
 #: families searched on accepted-run logs
 RUN_FAMILIES = ("keyed-accept", "hf-heuristic")
 #: a context with fewer training rounds uses the pooled survival
 MIN_CONTEXT_ROUNDS = 30
+#: timed prompts needed for the round-cost regression (three terms)
+MIN_COST_PROMPTS = 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,11 +173,11 @@ def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = 
                    horizon=h, censored=cens, context=context, max_depth=K, drafter=str(drafter), notes=tuple(notes))
 
 
-def _choose(policy: Callable, streams_prompt_cap: int):
-    """Wrap a policy over RootStats into the replay's ``choose(state)``."""
+def _choose(policy: Callable, cap: int):
+    """Wrap a policy over RootStats into the replay's ``choose(state)`` (depths capped at ``cap``)."""
     def choose(state: RunState) -> np.ndarray:
         n = state.stream.size
-        stats = RootStats(entropy=np.full(n, np.nan), horizon=np.full(n, streams_prompt_cap, np.int64),
+        stats = RootStats(entropy=np.full(n, np.nan), horizon=np.full(n, cap, np.int64),
                           position=state.position.astype(np.float64), prev_accepted=state.prev_accepted,
                           prev_shape=state.prev_depth)
         return apply_policy(policy, stats)
@@ -231,7 +233,6 @@ def fit_accept_policy(d: RunData, prompts: np.ndarray, target: float) -> AcceptK
 
 
 def _with_price(pol: AcceptKeyedDepthPolicy, t: float) -> AcceptKeyedDepthPolicy:
-    from dataclasses import replace
     return replace(pol, threshold=float(t))
 
 
@@ -248,25 +249,92 @@ def _interp(x, xp, fp):
     return float(np.interp(x, xp[keep], fp[keep]))
 
 
-def _summary(w, P, F):
-    """tokens/round, mean depth, fixed tokens at that depth, gain %, censored share for prompt weights w."""
+def run_cost_model(prompts: pd.DataFrame, d: RunData, notes: list | None = None) -> CostModel:
+    """Round cost from whole-turn timings: per prompt, ``decode_ms = c_turn * turns + c_round *
+    rounds + c_token * drafted tokens`` (OLS over prompts, HC1 errors). A depth-d round then
+    costs ``c_round + c_token * d`` ms (the turn term, prefill included, does not depend on the
+    policy). Identified when both slopes are positive and the drafted-token slope is at least
+    twice its standard error - which needs depths that vary between rounds (a schedule such as
+    Hugging Face's); a fixed-shape drafter's drafted tokens are rounds times the shape, and
+    its cost is left unidentified (noted)."""
+    notes = notes if notes is not None else []
+    need = {"task", "prompt_id", "decode_ms"}
+    if prompts is None or not need <= set(prompts.columns):
+        notes.append("no per-prompt decode_ms: no round cost, no modelled ms per token")
+        return CostModel()
+    P = prompts
+    if "drafter" in P.columns:
+        P = P.loc[P["drafter"].astype(str) == d.drafter]
+    if "condition" in P.columns:
+        P = P.loc[P["condition"].astype(str) == "matched"]
+    index = {k: i for i, k in enumerate(d.keys)}
+    code = np.array([index.get((str(t), str(q)), -1) for t, q in zip(P["task"], P["prompt_id"])], np.int64)
+    ms = pd.to_numeric(P["decode_ms"], errors="coerce").to_numpy(np.float64)
+    ok = (code >= 0) & np.isfinite(ms)
+    if (~ok).any():
+        notes.append(f"round cost: {int((~ok).sum())} prompt row(s) without decode_ms or without rounds left out")
+    G = d.prompts
+    y = np.bincount(code[ok], weights=ms[ok], minlength=G)
+    timed = np.bincount(code[ok], minlength=G) > 0
+    turns = np.bincount(d.stream_prompt, minlength=G).astype(np.float64)
+    rounds = np.bincount(d.codes, minlength=G).astype(np.float64)
+    drafted = np.bincount(d.codes, weights=d.horizon, minlength=G)
+    X = np.stack([turns, rounds, drafted], 1)[timed]
+    y = y[timed]
+    n = int(timed.sum())
+    if n < MIN_COST_PROMPTS:
+        notes.append(f"round cost not identified: {n} timed prompt(s); at least {MIN_COST_PROMPTS} are needed for "
+                     "three terms")
+        return CostModel()
+    scale = np.maximum(np.linalg.norm(X, axis=0), 1e-300)
+    if np.linalg.matrix_rank(X / scale, tol=1e-8) < 3:
+        notes.append("round cost not identified: every round drafts the same depth, so drafted tokens are "
+                     "rounds times that depth (a schedule that varies the depth identifies the per-token cost); "
+                     "modelled ms per token not reported")
+        return CostModel()
+    XtX_inv = np.linalg.pinv(X.T @ X)
+    beta = XtX_inv @ X.T @ y
+    e = y - X @ beta
+    cov = XtX_inv @ (X.T * e ** 2) @ X @ XtX_inv * n / max(n - 3, 1)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    c_turn, c_round, c_tok = (float(b) for b in beta)
+    what = (f"decode_ms per prompt = {c_turn:.1f} x turns + {c_round:.2f} x rounds + {c_tok:.3f} x drafted tokens "
+            f"(OLS over {n} prompts; HC1 se {se[0]:.1f}, {se[1]:.2f}, {se[2]:.3f})")
+    if not (c_round > 0 and c_tok > 0 and c_tok > 2 * se[2]):
+        notes.append(f"round cost not identified: {what}; modelled ms per token not reported")
+        return CostModel()
+    notes.append(f"round cost: {what}")
+    return CostModel(constant=c_round, pass_ms=c_tok, node_ms=0.0, passes_per_node=True,
+                     source="per-prompt regression of decode_ms on turns, rounds and drafted tokens")
+
+
+def _summary(w, P, F, cost: CostModel | None = None):
+    """tokens/round, mean depth, fixed tokens at that depth, gain %, censored share for prompt
+    weights w; with an identified cost, modelled ms per token and the speedup over the fixed
+    depth with the lowest modelled ms per token."""
     r, t, dep, cen = w @ P
     T, D = t / r, dep / r
     fr, ft, fd = w @ F[0], w @ F[1], w @ F[2]
     fixed = _interp(D, fd / fr, ft / fr)
-    return {"tokens": T, "mean_shape": D, "fixed_tokens": fixed, "gain": 100.0 * (T / fixed - 1.0),
-            "censored": cen / r}
+    out = {"tokens": T, "mean_shape": D, "fixed_tokens": fixed, "gain": 100.0 * (T / fixed - 1.0),
+           "censored": cen / r}
+    if cost is not None and cost.identified:
+        M = (cost.constant * r + cost.pass_ms * dep) / t
+        best = np.min((cost.constant * fr + cost.pass_ms * fd) / ft)
+        out.update(ms_per_token=M, speedup_best_fixed=best / M)
+    return out
 
 
-def _score(P, F, n_boot, level, seed) -> dict:
-    """Point values and prompt-bootstrap intervals (the same resamples for every row: ``seed``)."""
+def _score(P, F, n_boot, level, seed, cost: CostModel | None = None) -> dict:
+    """Point values and prompt-bootstrap intervals (the same resamples for every row: ``seed``;
+    the cost held at its estimate)."""
     G = P.shape[0]
-    out = _summary(np.ones(G), P, F)
+    out = _summary(np.ones(G), P, F, cost)
     if n_boot > 0 and G >= 2:
         draws: dict[str, list] = {k: [] for k in out}
         for cnt in bootstrap_counts(G, n_boot, np.random.default_rng(seed)):
             for w in cnt:
-                r = _summary(w.astype(np.float64), P, F)
+                r = _summary(w.astype(np.float64), P, F, cost)
                 for k, v in r.items():
                     draws[k].append(v)
         for k in list(out):
@@ -281,26 +349,31 @@ def _score(P, F, n_boot, level, seed) -> dict:
 BOUNDS = ("lower", "upper")
 
 
-def _score_both(P: dict, F: dict, n_boot, level, seed) -> dict:
+def _score_both(P: dict, F: dict, n_boot, level, seed, cost: CostModel | None = None) -> dict:
     """The row's figures with censored runs ending (the lower bound, the main columns) and, as
-    ``tokens_ifmatch`` / ``gain_ifmatch``, with them continuing (the upper bound)."""
-    out = _score(P["lower"], F["lower"], n_boot, level, seed)
-    up = _score(P["upper"], F["upper"], n_boot, level, seed)
-    for k in ("tokens", "gain"):
-        for suf in ("", "_lo", "_hi"):
-            out[f"{k}_ifmatch{suf}"] = up[k + suf]
+    ``*_ifmatch``, with them continuing (the upper bound)."""
+    out = _score(P["lower"], F["lower"], n_boot, level, seed, cost)
+    up = _score(P["upper"], F["upper"], n_boot, level, seed, cost)
+    for k in ("tokens", "gain", "speedup_best_fixed"):
+        if k in up:
+            for suf in ("", "_lo", "_hi"):
+                out[f"{k}_ifmatch{suf}"] = up[k + suf]
     return out
 
 
 def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
                           families: Sequence[str] | None = None, folds: int = 5, in_sample: bool = True,
                           max_depth: int | None = None, n_boot: int = 200, level: float = 0.95, seed: int = 0,
-                          policies: dict[str, Callable] | None = None, data: RunData | None = None) -> PolicyTable:
+                          policies: dict[str, Callable] | None = None, data: RunData | None = None,
+                          prompts: pd.DataFrame | None = None) -> PolicyTable:
     """Held-out table of depth policies replayed from accepted runs (module docstring).
 
     ``target``: the mean draft depth the fitted families must meet on their training prompts.
     Every row's gain is against the fixed depth at the row's own mean depth (the replayed fixed
-    depths 1..K interpolated) on the same prompts. ``policies``: extra callables scored as given."""
+    depths 1..K interpolated) on the same prompts. ``policies``: extra callables scored as given.
+    ``prompts``: the per-prompt table (``read_logs(..., kind="prompts")``) whose ``decode_ms``
+    identifies a round cost (:func:`run_cost_model`) for modelled ms per token and the speedup
+    over the best fixed depth."""
     if not target > 0:
         raise GlanceError("the target mean depth (--budget) must be positive")
     d = data if data is not None else prepare_runs(rounds, drafter=drafter, max_depth=max_depth)
@@ -312,6 +385,7 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
             raise GlanceError(f"family {n!r} needs per-offset columns (topk_logq, target_rank); on logs with accepted "
                               f"runs only choose from {', '.join(RUN_FAMILIES)}")
     notes = list(d.notes)
+    cost = run_cost_model(prompts, d, notes) if prompts is not None else CostModel()
     all_streams = np.arange(d.streams.streams)
 
     def sums(pol, sidx=all_streams):
@@ -325,13 +399,13 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
     rows = []
     k0 = int(min(max(round(target), 1), d.max_depth))
     rows.append({**base, "family": "fixed", "evaluated_on": "no fit", "params": f"size={k0}",
-                 **_score_both(Fs[k0 - 1], F, n_boot, level, seed)})
+                 **_score_both(Fs[k0 - 1], F, n_boot, level, seed, cost)})
     fitted: dict = {}
     for name in names:
         if name == "hf-heuristic":
             pol = HeuristicDepthPolicy(max_size=d.max_depth)
             rows.append({**base, "family": name, "evaluated_on": "no fit", "params": pol.describe(),
-                         **_score_both(sums(pol), F, n_boot, level, seed)})
+                         **_score_both(sums(pol), F, n_boot, level, seed, cost)})
             fitted[name] = pol
             continue
         modes = [("held-out", splits)]
@@ -349,19 +423,22 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
             mode = evaluated_on(spl, codes)
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc,
-                         **_score_both(P, F, n_boot, level, seed)})
+                         **_score_both(P, F, n_boot, level, seed, cost)})
             if mode == "in-sample":
                 fitted[name] = used[0]
     for name, f in (policies or {}).items():
         rows.append({**base, "family": name, "evaluated_on": "as given", "params": "user callable",
-                     **_score_both(sums(f), F, n_boot, level, seed)})
+                     **_score_both(sums(f), F, n_boot, level, seed, cost)})
     table = pd.DataFrame(rows)
     lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo",
             "mean_shape_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
             "gain", "gain_lo", "gain_hi", "censored", "censored_lo", "censored_hi", "tokens_ifmatch",
             "tokens_ifmatch_lo", "tokens_ifmatch_hi", "gain_ifmatch", "gain_ifmatch_lo", "gain_ifmatch_hi",
             "rounds", "prompts", "params"]
-    table = table[lead]
+    ms_cols = [c for c in ("ms_per_token", "ms_per_token_lo", "ms_per_token_hi", "speedup_best_fixed",
+                           "speedup_best_fixed_lo", "speedup_best_fixed_hi", "speedup_best_fixed_ifmatch",
+                           "speedup_best_fixed_ifmatch_lo", "speedup_best_fixed_ifmatch_hi") if c in table.columns]
+    table = table[lead[:-3] + ms_cols + lead[-3:]]
     logged_tok = (d.accepted + 1).sum() / d.rounds
     notes += [
         f"held-out: fitted on the training prompts of a {len(splits)}-fold prompt-grouped split (GroupKFold, seed "
@@ -375,7 +452,13 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
         f"as logged: {logged_tok:.3f} tokens per round at mean horizon {d.horizon.mean():.2f} over {d.rounds} rounds",
         f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
         "their fold estimates",
-        "no ms per token: these logs time whole turns, not rounds, so the round-cost regression is not identified; "
-        "the gains are in tokens per round at equal mean draft depth",
     ]
-    return PolicyTable(table=table, policies=fitted, cost=CostModel(), note_lines=tuple(dict.fromkeys(notes)))
+    if cost.identified:
+        notes.append(f"modelled ms/round = {cost.constant:.2f} + {cost.pass_ms:.3f} x depth (turn timings); equal "
+                     "mean cost is equal mean depth, so the gain is also the speedup at equal cost; "
+                     "speedup_best_fixed: vs the fixed depth with the lowest modelled ms per token (chosen on every "
+                     "prompt: favours the baseline)")
+    else:
+        notes.append("gains are tokens per round at equal mean draft depth (no round cost identified, so no "
+                     "modelled ms per token)")
+    return PolicyTable(table=table, policies=fitted, cost=cost, note_lines=tuple(dict.fromkeys(notes)))
