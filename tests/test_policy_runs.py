@@ -349,3 +349,85 @@ def test_real_sps_table_reports_modelled_speed():
     # the logged schedule's tokens per round are the logged ones (it visits the logged roots)
     f = logs.frame
     assert t.loc["hf-heuristic", "tokens"] == pytest.approx((f["accepted"].astype(int) + 1).sum() / len(f))
+
+
+# --------------------------------------------------------------------------- edge cases (review findings)
+
+def _frame(rows, **extra):
+    f = pd.DataFrame(rows, columns=["prompt_id", "round", "accepted", "horizon"])
+    f["task"] = "t"
+    f["drafter"] = "chain"
+    for k, v in extra.items():
+        f[k] = v
+    return f
+
+
+def test_undrafted_rounds_stay_in_their_stream():
+    f = _frame([("p", 0, 2, 3), ("p", 1, 0, 0), ("p", 2, 3, 3), ("p", 3, 1, 3)])
+    d = prepare_runs(f)
+    assert d.streams.length.tolist() == [10] and d.rounds == 4
+    assert any("horizon 0" in n for n in d.notes)
+    tot = replay_policy(d, FixedPolicy(shape="depth", size=3))
+    assert tot.tokens.sum() == 10
+
+
+def test_round_order_is_checked_and_ends_output_gaps_are_noted():
+    with pytest.raises(GlanceError, match="repeat the round index"):
+        prepare_runs(_frame([("p", 0, 1, 3), ("p", 0, 2, 3)]))
+    f = _frame([("p", 0, 1, 3), ("p", 1, 3, 3), ("p", 2, 0, 3)])
+    f["ends_output"] = pd.array([False, None, True], dtype="boolean")
+    d = prepare_runs(f)
+    assert any("ends_output missing" in n for n in d.notes)
+    assert d.streams.censored.any()                   # the middle round was read as not output-ending
+    g = _frame([("p", 0, 1, 3), ("p", 1, 2, 3)]).drop(columns="round")
+    assert any("file order" in n for n in prepare_runs(g).notes)
+
+
+def test_user_callables_are_capped_at_the_deepest_depth():
+    frame = sticky_log(3, prompts=12, rounds=20)
+    res = policy_table(frame, 2.0, n_boot=0, folds=3, families=[], policies={"deep": lambda st: np.full(st.rounds, 50)})
+    row = res.to_frame().set_index("family").loc["deep"]
+    assert row["mean_shape"] == 6.0
+
+
+def test_a_target_below_one_token_is_noted_and_compared_from_depth_zero():
+    frame = sticky_log(4, prompts=20, rounds=30)
+    res = policy_table(frame, 0.3, n_boot=0, folds=4, families=["keyed-accept"])
+    t = res.to_frame().set_index(["family", "evaluated_on"])
+    row = t.loc[("keyed-accept", "held-out")]
+    assert any("exceeds the target" in n for n in res.notes)
+    assert 1.0 < row["fixed_tokens"] < t.loc[("fixed", "no fit"), "tokens"]   # between depth 0 and depth 1
+
+
+def test_round_cost_joins_each_run_with_its_own_timing():
+    rng = np.random.default_rng(7)
+    rows, prompts = [], []
+    for run in ("A", "B"):
+        for g in range(60):
+            n = int(rng.integers(10, 40))
+            h = rng.integers(1, 7, n)
+            a = np.minimum(rng.geometric(0.35, n) - 1, h)
+            rows += [{"run_id": run, "task": "t", "prompt_id": f"q{g}", "round": r, "accepted": int(a[r]),
+                      "horizon": int(h[r]), "drafter": "chain"} for r in range(n)]
+            ms = 30.0 + 20.0 * n + 2.0 * h.sum() + rng.normal(0, 0.5)
+            untimed = run == "B" and g % 2 == 0
+            prompts.append({"run_id": run, "task": "t", "prompt_id": f"q{g}", "drafter": "chain",
+                            "decode_ms": np.nan if untimed else ms})
+    d = prepare_runs(pd.DataFrame(rows))
+    notes: list = []
+    cost = prun.run_cost_model(pd.DataFrame(prompts), d, notes)
+    assert cost.identified, notes
+    np.testing.assert_allclose([cost.constant, cost.pass_ms], [20.0, 2.0], rtol=0.02)
+    assert any("missing decode_ms" in n for n in notes)
+
+
+@need_real
+def test_export_record_carries_both_scenarios_and_the_folds_used(tmp_path):
+    out = tmp_path / "p.json"
+    rc = pcli.main([str(SPS), "--budget", "3", "--bootstrap", "0", "--folds", "9", "--out", str(out)])
+    assert rc == 0
+    _, fit = load_policy(out)
+    h = fit["heldout"]
+    assert h.get("folds", 4) == 4                     # 4 prompts: 4 folds ran, not 9
+    if "gain" in h:
+        assert "gain_ifmatch" in h and "censored" in h and min(h["gain"], h["gain_ifmatch"]) > 0

@@ -93,9 +93,11 @@ class PolicyData:
 
 
 def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition: str | None = "matched",
-                  task: str | None = None) -> tuple[pd.DataFrame, str, list[str]]:
+                  task: str | None = None, keep_undrafted: bool = False) -> tuple[pd.DataFrame, str, list[str]]:
     """One drafter's drafted rounds of one condition (and task): (frame, drafter, notes saying what
-    was left out). ``drafter`` may be omitted when the logs hold one speculative drafter."""
+    was left out). ``drafter`` may be omitted when the logs hold one speculative drafter.
+    ``keep_undrafted``: keep the drafter's rounds with horizon 0 (a sequential replay needs every
+    round of a stream)."""
     notes: list[str] = []
     if condition is not None and "condition" in frame.columns:
         keep = frame["condition"].astype(str) == condition
@@ -121,7 +123,7 @@ def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition:
             notes.append(f"{int(other.sum())} round(s) of other drafters excluded (kept: {drafter})")
         frame = frame.loc[~other]
     drafter = drafter or "unknown"
-    if "horizon" in frame.columns:
+    if "horizon" in frame.columns and not keep_undrafted:
         ar = frame["horizon"].to_numpy() <= 0
         if ar.any():
             notes.append(f"{int(ar.sum())} round(s) without a draft (horizon 0) excluded: no policy shapes them")
@@ -292,6 +294,8 @@ def prompt_folds(codes: np.ndarray, k: int, seed: int = 0):
     G = int(codes.max(initial=-1)) + 1
     if G < 2:
         raise GlanceError(f"held-out evaluation needs at least 2 prompts (got {G})")
+    if int(k) < 2:
+        raise GlanceError(f"held-out evaluation needs at least 2 folds (got {k})")
     k = int(min(k, G))
     perm = np.random.default_rng(seed).permutation(G)
     return [(tr, te) for tr, te in GroupKFold(n_splits=k).split(np.zeros(codes.size), groups=perm[codes])]

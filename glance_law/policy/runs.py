@@ -69,7 +69,7 @@ class RunData:
     ``accepted``, ``horizon``, ``censored`` (the whole draft accepted, or cut by the output's
     end: the run is only known to be at least ``accepted``) and ``context`` (the previous round's
     acceptance context, :data:`~glance_law.policy.policies.ACCEPT_CONTEXTS`); ``max_depth`` the
-    deepest depth replayed."""
+    deepest depth replayed; ``stream_run`` / ``runs`` the run (file) of each stream."""
 
     streams: RunStreams
     stream_prompt: np.ndarray
@@ -84,6 +84,8 @@ class RunData:
     notes: tuple[str, ...] = ()
     shape: str = "depth"
     feature: str = "accepted history"
+    stream_run: np.ndarray | None = None      # (S,) each stream's run code (index into ``runs``)
+    runs: tuple = ()                          # run_id of each run code ('' without a run_id column)
 
     @property
     def rounds(self) -> int:
@@ -127,7 +129,7 @@ def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = 
             frame = frame.assign(horizon=dh.where(dh.notna(), frame["horizon"]))
             pre.append(f"{int(cut.sum())} output-ending round(s) replayed at their drafted horizon (drafted_horizon), "
                        "not the horizon cut to their accepted run")
-    frame, drafter, notes = select_rounds(frame, drafter=drafter, condition=condition, task=task)
+    frame, drafter, notes = select_rounds(frame, drafter=drafter, condition=condition, task=task, keep_undrafted=True)
     notes = pre + notes
     a = pd.to_numeric(frame["accepted"], errors="coerce").to_numpy(dtype=np.float64)
     h = pd.to_numeric(frame["horizon"], errors="coerce").to_numpy(dtype=np.float64)
@@ -138,13 +140,36 @@ def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = 
                           f"accepted={a[i]}, horizon={h[i]}); fix the columns accepted/horizon or re-import the log")
     skey = [c for c in ("run_id", "task", "prompt_id", "turn") if c in frame.columns]
     codes, _ = cluster_codes(frame, skey)
-    order = np.lexsort(((frame["round"].to_numpy() if "round" in frame.columns else np.arange(len(frame))), codes))
+    if "round" in frame.columns:
+        rnd = pd.to_numeric(frame["round"], errors="coerce").to_numpy(np.float64)
+        if not np.isfinite(rnd).all():
+            raise GlanceError(f"{int((~np.isfinite(rnd)).sum())} round(s) without a round index; fix the column "
+                              "round (the rounds' order within a prompt) or drop it to use the file order")
+        key = pd.DataFrame({"s": codes, "r": rnd})
+        if key.duplicated().any():
+            raise GlanceError(f"{int(key.duplicated().sum())} round(s) repeat the round index of their prompt's turn "
+                              f"({', '.join(skey)}): the order of the rounds is ambiguous; give each turn its own "
+                              "turn value or each run its own run_id")
+    else:
+        rnd = np.arange(len(frame), dtype=np.float64)
+        notes.append("no round column: rounds replayed in file order within each prompt's turn")
+    order = np.lexsort((rnd, codes))
     frame = frame.iloc[order]
     stream = codes[order]
     a, h = a[order].astype(np.int64), h[order].astype(np.int64)
     _, stream = np.unique(stream, return_inverse=True)
     last = np.r_[stream[1:] != stream[:-1], True]
-    ends = (frame["ends_output"].to_numpy(dtype=bool) | last) if "ends_output" in frame.columns else last
+    ends = last
+    if "ends_output" in frame.columns:
+        eo = frame["ends_output"]
+        na = eo.isna().to_numpy()
+        if na.any():
+            notes.append(f"{int(na.sum())} round(s) with ends_output missing read as not output-ending")
+        ends = np.asarray(eo.where(~eo.isna(), False), dtype=bool) | last
+    undrafted = h == 0
+    if undrafted.any():
+        notes.append(f"{int(undrafted.sum())} round(s) without a draft (horizon 0) kept in their streams (each "
+                     "commits its one token); no run is read off them")
     streams = run_streams(stream, a, h, ends)
     pcodes, G = cluster_codes(frame)
     stream_prompt = np.zeros(streams.streams, np.int64)
@@ -155,22 +180,30 @@ def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = 
     keys: list = [None] * G
     for c, row in zip(pcodes, kf.itertuples(index=False)):
         keys[c] = tuple(row)
+    run_names: tuple = ("",)
+    stream_run = np.zeros(streams.streams, np.int64)
+    if "run_id" in frame.columns:
+        rc, uniq = pd.factorize(frame["run_id"].astype(str), sort=True)
+        run_names = tuple(str(u) for u in uniq)
+        stream_run[stream] = rc
     first = np.r_[True, stream[1:] != stream[:-1]]
     prev_a = np.r_[-1, a[:-1]]
     prev_h = np.r_[-1, h[:-1]]
     context = np.where(first, 0, accept_context(prev_a, prev_h))
     cens = (a >= h) | ends                       # the whole draft accepted, or cut by the output's end
-    deepest = int(h[~ends].max()) if (~ends).any() else int(h.max())
+    deepest = int(h[~ends].max(initial=0)) if (~ends).any() else int(h.max())
     K = deepest if max_depth is None else int(min(max_depth, max(deepest, 1)))
     if K < 1:
         raise GlanceError(f"drafter {drafter!r}: no round drafted a token (every horizon is 0)")
     notes.append(f"{drafter}: {a.size} logged rounds in {streams.streams} streams (turns) of {G} prompts replayed "
                  f"at depths 1..{K}; a round rooted inside a logged round reads its run off that round (exact for a "
                  "drafter that continues its own chain, e.g. a greedy draft model; an approximation for tree and "
-                 "multi-head drafters), and where the logged round accepted its whole draft the run past it is "
-                 "unknown: the replay assumes a miss there (a lower bound) and counts the round as censored")
+                 "multi-head drafters), and where the logged round accepted its whole draft the drafter's guess "
+                 "of the target's bonus token is unknown: the main columns assume it misses, the *_ifmatch columns "
+                 "that it matches; a round reaching it is counted as censored")
     return RunData(streams=streams, stream_prompt=stream_prompt, keys=tuple(keys), stream=stream, accepted=a,
-                   horizon=h, censored=cens, context=context, max_depth=K, drafter=str(drafter), notes=tuple(notes))
+                   horizon=h, censored=cens, context=context, max_depth=K, drafter=str(drafter), notes=tuple(notes),
+                   stream_run=stream_run, runs=run_names)
 
 
 def _choose(policy: Callable, cap: int):
@@ -180,7 +213,7 @@ def _choose(policy: Callable, cap: int):
         stats = RootStats(entropy=np.full(n, np.nan), horizon=np.full(n, cap, np.int64),
                           position=state.position.astype(np.float64), prev_accepted=state.prev_accepted,
                           prev_shape=state.prev_depth)
-        return apply_policy(policy, stats)
+        return np.minimum(apply_policy(policy, stats), int(cap))
     return choose
 
 
@@ -206,8 +239,11 @@ def _survival_table(d: RunData, rounds: np.ndarray) -> np.ndarray:
 
 def fit_accept_policy(d: RunData, prompts: np.ndarray, target: float) -> AcceptKeyedDepthPolicy:
     """Fit the keyed-accept policy on the prompts ``prompts``: survival tables from their logged
-    runs, then the price at which replaying their streams gives the largest mean depth not above
-    ``target`` (bisection over the prices that change a depth)."""
+    runs, then the price found by bisection over the prices that change a depth, taking the
+    largest mean depth not above ``target`` in the replay of their streams (assuming the mean
+    depth falls as the price rises, which holds for the table's depths but not strictly for the
+    replay's trajectories). Even the highest price drafts ``explore`` tokens after a round without
+    a draft, so a target below that is not met (:func:`evaluate_run_policies` notes it)."""
     rounds = d.rounds_of(prompts)
     S = _survival_table(d, rounds)
     pol = AcceptKeyedDepthPolicy(survival=tuple(tuple(float(x) for x in row) for row in S), max_size=d.max_depth)
@@ -220,7 +256,7 @@ def fit_accept_policy(d: RunData, prompts: np.ndarray, target: float) -> AcceptK
         tot = replay_depths(st, _choose(_with_price(pol, t), d.max_depth))
         return tot.depth.sum() / max(tot.rounds.sum(), 1)
 
-    lo, hi = 0, cands.size - 1                          # lo always meets the target (depth 0)
+    lo, hi = 0, cands.size - 1                          # lo: the highest price (the least drafting)
     if mean_depth(cands[hi]) <= target:
         lo = hi
     while hi - lo > 1:
@@ -267,18 +303,35 @@ def run_cost_model(prompts: pd.DataFrame, d: RunData, notes: list | None = None)
         P = P.loc[P["drafter"].astype(str) == d.drafter]
     if "condition" in P.columns:
         P = P.loc[P["condition"].astype(str) == "matched"]
+    # one unit per (run, prompt): the rounds of that run's streams against that run's timing
+    runs = d.stream_run if d.stream_run is not None else np.zeros(d.streams.streams, np.int64)
+    nrun = max(len(d.runs), 1)
+    unit_of_stream = runs * d.prompts + d.stream_prompt
+    U = nrun * d.prompts
+    run_index = {r: i for i, r in enumerate(d.runs)}
     index = {k: i for i, k in enumerate(d.keys)}
-    code = np.array([index.get((str(t), str(q)), -1) for t, q in zip(P["task"], P["prompt_id"])], np.int64)
+    if "run_id" in P.columns and d.runs != ("",):
+        ri = np.array([run_index.get(r, -1) for r in P["run_id"].astype(str)], np.int64)
+    elif len(d.runs) <= 1:                      # one run: every prompt row is its timing
+        ri = np.zeros(len(P), np.int64)
+    else:
+        notes.append("round cost not identified: the prompt table has no run_id to match the runs' rounds")
+        return CostModel()
+    pi = np.array([index.get((str(t), str(q)), -1) for t, q in zip(P["task"], P["prompt_id"])], np.int64)
     ms = pd.to_numeric(P["decode_ms"], errors="coerce").to_numpy(np.float64)
-    ok = (code >= 0) & np.isfinite(ms)
-    if (~ok).any():
-        notes.append(f"round cost: {int((~ok).sum())} prompt row(s) without decode_ms or without rounds left out")
-    G = d.prompts
-    y = np.bincount(code[ok], weights=ms[ok], minlength=G)
-    timed = np.bincount(code[ok], minlength=G) > 0
-    turns = np.bincount(d.stream_prompt, minlength=G).astype(np.float64)
-    rounds = np.bincount(d.codes, minlength=G).astype(np.float64)
-    drafted = np.bincount(d.codes, weights=d.horizon, minlength=G)
+    known = (ri >= 0) & (pi >= 0)
+    unit = np.where(known, ri * d.prompts + pi, -1)
+    untimed = np.bincount(unit[known & ~np.isfinite(ms)], minlength=U) > 0
+    y = np.bincount(unit[known & np.isfinite(ms)], weights=ms[known & np.isfinite(ms)], minlength=U)
+    has = np.bincount(unit[known], minlength=U) > 0
+    timed = has & ~untimed
+    if (has & untimed).any() or (~known).any():
+        notes.append(f"round cost: {int((has & untimed).sum())} run-prompt pair(s) with a missing decode_ms and "
+                     f"{int((~known).sum())} prompt row(s) without rounds left out")
+    turns = np.bincount(unit_of_stream, minlength=U).astype(np.float64)      # streams are turns
+    su = unit_of_stream[d.stream]
+    rounds = np.bincount(su, minlength=U).astype(np.float64)
+    drafted = np.bincount(su, weights=d.horizon, minlength=U)
     X = np.stack([turns, rounds, drafted], 1)[timed]
     y = y[timed]
     n = int(timed.sum())
@@ -390,7 +443,7 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
 
     def sums(pol, sidx=all_streams):
         return {b: _prompt_sums(d, replay_policy(d, pol, sidx, bound=b), sidx) for b in BOUNDS}
-    Fs = [sums(FixedPolicy(shape="depth", size=k)) for k in range(1, d.max_depth + 1)]
+    Fs = [sums(FixedPolicy(shape="depth", size=k)) for k in range(0, d.max_depth + 1)]    # depth 0: no draft
     F = {b: tuple(np.stack([f[b][:, i] for f in Fs], 1) for i in range(3)) for b in BOUNDS}
     codes = d.codes
     splits = prompt_folds(codes, folds, seed)
@@ -398,8 +451,9 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
             "rounds": d.rounds, "prompts": d.prompts}
     rows = []
     k0 = int(min(max(round(target), 1), d.max_depth))
+    missed: list[str] = []
     rows.append({**base, "family": "fixed", "evaluated_on": "no fit", "params": f"size={k0}",
-                 **_score_both(Fs[k0 - 1], F, n_boot, level, seed, cost)})
+                 **_score_both(Fs[k0], F, n_boot, level, seed, cost)})
     fitted: dict = {}
     for name in names:
         if name == "hf-heuristic":
@@ -421,6 +475,10 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
                 for b in BOUNDS:
                     P[b] += part[b]
             mode = evaluated_on(spl, codes)
+            got = P["lower"][:, 2].sum() / max(P["lower"][:, 0].sum(), 1)
+            if got > target * 1.05 + 1e-9:
+                missed.append(f"{name} ({mode}): mean depth {got:.2f} exceeds the target {target:g} (the policy drafts "
+                              "at least one token after a round without a draft)")
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc,
                          **_score_both(P, F, n_boot, level, seed, cost)})
@@ -429,6 +487,7 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
     for name, f in (policies or {}).items():
         rows.append({**base, "family": name, "evaluated_on": "as given", "params": "user callable",
                      **_score_both(sums(f), F, n_boot, level, seed, cost)})
+    notes += missed
     table = pd.DataFrame(rows)
     lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo",
             "mean_shape_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
@@ -445,16 +504,19 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
         f"{seed}) and scored on the other prompts; in-sample rows are fitted and scored on every prompt (optimistic, "
         "never a held-out gain); 'no fit' rows have nothing fitted",
         "tokens: committed tokens per round (accepted + 1) in the sequential replay; mean_shape: mean draft depth; "
-        "fixed_tokens: the fixed depth at the row's mean depth (replayed depths interpolated); gain: % over it; "
+        "fixed_tokens: the fixed depth at the row's mean depth (replayed depths 0..K interpolated); gain: % over it; "
         "censored: share of the row's rounds that reach past a logged round's whole accepted draft, where the "
-        "drafter's guess of the bonus token is unknown: tokens/gain assume it misses (lower bound), "
-        "tokens_ifmatch/gain_ifmatch that it matches (upper bound; fixed depths replayed the same way)",
+        "drafter's guess of the bonus token is unknown: the main columns assume every such guess misses, the "
+        "*_ifmatch columns that every one matches (fixed depths replayed the same way). For a fixed depth the two "
+        "bound its tokens per round; a policy that reads the previous round is bounded only when its censored share "
+        "is 0, and a gain is never bracketed by the two scenarios - read them as a sensitivity check",
         f"as logged: {logged_tok:.3f} tokens per round at mean horizon {d.horizon.mean():.2f} over {d.rounds} rounds",
         f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
         "their fold estimates",
     ]
     if cost.identified:
-        notes.append(f"modelled ms/round = {cost.constant:.2f} + {cost.pass_ms:.3f} x depth (turn timings); equal "
+        notes.append(f"modelled ms/round = {cost.constant:.2f} + {cost.pass_ms:.3f} x depth (turn timings of every "
+                     "prompt, held at its estimate: the speed intervals leave out the cost's own uncertainty); equal "
                      "mean cost is equal mean depth, so the gain is also the speedup at equal cost; "
                      "speedup_best_fixed: vs the fixed depth with the lowest modelled ms per token (chosen on every "
                      "prompt: favours the baseline)")

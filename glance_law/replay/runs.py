@@ -13,10 +13,13 @@ draft, it proposes the same next tokens again):
   (``a_i < horizon_i``), and *at least* that many when it accepted its whole draft
   (``a_i = horizon_i``: what the drafter proposes past its logged horizon is unknown, and the
   round is counted as *censored*). Only one token is unknown there: the drafter's guess at the
-  target's bonus token ``s_i + a_i``. A miss ends the run (``bound="lower"``, the default: a
-  lower bound); a match continues it into the next logged round, whose draft a chain drafter
-  conditioned on the same true prefix proposes again (``bound="upper"``). The two bracket a
-  policy's tokens per round;
+  target's bonus token ``s_i + a_i``. ``bound="lower"`` (the default) assumes every such guess
+  misses, which ends the run; ``bound="upper"`` assumes every one matches, which continues the
+  run into the next logged round, whose draft a chain drafter conditioned on the same true
+  prefix proposes again. For a fixed depth the two bound its tokens per round (a round's end,
+  ``p + min(d, run(p)) + 1``, never falls as ``p`` or the run grows). A schedule that reads the
+  previous round can land outside them when the guesses are mixed; it is bounded only when none
+  of its rounds is censored;
 * a depth-d round at ``p`` commits ``min(d, run(p)) + 1`` tokens (the bonus token included),
   never past the end of the stream.
 

@@ -3,7 +3,7 @@ one drafter on one target), the acceptance-keyed depth policy fitted on training
 scored on held-out prompts, Hugging Face's heuristic schedule, and the fixed depth, replayed
 from the accepted runs alone (glance_law.policy.runs; docs/policy.md).
 
-    python analyses/policy_realdata.py ../shared/realdata/spec-bench --out DIR [--bootstrap B] [--seed S] [--skip-bad]
+    python analyses/realdata/policy_depths.py ../shared/realdata/spec-bench --out DIR [--bootstrap B] [--seed S] [--skip-bad]
 
 The target mean depth of each file is its deepest logged horizon minus one (the question: can a
 decoder that drafts one token less per round on average lose less than a fixed shallower draft
@@ -69,7 +69,7 @@ def _speed(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python analyses/policy_realdata.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python analyses/realdata/policy_depths.py", description=__doc__.split("\n\n")[0])
     p.add_argument("root", help="folder searched recursively for Spec-Bench answer files (*.jsonl.gz)")
     p.add_argument("--out", required=True, help="folder for policy_realdata.md/.csv (created)")
     p.add_argument("--bootstrap", type=int, default=200)
