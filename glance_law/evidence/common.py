@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import label_targets
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.data.selection import no_draft_causes
 from glance_law.errors import GlanceError, MissingColumnError
@@ -23,11 +24,13 @@ GROUP_ALL = "pooled"
 
 
 def as_frame(rounds) -> pd.DataFrame:
-    """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`."""
+    """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`; rounds of several
+    target models get the arm label ``drafter @ target`` (:func:`glance_law.data.arms.label_targets`),
+    so every analysis that keeps drafters apart keeps targets apart too."""
     frame = getattr(rounds, "frame", rounds)
     if not isinstance(frame, pd.DataFrame):
         raise GlanceError("expected a rounds DataFrame or a LogSet from glance_law.read_logs")
-    return frame
+    return label_targets(frame)
 
 
 def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
