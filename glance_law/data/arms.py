@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["SEP", "TARGET", "UNKNOWN_TARGET", "targets", "label_targets", "split_labels", "arm_label"]
+__all__ = ["SEP", "TARGET", "UNKNOWN_TARGET", "targets", "label_targets", "split_labels", "arm_label",
+           "target_of", "run_targets"]
 
 #: Separator of the composite arm label ``drafter @ target``.
 SEP = " @ "
@@ -78,3 +79,25 @@ def split_labels(frame: pd.DataFrame) -> pd.DataFrame:
     tgt = [p[1] if isinstance(p, list) else None for p in parts]
     out.insert(list(out.columns).index("drafter"), TARGET, tgt)
     return out
+
+
+def target_of(run) -> str | None:
+    """The target model a ``glance.run`` document names: a string as is; an object's ``name``,
+    ``model_id`` or ``path`` (glance-log records ``{"path": ..., "model_type": ...}``); None if
+    it names none."""
+    t = run.get(TARGET) if isinstance(run, dict) else None
+    if isinstance(t, dict):
+        t = next((t[k] for k in ("name", "model_id", "id", "path") if t.get(k) not in (None, "")), None)
+    if t is None or t == "":
+        return None
+    return str(t)
+
+
+def run_targets(runs) -> list[str | None]:
+    """Per ``glance.run`` document, the target as a short label: the last part of a path, or the
+    whole path where two different paths share their last part."""
+    full = [target_of(r) for r in runs]
+    short = {f: f.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1] or f for f in set(full) if f is not None}
+    if len(set(short.values())) < len(short):
+        short = {f: f for f in short}
+    return [None if f is None else short[f] for f in full]

@@ -570,6 +570,8 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
                                  f"columns of the {kind} contract",
                            "check the spelling (see docs/schema.md for the column names)")
     frame, file_idx = _concat(tables)
+    if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS) and (columns is None or "target" in columns):
+        _fill_targets(frame, file_idx, infos, notes)
     if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS):
         for name, default in S.FILLED_WHEN_NULL.items():
             if name not in frame.columns:
@@ -587,6 +589,30 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
             raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
                            "fix the files or point at other logs")
     return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
+
+
+def _fill_targets(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, notes: list) -> None:
+    """Where the files' ``glance.run`` documents name different target models, rows without a
+    ``target`` take their file's (so the analyses keep the targets apart; glance_law.data.arms).
+    Logs of one target (or naming none) are left as they are."""
+    from glance_law.data.arms import run_targets
+    per_file = run_targets([fi.run for fi in infos])
+    known = {t for t in per_file if t is not None}
+    have = set(frame["target"].dropna().astype(str)) if "target" in frame.columns else set()
+    if len(known | have) < 2 or not known:
+        return
+    from_meta = pd.Series(np.asarray(per_file, dtype=object)[file_idx], index=frame.index)
+    if "target" in frame.columns:
+        miss = frame["target"].isna().to_numpy() & from_meta.notna().to_numpy()
+        if not miss.any():
+            return
+        filled = frame["target"].astype(object).where(~miss, from_meta)
+    else:
+        miss = from_meta.notna().to_numpy()
+        filled = from_meta
+    frame["target"] = pd.Categorical(filled)
+    notes.append(f"target: {int(miss.sum())} row(s) take the target model their file's glance.run names "
+                 f"({', '.join(sorted(known))})")
 
 
 def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:

@@ -441,7 +441,7 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     from glance_law.data.io import LogError, read_logs
 
     pattern = args.timing
-    base_p = read_logs(pattern, kind="prompts").frame
+    base_p = E.with_run_target(read_logs(pattern, kind="prompts"))
     try:
         base_r = read_logs(pattern, kind="rounds").frame
     except LogError:
