@@ -83,8 +83,7 @@ SECTIONS: list[tuple[str, str, str]] = [
 ]
 
 #: Round columns the law itself reads (besides the contract's required and key columns).
-LAW_READ_COLUMNS = LAW_INPUT + ("task", "prompt_id", "condition", "drafter", "run_id", "round",  # round: output ends
-                                 "target")  # several target models are kept apart (glance_law.data.arms)
+LAW_READ_COLUMNS = LAW_INPUT + ("task", "prompt_id", "condition", "drafter", "run_id", "round")  # round: output ends
 
 
 def _flag(spec: str) -> tuple[str, str | None, str]:
@@ -293,6 +292,7 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
 
     from glance_law.data import needs
     from glance_law.data.arms import label_targets
+    from glance_law.data.importers import RUNS_NOTE
     from glance_law.errors import MissingColumnError
     from glance_law.evidence.summary import group_summary
     arm_notes: list[str] = []
@@ -300,10 +300,9 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     if arm_notes:
         logs = replace(logs, frame=frame, notes=tuple(logs.notes) + tuple(arm_notes))
     summary = group_summary(logs, by=args.by, level=args.level)
-    if arm_notes or any(str(n).startswith("imported ") for n in logs.notes):
-        # what the import did with each file (runs kept apart, appended runs, oddities) and the
-        # arms of several targets: printed once, under the summary
-        summary = replace(summary, extra_notes=tuple(dict.fromkeys(tuple(logs.notes) + tuple(summary.extra_notes))))
+    runs = [n for n in logs.notes if str(n).startswith(RUNS_NOTE)] + arm_notes
+    if runs:   # which runs and targets are kept apart or pooled: printed once, under the summary
+        summary = replace(summary, extra_notes=tuple(dict.fromkeys(runs + list(summary.extra_notes))))
     law, law_skipped, skipped = None, None, []
     lacking = needs.missing(frame, ["root_entropy"])
     if lacking:

@@ -41,7 +41,7 @@ from glance_law.data.importers.common import (
 from glance_law.data.tables import LogError
 
 __all__ = ["import_logs", "import_file", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
-           "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS"]
+           "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS", "RUNS_NOTE"]
 
 from glance_law.data.importers.spec_bench import METHODS  # noqa: E402  (the documented method table)
 
@@ -230,6 +230,10 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
     return Imported(R, P, tuple(notes), fmts, tuple(r.path for r in results), tuple(skipped), parts)
 
 
+#: Prefix of the notes that say which runs the analyses keep apart or pool (the CLIs print them).
+RUNS_NOTE = "runs: "
+
+
 def _arms(res: FileResult) -> set:
     """The (target, drafter) pairs of one file's rows (target None where not named)."""
     out: set = set()
@@ -273,6 +277,13 @@ def _separate_runs(data: list, notes: list) -> list:
     from dataclasses import replace
 
     from glance_law.data.importers.common import run_base
+    for r in data:
+        runs = sorted({str(x) for t in (r.rounds, r.prompts) if t is not None and "run_id" in t.column_names
+                       for x in t.column("run_id").unique().to_pylist()})
+        if len(runs) > 1 and any("#run" in x for x in runs):
+            notes.append(f"{RUNS_NOTE}{run_base(r.path)}: {len(runs)} runs appended in one file (question ids repeat) "
+                         "are pooled as repeated decodes of the same questions: one cluster per question, the timing "
+                         "ledger takes total ms / total tokens per question")
     owners: dict = {}
     for i, r in enumerate(data):
         for arm in _arms(r):
@@ -285,7 +296,7 @@ def _separate_runs(data: list, notes: list) -> list:
         stems = [run_base(data[i].path).split("/")[-1] for i in idx]
         on = f" on target {target}" if target is not None else ""
         if drafter == "ar":
-            notes.append(f"{len(idx)} files hold the autoregressive (vanilla) arm{on} ({', '.join(stems)}): as a "
+            notes.append(f"{RUNS_NOTE}{len(idx)} files hold the autoregressive (vanilla) arm{on} ({', '.join(stems)}): as a "
                          "timing baseline they are pooled per prompt (total ms / total tokens)")
             continue
         labels = [f"{drafter} [{st}]" for st in _distinct_tails(stems)]
@@ -294,7 +305,7 @@ def _separate_runs(data: list, notes: list) -> list:
         for i, lab in zip(idx, labels):
             out[i] = replace(out[i], rounds=_relabel(out[i].rounds, drafter, lab),
                              prompts=_relabel(out[i].prompts, drafter, lab))
-        notes.append(f"{len(idx)} files hold drafter '{drafter}'{on} (different runs: "
+        notes.append(f"{RUNS_NOTE}{len(idx)} files hold drafter '{drafter}'{on} (different runs: "
                      f"{', '.join(stems)}): kept apart, never pooled, as " + ", ".join(f"'{x}'" for x in labels)
                      + " (pass one file to analyse one run alone)")
     return out

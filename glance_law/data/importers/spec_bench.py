@@ -348,8 +348,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         notes.append(f"{path}: question ids repeat ({len(recs)} answers for {len(seen)} questions): split by "
                      f"order of appearance into {runs} runs ("
                      + ", ".join(f"{base}{'' if k == 1 else f'#run{k}'}: {sizes[k]}" for k in sorted(sizes))
-                     + " answers); the analyses pool a file's runs as repeated decodes of the same questions (one "
-                       "cluster per question; the timing ledger takes total ms / total tokens per question)")
+                     + " answers)")
 
     # --- horizon ---------------------------------------------------------------------
     rounds_level = [a for a in answers if a[3] is not None]
