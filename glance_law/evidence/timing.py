@@ -17,6 +17,11 @@ tokens). Per task, over the prompts present in both arms:
 * geometric means of the speedup across tasks (``geomean`` rows), with intervals from the
   same replicates (tasks resampled independently).
 
+Target models: where the prompt files name several targets (the ``target`` column), each
+speculative arm (drafter, target) is paired with the baseline of its own target, by (target,
+task, prompt_id), and the table leads with a ``target`` column; an arm whose target has no
+baseline gets a note and no row (a baseline of another target is never used).
+
 **Round cost** (:func:`round_cost`): OLS of ``round_ms`` on ``1 + draft_passes + budget``
 over the speculative rounds, one regression per drafter (rounds of different decoders are
 never pooled: across drafters ``draft_passes`` and ``budget`` would measure the decoder,
