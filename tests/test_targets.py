@@ -251,3 +251,16 @@ def test_glance_log_files_of_two_targets_take_their_run_target(tmp_path):
     one.mkdir()
     write_table(sim(None, 0, run="r0"), one / "rounds-0.parquet", run={"run_id": "r0", "target": {"path": "/m/v"}})
     assert "target" not in read_logs(one, "rounds").frame.columns
+
+
+def test_audit_compares_each_target_with_its_own_autoregressive_output():
+    from glance_law.evidence.audit import audit
+    rows = []
+    for tgt, toks in (("small", [1, 2, 3, 4]), ("big", [9, 8, 7, 6])):
+        for drafter in ("ar", "ssd"):
+            for q in ("q1", "q2"):
+                rows.append({"run_id": f"{tgt}-{drafter}", "task": "t", "prompt_id": q, "drafter": drafter,
+                             "condition": "matched", "target": tgt, "tokens": toks, "new_tokens": 4})
+    res = audit(pd.DataFrame(rows)).to_frame()
+    assert (res["equal"] == res["audited"]).all() and res["audited"].sum() == 4   # no cross-target divergence
+    assert set(res["drafter"]) == {"ssd @ small", "ssd @ big"}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 __all__ = ["SEP", "TARGET", "UNKNOWN_TARGET", "targets", "label_targets", "split_labels", "arm_label",
-           "target_of", "run_targets"]
+           "target_of", "run_targets", "plain_drafter", "arm_target"]
 
 #: Separator of the composite arm label ``drafter @ target``.
 SEP = " @ "
@@ -101,3 +101,14 @@ def run_targets(runs) -> list[str | None]:
     if len(set(short.values())) < len(short):
         short = {f: f for f in short}
     return [None if f is None else short[f] for f in full]
+
+
+def plain_drafter(labels: pd.Series) -> pd.Series:
+    """The drafter names of arm labels (``"ssd @ llama2-7b-chat"`` -> ``"ssd"``; plain names as is)."""
+    return labels.astype(str).str.split(SEP, n=1, regex=False).str[0]
+
+
+def arm_target(labels: pd.Series) -> pd.Series:
+    """The targets of arm labels (``""`` for a plain drafter name)."""
+    parts = labels.astype(str).str.split(SEP, n=1, regex=False)
+    return parts.map(lambda p: p[1] if len(p) > 1 else "")
