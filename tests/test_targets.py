@@ -264,3 +264,19 @@ def test_audit_compares_each_target_with_its_own_autoregressive_output():
     res = audit(pd.DataFrame(rows)).to_frame()
     assert (res["equal"] == res["audited"]).all() and res["audited"].sum() == 4   # no cross-target divergence
     assert set(res["drafter"]) == {"ssd @ small", "ssd @ big"}
+
+
+def test_reductions_never_pool_targets(tmp_path):
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.reduce import reduce_frame
+    for tgt, seed in (("/models/vicuna-7b", 0), ("/models/llama-70b", 1)):
+        write_table(sim(None, seed, run=f"r{seed}"), tmp_path / f"rounds-{seed}.parquet",
+                    run={"run_id": f"r{seed}", "target": {"path": tgt}})
+    with pytest.raises(GlanceError, match="2 target models .*reduce each target's files separately"):
+        reduce_logs(tmp_path, engine="arrow")
+    assert len(reduce_logs(tmp_path / "rounds-0.parquet", engine="arrow").cells)     # one target: as before
+    f = pd.concat([sim("vicuna", 0, "a"), sim("llama", 1, "b")], ignore_index=True)
+    cells = reduce_frame(f).cells
+    assert set(cells["drafter"].astype(str)) == {"sim @ vicuna", "sim @ llama"}
+    for tgt, sub in f.groupby("target"):
+        assert cells.loc[cells["drafter"].astype(str) == f"sim @ {tgt}", "n"].sum() == (sub["horizon"] > 0).sum()
