@@ -198,7 +198,8 @@ def _text(df: pd.DataFrame, title, notes) -> str:
     df = pd.DataFrame({text_escape(c): [text_escape(v) for v in df[c]] for c in df.columns})
     cols = list(df.columns)
     widths = [_cell_width(df, c) for c in cols]
-    left = [i == 0 or c in ("target", "drafter") or not any(ch.isdigit() for ch in "".join(df[c].astype(str)))
+    left = [i == 0 or c == "drafter" or not any(ch.isdigit() for ch in "".join(df[c].astype(str)))
+            or (c == "target" and not any(_is_number_cell(v) for v in df[c]))     # model names, not budgets
             for i, c in enumerate(cols)]
 
     def line(vals):
@@ -306,7 +307,9 @@ def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
     leave out columns until the table fits that many characters (:func:`fit_columns`; the first
     column and ``keep`` stay) and say which in a note; None prints every column."""
     notes = list(dict.fromkeys(str(n) for n in notes))
-    frame = split_labels(frame)   # arm labels "drafter @ target" print as a target column and the drafter
+    split = split_labels(frame)   # arm labels "drafter @ target" print as a target column and the drafter
+    if split is not frame:
+        frame, keep = split, tuple(keep) + ("target",)   # the arm's target is never left out to fit the width
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "json":
