@@ -295,9 +295,9 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
     ho: tuple = ()
     if heldout:
         ho, hn = heldout_splits(a, L, cl, rng_ho, int(folds), float(level), int(n_boot_mean), float(min_expected), n_local)
-        notes += [f"{f'{drafter}/' if drafter else ''}{task}: {n}" for n in hn]
+        notes += [f"{task}: {n}" for n in hn]
     if np.unique(L).size > 1:
-        notes.append(f"{f'{drafter}/' if drafter else ''}{task}: horizons vary in the regime (L = {L.min()}..{L.max()}); likelihoods, expected "
+        notes.append(f"{task}: horizons vary in the regime (L = {L.min()}..{L.max()}); likelihoods, expected "
                      "counts, means and pi* use each round's own L, sup the task's largest")
     tt = TaskTail(task=task, accepted=a, horizon=L, clusters=cl, threshold=float(threshold), floor_mean=fm,
                   floor_mean_lo=fm - half, floor_mean_hi=fm + half, b0=float(b0), p=p, ll_geometric=ll1,
