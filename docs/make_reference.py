@@ -45,6 +45,8 @@ MODULES = (
      ["SCHEMA_VERSION", "ROUND_COLUMNS", "PROMPT_COLUMNS", "REDUCED_COLUMNS", "SUPPLIED_BY", "Column", "columns",
       "column", "required_names", "arrow_schema", "check_type", "check_values"]),
     ("glance_law.data.importers", "Importers of other tools' logs (Spec-Bench, GLANCE, vLLM, SGLang).", None),
+    ("glance_law.data.arms", "Arms of several target models: the target column, the label drafter @ target.",
+     None),
     ("glance_law.errors", "User-facing errors (one line, exit 2 in the CLIs).", ["GlanceError", "MissingColumnError"]),
     ("glance_law.results", "The frozen result base class.", ["Result"]),
     ("glance_law.results.format", "Rendering tables: text, Markdown, LaTeX, HTML, JSON, CSV.",

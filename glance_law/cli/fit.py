@@ -291,10 +291,18 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     from dataclasses import replace
 
     from glance_law.data import needs
+    from glance_law.data.arms import label_targets
+    from glance_law.data.importers import RUNS_NOTE
     from glance_law.errors import MissingColumnError
     from glance_law.evidence.summary import group_summary
-    frame = logs.frame
+    arm_notes: list[str] = []
+    frame = label_targets(logs.frame, arm_notes)   # several target models: arm = drafter @ target, everywhere
+    if arm_notes:
+        logs = replace(logs, frame=frame, notes=tuple(logs.notes) + tuple(arm_notes))
     summary = group_summary(logs, by=args.by, level=args.level)
+    runs = [n for n in logs.notes if str(n).startswith(RUNS_NOTE)] + arm_notes
+    if runs:   # which runs and targets are kept apart or pooled: printed once, under the summary
+        summary = replace(summary, extra_notes=tuple(dict.fromkeys(runs + list(summary.extra_notes))))
     law, law_skipped, skipped = None, None, []
     lacking = needs.missing(frame, ["root_entropy"])
     if lacking:

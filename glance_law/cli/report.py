@@ -172,8 +172,15 @@ def sha256(path) -> str:
 
 def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False) -> A.Inputs:
     """The round logs (every column) and the prompt files among ``paths``."""
+    from dataclasses import replace
+
+    from glance_law.data.arms import label_targets
     from glance_law.data.io import read_logs
     rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad)
+    notes: list[str] = []
+    frame = label_targets(rounds.frame, notes)   # several target models: arm = drafter @ target, everywhere
+    if notes:
+        rounds = replace(rounds, frame=frame, notes=tuple(rounds.notes) + tuple(notes))
     prompt_files = [f.path for f in rounds.other if f.kind == "prompts"]
     prompts = read_logs(prompt_files, "prompts", skip_bad=skip_bad).frame if prompt_files else None
     return A.Inputs(rounds=rounds, prompts=prompts, options=options)

@@ -404,6 +404,11 @@ def _uri_input(path):
             source.close()
 
 
+#: Optional columns read whenever a file has them, whatever ``columns`` asks for: they say which
+#: arm a row belongs to (several target models are kept apart: glance_law.data.arms).
+ALWAYS_READ = ("target",)
+
+
 def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
     """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow."""
     schema = md.schema.to_arrow_schema()
@@ -418,7 +423,7 @@ def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Ta
         to_read = present
     else:
         key = S.ROUND_KEY if kind == S.KIND_ROUNDS else (S.PROMPT_KEY if kind == S.KIND_PROMPTS else ())
-        wanted = dict.fromkeys(list(S.required_names(kind)) + list(key) + list(columns))
+        wanted = dict.fromkeys(list(S.required_names(kind)) + list(key) + list(columns) + list(ALWAYS_READ))
         to_read = [n for n in wanted if n in present]
     if md.num_rows == 0:
         raise LogError(path, "the file has no rows", "delete the empty file or rerun the logger")
@@ -518,7 +523,9 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
 
     ``columns``: the columns to read; the contract's required and key columns are
-    always read too (the checks need them); None reads every column of every file.
+    always read too (the checks need them), and ``target`` where a file has it; None reads
+    every column of every file. Where the files' ``glance.run`` documents name different
+    target models, rows without a ``target`` take their file's (see ``notes``).
     Files of other kinds are listed in ``LogSet.other``, not read. String columns
     come back as pandas categoricals. ``condition`` absent or null reads as
     ``"matched"`` and ``drafter`` as ``"unknown"`` (rounds and prompts). An
@@ -571,6 +578,8 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
                            "check the spelling (see docs/schema.md for the column names)")
     frame, file_idx = _concat(tables)
     if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS):
+        _fill_targets(frame, file_idx, infos, notes)
+    if kind in (S.KIND_ROUNDS, S.KIND_PROMPTS):
         for name, default in S.FILLED_WHEN_NULL.items():
             if name not in frame.columns:
                 frame[name] = pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=[default])
@@ -587,6 +596,30 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
             raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
                            "fix the files or point at other logs")
     return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
+
+
+def _fill_targets(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, notes: list) -> None:
+    """Where the files' ``glance.run`` documents name different target models, rows without a
+    ``target`` take their file's (so the analyses keep the targets apart; glance_law.data.arms).
+    Logs of one target (or naming none) are left as they are."""
+    from glance_law.data.arms import run_targets
+    per_file = run_targets([fi.run for fi in infos])
+    known = {t for t in per_file if t is not None}
+    have = set(frame["target"].dropna().astype(str)) if "target" in frame.columns else set()
+    if len(known | have) < 2 or not known:
+        return
+    from_meta = pd.Series(np.asarray(per_file, dtype=object)[file_idx], index=frame.index)
+    if "target" in frame.columns:
+        miss = frame["target"].isna().to_numpy() & from_meta.notna().to_numpy()
+        if not miss.any():
+            return
+        filled = frame["target"].astype(object).where(~miss, from_meta)
+    else:
+        miss = from_meta.notna().to_numpy()
+        filled = from_meta
+    frame["target"] = pd.Categorical(filled)
+    notes.append(f"target: {int(miss.sum())} row(s) take the target model their file's glance.run names "
+                 f"({', '.join(sorted(known))})")
 
 
 def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -623,7 +656,7 @@ def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, othe
         keep = [c for c in part.column_names if c in required or part.column(c).null_count < n]
         if columns is not None:
             key = S.ROUND_KEY if kind == S.KIND_ROUNDS else S.PROMPT_KEY
-            wanted = set(S.required_names(kind)) | set(key) | set(columns)
+            wanted = set(S.required_names(kind)) | set(key) | set(columns) | set(ALWAYS_READ)
             keep = [c for c in keep if c in wanted]
         part = part.select(keep)
         try:

@@ -117,6 +117,9 @@ ROUND_COLUMNS: tuple[Column, ...] = (
     _c("drafter", pa.string(), STRING, False,
        "Drafter name: block, pld, two_model, ar, or a hook's name; 'unknown' when "
        "absent (or null)."),
+    _c("target", pa.string(), STRING, False,
+       "The target model that verified the round (e.g. vicuna-7b-v1.3; null if unknown). The "
+       "analyses keep the rounds of different targets apart (glance_law.data.arms).", nullable=True),
     _c("position", pa.int32(), INT, False,
        "Number of tokens generated before this round's root (0 for the first round); the "
        "round commits output tokens position+1 .. position+len(committed) (the Hugging Face "
@@ -185,6 +188,8 @@ PROMPT_COLUMNS: tuple[Column, ...] = (
     _c("condition", pa.string(), STRING, False,
        "Condition; 'matched' when absent (or null)."),
     _c("drafter", pa.string(), STRING, False, "Drafter name; 'unknown' when absent (or null)."),
+    _c("target", pa.string(), STRING, False, "Target model (as in the rounds file; null if unknown).",
+       nullable=True),
     _c("prompt_tokens", pa.int32(), INT, False, "Prompt length.", "tokens", lo=0),
     _c("new_tokens", pa.int32(), INT, False, "Tokens generated.", "tokens", lo=0),
     _c("prefill_ms", pa.float32(), FLOAT, False, "Prefill time.", "ms", nullable=True, lo=0),

@@ -28,13 +28,14 @@ LAW_INPUT = ("root_entropy", "accepted", "horizon")
 
 
 def as_frame(rounds):
+    from .arms import label_targets
     from .io import LogSet  # type only; no I/O happens here
     if isinstance(rounds, LogSet):
         if rounds.kind != "rounds":
             raise GlanceError(f"the law needs round logs, got a LogSet of kind {rounds.kind!r}")
-        return rounds.frame, tuple(rounds.skipped)
+        return label_targets(rounds.frame), tuple(rounds.skipped)
     if isinstance(rounds, pd.DataFrame):
-        return rounds, ()
+        return label_targets(rounds), ()   # several target models: arm = drafter @ target (data.arms)
     raise GlanceError("the law expects a rounds DataFrame or a LogSet from glance_law.read_logs")
 
 

@@ -59,6 +59,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import arm_target, label_targets, plain_drafter
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results.base import Result, TableResult
@@ -255,21 +256,27 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
         raise GlanceError("the near-tie threshold must be >= 0 logits")
     if prompts is None or not len(prompts):
         raise MissingColumnError("prompt files (kind=prompts)", ANALYSIS, "glance-log --audit")
-    P, R = _with_runs(E.with_arm_labels(prompts), E.with_arm_labels(rounds) if rounds is not None else None)
     notes: list[str] = []
-    spec = P.loc[(P["drafter"] != "ar") & (P["condition"] == "matched")]
+    # several target models: arms "drafter @ target" on both sides, and each speculative prompt is
+    # compared with the autoregressive output of its own target (glance_law.data.arms)
+    P = label_targets(E.with_arm_labels(prompts), notes)
+    R = label_targets(E.with_arm_labels(rounds)) if rounds is not None else None
+    P, R = _with_runs(P, R)
+    plain, tgt = plain_drafter(P["drafter"]), arm_target(P["drafter"])
+    P = P.assign(audit_target=tgt)
+    spec = P.loc[(plain != "ar") & (P["condition"] == "matched")]
     if not len(spec):
         raise MissingColumnError("prompts of a speculative arm (drafter other than ar)", ANALYSIS, "glance-log")
-    ar = P.loc[(P["drafter"] == "ar") & (P["condition"] == "matched")]
+    ar = P.loc[(plain == "ar") & (P["condition"] == "matched")]
     has_logged = "greedy_match" in spec.columns and spec["greedy_match"].notna().any()
     ar_tokens = {}
     if "tokens" in ar.columns:
-        dup = ar.duplicated(["task", "prompt_id"])
+        dup = ar.duplicated(["audit_target", "task", "prompt_id"])
         if dup.any():
             notes.append(f"{int(dup.sum())} repeated autoregressive prompt(s): the first is the reference")
         for row in ar.loc[~dup].itertuples(index=False):
             if row.tokens is not None:
-                ar_tokens[(row.task, row.prompt_id)] = np.asarray(row.tokens, dtype=np.int64)
+                ar_tokens[(row.audit_target, row.task, row.prompt_id)] = np.asarray(row.tokens, dtype=np.int64)
     if not has_logged and not ar_tokens:
         raise MissingColumnError("either greedy_match (the logger's audit) or the autoregressive arm's tokens",
                                  ANALYSIS, f"{SUPPLIED_BY['greedy_match']} or {SUPPLIED_BY['drafter=ar']}")
@@ -277,7 +284,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
     per_prompt = []
     n_disagree = n_second = n_unaligned = 0
     for row in spec.to_dict("records"):
-        key = (row["task"], row["prompt_id"])
+        key = (row["audit_target"], row["task"], row["prompt_id"])
         rkey = tuple(row[k] for k in _KEY)
         logged = row.get("greedy_match")
         logged = None if _missing(logged) else bool(logged)

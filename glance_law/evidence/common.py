@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import label_targets
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.data.selection import no_draft_causes
 from glance_law.errors import GlanceError, MissingColumnError
@@ -23,11 +24,13 @@ GROUP_ALL = "pooled"
 
 
 def as_frame(rounds) -> pd.DataFrame:
-    """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`."""
+    """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`; rounds of several
+    target models get the arm label ``drafter @ target`` (:func:`glance_law.data.arms.label_targets`),
+    so every analysis that keeps drafters apart keeps targets apart too."""
     frame = getattr(rounds, "frame", rounds)
     if not isinstance(frame, pd.DataFrame):
         raise GlanceError("expected a rounds DataFrame or a LogSet from glance_law.read_logs")
-    return frame
+    return label_targets(frame)
 
 
 def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
@@ -146,7 +149,9 @@ def cr3(b, H, a, L, codes, G, scores, info, weight=None) -> np.ndarray:
 
 
 def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """The prompt files among the inputs of a LogSet (they are listed in ``LogSet.other``)."""
+    """The prompt files among the inputs of a LogSet (they are listed in ``LogSet.other``), with
+    a ``target`` column from the files' ``glance.run`` when they all name one target model and
+    the rows carry none (:func:`with_run_target`)."""
     from glance_law.data.io import read_logs  # I/O stays in glance_law.io
 
     paths = [f.path for f in getattr(logs, "other", ()) if f.kind == "prompts"]
@@ -154,7 +159,20 @@ def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> p
         raise MissingColumnError("prompt files (kind=prompts)", analysis,
                                  "glance-log, which writes prompts-*.parquet next to the round files; "
                                  "pass them too")
-    return read_logs(paths, kind="prompts", columns=columns).frame
+    return with_run_target(read_logs(paths, kind="prompts", columns=columns))
+
+
+def with_run_target(logset) -> pd.DataFrame:
+    """The frame of a LogSet; without a ``target`` column, every file's ``glance.run`` naming
+    the same one target model gives it (several targets are filled by the reader itself)."""
+    from glance_law.data.arms import run_targets
+    frame = logset.frame
+    if "target" in frame.columns or not len(frame):
+        return frame
+    names = run_targets([f.run for f in logset.files])
+    if len(set(names)) == 1 and names[0] is not None:
+        frame = frame.assign(target=pd.Categorical([names[0]] * len(frame)))
+    return frame
 
 
 def proportion_ci(p: float, se: float, n_clusters: int, level: float = 0.95) -> tuple[float, float]:

@@ -25,6 +25,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import label_targets
 from glance_law.errors import GlanceError
 from glance_law.results.base import TableResult
 from glance_law.stats.cluster import clustered_mean, t_crit
@@ -94,9 +95,12 @@ def has_entropy(frame: pd.DataFrame) -> bool:
 def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> GroupSummary:
     """Rounds, prompts, horizon, mean accepted length and tau (prompt-clustered CR1 intervals) and
     P(a = L) per group and pooled (per drafter); see the module docstring."""
-    frame = E.as_frame(rounds)
-    E.require(frame, ("task", "prompt_id") + NEEDS, ANALYSIS)
     notes: list[str] = []
+    frame = getattr(rounds, "frame", rounds)
+    if isinstance(frame, pd.DataFrame):
+        frame = label_targets(frame, notes)       # several target models: arm = drafter @ target
+    frame = E.as_frame(frame)
+    E.require(frame, ("task", "prompt_id") + NEEDS, ANALYSIS)
     frame = E.with_arm_labels(E.speculative_rounds(frame, notes))
     if not len(frame):
         raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")

@@ -17,6 +17,11 @@ tokens). Per task, over the prompts present in both arms:
 * geometric means of the speedup across tasks (``geomean`` rows), with intervals from the
   same replicates (tasks resampled independently).
 
+Target models: where the prompt files name several targets (the ``target`` column), each
+speculative arm (drafter, target) is paired with the baseline of its own target, by (target,
+task, prompt_id), and the table leads with a ``target`` column; an arm whose target has no
+baseline gets a note and no row (a baseline of another target is never used).
+
 **Round cost** (:func:`round_cost`): OLS of ``round_ms`` on ``1 + draft_passes + budget``
 over the speculative rounds, one regression per drafter (rounds of different decoders are
 never pooled: across drafters ``draft_passes`` and ``budget`` would measure the decoder,
@@ -37,6 +42,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import UNKNOWN_TARGET
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results.base import Result, TableResult
@@ -57,12 +63,17 @@ NEEDS = ()
 
 
 def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.DataFrame:
-    """(drafter, task, prompt_id) -> decode_ms, new_tokens, ms_per_token (matched condition)."""
+    """(drafter, target, task, prompt_id) -> decode_ms, new_tokens, ms_per_token (matched condition);
+    ``target`` is "" where the prompt files name no target model."""
     for c in ("decode_ms", "new_tokens"):
         if c not in prompts.columns or prompts[c].isna().all():
             raise MissingColumnError(f"'{c}' in the {arm} arm's prompt files", ANALYSIS,
                                      "glance-log (recorded by default)")
     P = E.with_arm_labels(prompts)
+    if "target" in P.columns and P["target"].notna().any():
+        P["target"] = P["target"].astype(object).where(P["target"].notna(), UNKNOWN_TARGET).astype(str)
+    else:
+        P["target"] = ""
     n0 = len(P)
     P = P.loc[P["condition"] == "matched"]
     if len(P) < n0:
@@ -71,7 +82,7 @@ def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.Dat
     if bad.any():
         notes.append(f"{arm}: {int(bad.sum())} prompt row(s) without timing or with no new tokens excluded")
         P = P.loc[~bad]
-    g = P.groupby(["drafter", "task", "prompt_id"], sort=True, observed=True)
+    g = P.groupby(["drafter", "target", "task", "prompt_id"], sort=True, observed=True)
     out = g.agg(decode_ms=("decode_ms", "sum"), new_tokens=("new_tokens", "sum"),
                 repeats=("decode_ms", "size")).reset_index()
     rep = int((out["repeats"] > 1).sum())
@@ -162,19 +173,30 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
     if not len(cand):
         raise MissingColumnError("prompt files of a candidate arm other than the baseline's drafter", ANALYSIS,
                                  "glance-log (the speculative run whose prompts the baseline also decoded)")
+    base, cand, key, by_target = _target_pairing(base, cand, notes)
     rng = np.random.default_rng(seed)
     rows, prow = [], []
-    for drafter, carm in cand.groupby("drafter", sort=True):
-        pairs = carm.merge(base[["task", "prompt_id", "ms_per_token", "decode_ms", "new_tokens"]],
-                           on=["task", "prompt_id"], suffixes=("", "_base"))
+    arms = cand.groupby(["target", "drafter"], sort=True) if by_target else cand.groupby("drafter", sort=True)
+    for arm_key, carm in arms:
+        target, drafter = arm_key if by_target else (None, arm_key[0] if isinstance(arm_key, tuple) else arm_key)
+        who = f"{drafter} on {target}" if by_target else drafter
+        arm_base = base.loc[base["target"] == target] if "target" in key else base
+        if not len(arm_base):
+            notes.append(f"{who}: no baseline run of target {target} among the baseline files (they hold "
+                         f"{', '.join(sorted(set(base['target'])))}): no speedup (a baseline of another target is "
+                         "never used)")
+            continue
+        pairs = carm.merge(arm_base[key + ["ms_per_token", "decode_ms", "new_tokens"]],
+                           on=key, suffixes=("", "_base"))
         unp = len(carm) - len(pairs)
-        n_base_task = base.loc[base["task"].isin(set(carm["task"]))]
+        n_base_task = arm_base.loc[arm_base["task"].isin(set(carm["task"]))]
         unp_b = len(n_base_task) - len(pairs)
         if unp or unp_b:
-            notes.append(f"{drafter}: {unp} candidate and {unp_b} baseline prompt(s) without a partner excluded")
+            notes.append(f"{who}: {unp} candidate and {unp_b} baseline prompt(s) without a partner excluded")
         if not len(pairs):
-            notes.append(f"{drafter}: no prompt decoded by both arms")
+            notes.append(f"{who}: no prompt decoded by both arms")
             continue
+        tag = {"target": target} if by_target else {}
         tasks = sorted(set(pairs["task"]))
         boots = []
         for task in tasks:
@@ -192,12 +214,12 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
                 draws = np.full(max(n_boot, 1), np.nan)
                 lo = hi = np.nan
             boots.append(draws)
-            rows.append({"drafter": drafter, "task": task, "prompts": G,
+            rows.append({**tag, "drafter": drafter, "task": task, "prompts": G,
                          "ms_per_token_baseline": float(xb.mean()), "ms_per_token_candidate": float(xc.mean()),
                          "speedup": float(sp), "margin": float(sp - 1.0), "margin_lo": float(lo),
                          "margin_hi": float(hi), "wins": int((xc < xb).sum()),
                          "win_share": float((xc < xb).mean()), "mean_prompt_ratio": float(ratio.mean() - 1.0)})
-            prow.append(sub.assign(ratio=ratio)[["drafter", "task", "prompt_id", "ms_per_token_base",
+            prow.append(sub.assign(ratio=ratio)[list(tag) + ["drafter", "task", "prompt_id", "ms_per_token_base",
                                                  "ms_per_token", "ratio"]]
                         .rename(columns={"ms_per_token_base": "ms_per_token_baseline",
                                          "ms_per_token": "ms_per_token_candidate"}))
@@ -210,14 +232,14 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
             lo, hi = percentile_interval(gd - 1.0, level) if np.isfinite(gd).any() else (np.nan, np.nan)
             n_p = sum(r["prompts"] for r in rows[-len(tasks):])
             wins = sum(r["wins"] for r in rows[-len(tasks):])
-            rows.append({"drafter": drafter, "task": "geomean", "prompts": n_p,
+            rows.append({**tag, "drafter": drafter, "task": "geomean", "prompts": n_p,
                          "ms_per_token_baseline": np.nan, "ms_per_token_candidate": np.nan,
                          "speedup": gm, "margin": gm - 1.0, "margin_lo": float(lo), "margin_hi": float(hi),
                          "wins": wins, "win_share": wins / n_p, "mean_prompt_ratio": np.nan})
     if not rows:
         raise GlanceError(f"{ANALYSIS}: no prompt was decoded by both arms (pairs by task and prompt_id)")
     frame = pd.DataFrame(rows)
-    if frame["drafter"].nunique() == 1:
+    if frame["drafter"].nunique() == 1 and not by_target:
         frame = frame.drop(columns="drafter")
     notes.append(f"ms/token = decode_ms / new_tokens per prompt; speedup = ratio of the prompt means "
                  f"(baseline / candidate); margin = speedup - 1 with a paired {n_boot}-resample prompt-bootstrap "
@@ -225,6 +247,36 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
                  "mean_prompt_ratio = mean of per-prompt ratios - 1 (sensitivity)")
     return TimingResult(frame, pd.concat(prow, ignore_index=True) if prow else pd.DataFrame(), level,
                         tuple(dict.fromkeys(notes)))
+
+
+def _target_pairing(base: pd.DataFrame, cand: pd.DataFrame, notes: list[str]):
+    """(base, cand, pairing key, whether candidate arms are split by target).
+
+    Where both arms name their target models and either holds several (or they differ), each
+    candidate arm is paired with the baseline run of its own target, by (target, task,
+    prompt_id); a target without a baseline gets a note and no row. Otherwise the pairing is
+    by (task, prompt_id) as before (one target, or none named); candidate arms of several
+    targets still stay apart. A baseline of several targets with candidates that name none is
+    refused (which baseline is theirs is unknown)."""
+    tb = sorted(set(base["target"]) - {""})
+    tc = sorted(set(cand["target"]) - {""})
+    if tb and tc and (len(tb) > 1 or len(tc) > 1 or tb != tc):
+        if (base["target"] == "").any() or (cand["target"] == "").any():
+            notes.append(f"prompt rows without a target read as target '{UNKNOWN_TARGET}'")
+            base = base.assign(target=base["target"].replace("", UNKNOWN_TARGET))
+            cand = cand.assign(target=cand["target"].replace("", UNKNOWN_TARGET))
+        notes.append(f"target models: candidate {', '.join(tc)}; baseline {', '.join(tb)}: each speculative arm is "
+                     "paired with the baseline run of its own target, by (target, task, prompt_id)")
+        return base, cand, ["target", "task", "prompt_id"], True
+    if len(tb) > 1:
+        raise GlanceError(f"{ANALYSIS}: the baseline files hold {len(tb)} target models ({', '.join(tb)}) but the "
+                          "candidate's prompt files name none, so the baseline of the candidate's target is unknown; "
+                          "pass one target's baseline as BASELINE_GLOB")
+    if len(tc) > 1:
+        notes.append(f"the baseline files name no target model; the candidate's targets ({', '.join(tc)}) are each "
+                     "paired with that one baseline: check that it decoded on the right target")
+        return base, cand, ["task", "prompt_id"], True
+    return base, cand, ["task", "prompt_id"], False
 
 
 def round_cost(rounds: pd.DataFrame, *, baseline_rounds: pd.DataFrame | None = None,
@@ -394,7 +446,7 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     from glance_law.data.io import LogError, read_logs
 
     pattern = args.timing
-    base_p = read_logs(pattern, kind="prompts").frame
+    base_p = E.with_run_target(read_logs(pattern, kind="prompts"))
     try:
         base_r = read_logs(pattern, kind="rounds").frame
     except LogError:

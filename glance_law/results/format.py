@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import split_labels
+
 FORMATS = ("text", "markdown", "latex", "html", "json", "csv")
 HUMAN = ("text", "markdown", "latex", "html")
 
@@ -196,7 +198,9 @@ def _text(df: pd.DataFrame, title, notes) -> str:
     df = pd.DataFrame({text_escape(c): [text_escape(v) for v in df[c]] for c in df.columns})
     cols = list(df.columns)
     widths = [_cell_width(df, c) for c in cols]
-    left = [i == 0 or not any(ch.isdigit() for ch in "".join(df[c].astype(str))) for i, c in enumerate(cols)]
+    left = [i == 0 or c == "drafter" or not any(ch.isdigit() for ch in "".join(df[c].astype(str)))
+            or (c == "target" and not any(_is_number_cell(v) for v in df[c]))     # model names, not budgets
+            for i, c in enumerate(cols)]
 
     def line(vals):
         return "  ".join(str(v).ljust(w) if l else str(v).rjust(w) for v, w, l in zip(vals, widths, left)).rstrip()
@@ -289,6 +293,7 @@ def to_jsonable(v):
 
 
 def records(frame: pd.DataFrame) -> list[dict]:
+    frame = split_labels(frame)
     return [{str(k): to_jsonable(v) for k, v in zip(frame.columns, row)}
             for row in frame.itertuples(index=False, name=None)]
 
@@ -302,6 +307,9 @@ def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
     leave out columns until the table fits that many characters (:func:`fit_columns`; the first
     column and ``keep`` stay) and say which in a note; None prints every column."""
     notes = list(dict.fromkeys(str(n) for n in notes))
+    split = split_labels(frame)   # arm labels "drafter @ target" print as a target column and the drafter
+    if split is not frame:
+        frame, keep = split, tuple(keep) + ("target",)   # the arm's target is never left out to fit the width
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "json":

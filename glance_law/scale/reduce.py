@@ -451,7 +451,9 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     grid = grid if grid is not None else Grid()
     B = check_buckets(buckets)
     cond = normalize_condition(condition)
+    from glance_law.data.arms import label_targets
     frame = rounds.frame if isinstance(rounds, LogSet) else rounds
+    frame = label_targets(frame)      # several target models: cells keyed by drafter @ target
     need = ("task", "prompt_id", "root_entropy", "accepted", "horizon")
     missing = [c for c in need if c not in frame.columns]
     if missing:

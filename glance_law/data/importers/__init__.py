@@ -41,7 +41,7 @@ from glance_law.data.importers.common import (
 from glance_law.data.tables import LogError
 
 __all__ = ["import_logs", "import_file", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
-           "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS"]
+           "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS", "RUNS_NOTE"]
 
 from glance_law.data.importers.spec_bench import METHODS  # noqa: E402  (the documented method table)
 
@@ -216,6 +216,7 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
     for _path, why in skipped:
         notes.append(f"skipped {why}")
     data = [r for r in results if r.format != QUESTIONS]
+    data = _separate_runs(data, notes)
     if not data:
         if skipped:
             raise LogError(None, f"every file was refused ({len(skipped)}); first: {skipped[0][1]}",
@@ -227,3 +228,84 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
     fmts = "+".join(dict.fromkeys(r.format for r in data))
     parts = tuple((r.path, r.format, r.n_rounds, r.n_prompts, r.run) for r in data)
     return Imported(R, P, tuple(notes), fmts, tuple(r.path for r in results), tuple(skipped), parts)
+
+
+#: Prefix of the notes that say which runs the analyses keep apart or pool (the CLIs print them).
+RUNS_NOTE = "runs: "
+
+
+def _arms(res: FileResult) -> set:
+    """The (target, drafter) pairs of one file's rows (target None where not named)."""
+    out: set = set()
+    for t in (res.rounds, res.prompts):
+        if t is None or "drafter" not in t.column_names:
+            continue
+        d = t.column("drafter").to_pylist()
+        tg = t.column("target").to_pylist() if "target" in t.column_names else [None] * len(d)
+        out |= set(zip(tg, d))
+    return out
+
+
+def _relabel(table, old: str, new: str):
+    """``table`` with drafter ``old`` renamed ``new`` (a new table; the cached import is not touched)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if table is None or "drafter" not in table.column_names:
+        return table
+    col = table.column("drafter").cast(pa.string())
+    col = pc.if_else(pc.equal(col, old), pa.scalar(new, pa.string()), col).dictionary_encode()
+    return table.set_column(table.column_names.index("drafter"), "drafter", col)
+
+
+def _distinct_tails(stems: list) -> list:
+    """The stems without their common leading '-'-separated words (``vicuna-7b-v1.3-ssd-OLD-70d9e9b``,
+    ``vicuna-7b-v1.3-ssd-float16-temperature-0.0`` -> ``OLD-70d9e9b``, ``float16-temperature-0.0``);
+    the whole stems where that would leave one empty or two equal."""
+    words = [st.split("-") for st in stems]
+    k = 0
+    while all(len(w) > k + 1 for w in words) and len({w[k] for w in words}) == 1:
+        k += 1
+    tails = ["-".join(w[k:]) for w in words]
+    return tails if all(tails) and len(set(tails)) == len(tails) else list(stems)
+
+
+def _separate_runs(data: list, notes: list) -> list:
+    """Files that hold the same method on the same target (two runs, e.g. a benchmark rerun at
+    another commit) are kept apart: the drafter of each becomes ``"<drafter> [<file stem>]"``,
+    said in a note. The autoregressive arm (``ar``) is the timing baseline: repeated baseline
+    files of one target are pooled per prompt there (noted by the ledger), not relabelled."""
+    from dataclasses import replace
+
+    from glance_law.data.importers.common import run_base
+    for r in data:
+        runs = sorted({str(x) for t in (r.rounds, r.prompts) if t is not None and "run_id" in t.column_names
+                       for x in t.column("run_id").unique().to_pylist()})
+        if len(runs) > 1 and any("#run" in x for x in runs):
+            notes.append(f"{RUNS_NOTE}{run_base(r.path)}: {len(runs)} runs appended in one file (question ids repeat) "
+                         "are pooled as repeated decodes of the same questions: one cluster per question, the timing "
+                         "ledger takes total ms / total tokens per question")
+    owners: dict = {}
+    for i, r in enumerate(data):
+        for arm in _arms(r):
+            owners.setdefault(arm, []).append(i)
+    clash = {arm: idx for arm, idx in owners.items() if len(idx) > 1}
+    if not clash:
+        return data
+    out = list(data)
+    for (target, drafter), idx in sorted(clash.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        stems = [run_base(data[i].path).split("/")[-1] for i in idx]
+        on = f" on target {target}" if target is not None else ""
+        if drafter == "ar":
+            notes.append(f"{RUNS_NOTE}{len(idx)} files hold the autoregressive (vanilla) arm{on} ({', '.join(stems)}): as a "
+                         "timing baseline they are pooled per prompt (total ms / total tokens)")
+            continue
+        labels = [f"{drafter} [{st}]" for st in _distinct_tails(stems)]
+        if len(set(labels)) < len(labels):       # same stem in two folders: the run id
+            labels = [f"{drafter} [{run_base(data[i].path)}]" for i in idx]
+        for i, lab in zip(idx, labels):
+            out[i] = replace(out[i], rounds=_relabel(out[i].rounds, drafter, lab),
+                             prompts=_relabel(out[i].prompts, drafter, lab))
+        notes.append(f"{RUNS_NOTE}{len(idx)} files hold drafter '{drafter}'{on} (different runs: "
+                     f"{', '.join(stems)}): kept apart, never pooled, as " + ", ".join(f"'{x}'" for x in labels)
+                     + " (pass one file to analyse one run alone)")
+    return out

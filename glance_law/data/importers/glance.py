@@ -40,6 +40,7 @@ ALIASES = {
     "root_margin": ("root_margin", "margin"),
     "root_pmax": ("root_pmax", "pmax", "max_prob"),
     "round_ms": ("round_ms", "time_ms"),
+    "target": ("target", "target_model", "model", "model_id", "model_name"),
 }
 
 
@@ -62,7 +63,8 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     default_L = horizon_for(horizon, (path.name, base.split("/")[-1], base, "glance", "*"))
     cols = {k: [] for k in ("run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon",
-                            "drafted_horizon", "extended", "budget", "root_margin", "root_pmax", "round_ms")}
+                            "drafted_horizon", "extended", "budget", "root_margin", "root_pmax", "round_ms",
+                            "target")}
     counters: dict = {}
     hashed = no_task = no_entropy = no_prompt = 0
     for lineno, d in lines.records:
@@ -118,11 +120,13 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         for k in ("root_margin", "root_pmax", "round_ms"):
             v = _get(d, k)
             cols[k].append(None if v is None else float(v))
+        tg = _get(d, "target")
+        cols["target"].append(None if tg is None else str(tg))
     n = len(cols["accepted"])
     if not n:
         raise LogError(path, "no round rows", "pass GLANCE's round-log JSONL")
     rounds = pd.DataFrame({k: v for k, v in cols.items()
-                           if k not in ("budget", "root_margin", "root_pmax", "round_ms")
+                           if k not in ("budget", "root_margin", "root_pmax", "round_ms", "target")
                            or any(x is not None for x in v)})
     rounds["root_entropy"] = pd.array(cols["root_entropy"], dtype="Float32")
     if "budget" in rounds:
@@ -148,6 +152,8 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                             "task": [k[1] for k in g.groups], "drafter": "glance",
                             "new_tokens": (g["accepted"].sum() + g.size()).to_numpy(),
                             "rounds": g.size().to_numpy()})
+    if "target" in rounds:     # the target model, where the rows name it (the prompt's first row's)
+        prompts["target"] = g["target"].first().to_numpy()
     notes.append(f"{path}: glance, {n} rounds of {len(prompts)} prompts; prompt new_tokens counts the rounds' "
                  "committed tokens (accepted + 1 each)")
     run = file_run(run_id=base, drafter={"kind": "glance"},

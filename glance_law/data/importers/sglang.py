@@ -37,8 +37,8 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     override = horizon_for(horizon, (path.name, base.split("/")[-1], base, "sglang", "*"))
     P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens", "decode_ms",
-                         "spec_accept_length", "accepted_tokens", "draft_tokens")}
-    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon")}
+                         "spec_accept_length", "accepted_tokens", "draft_tokens", "target")}
+    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "target")}
     recs = []
     for lineno, rec in lines.records:
         recs.extend((lineno, r) for r in (rec if isinstance(rec, list) else [rec]))
@@ -59,10 +59,12 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         pid = str(next((rec[k] for k in ("prompt_id", "question_id", "custom_id") if rec.get(k) is not None),
                        meta.get("id", f"line-{lineno}")))
         t = str(rec.get("task") or task or "unknown")
+        tgt = next((str(rec[k]) for k in ("model", "model_path", "target") if rec.get(k) not in (None, "")), None)
         acc_tok, prop = _first(meta, _ACC), _first(meta, _PROP)
         e2e = meta.get("e2e_latency")
         P["prompt_id"].append(pid)
         P["task"].append(t)
+        P["target"].append(tgt)
         P["new_tokens"].append(meta.get("completion_tokens"))
         P["rounds"].append(ct)
         P["prompt_tokens"].append(meta.get("prompt_tokens"))
@@ -87,6 +89,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                 notes.append(f"{path}: line {lineno}: the histogram counts {acc.size} steps, spec_verify_ct {ct}")
             R["prompt_id"].append((pid, acc.size))
             R["task"].append((t, acc.size))
+            R["target"].append((tgt, acc.size))
             R["accepted"].append(acc)
             R["horizon"].append(np.full(acc.size, L))
     if not P["prompt_id"]:
@@ -94,6 +97,8 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                        "log the /generate responses of a server started with --speculative-algorithm")
     if ignored:
         notes.append(f"{path}: {ignored} record(s) without meta_info.spec_verify_ct ignored")
+    if not any(P["target"]):        # the served model, where the logged record names it
+        del P["target"]
     prompts = pd.DataFrame({"run_id": base, **P, "drafter": "sglang"})
     for c in ("new_tokens", "rounds", "prompt_tokens", "accepted_tokens", "draft_tokens"):
         prompts[c] = pd.array(prompts[c], dtype="Int64")
@@ -108,6 +113,8 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                                "accepted": acc.astype(np.int16),
                                "horizon": np.concatenate(R["horizon"]).astype(np.int16), "drafter": "sglang"})
         rounds.insert(4, "root_entropy", pd.array([None] * len(rounds), dtype="Float32"))
+        if any(x for x, _ in R["target"]):
+            rounds["target"] = rep(R["target"])
         notes.append(f"{path}: rounds expanded from spec_accept_histogram ({len(rounds)}): their order is unknown "
                      "(sorted by accepted length)" + (f"; horizon = proposed draft tokens per step for {derived} "
                                                       "request(s) (a chain's depth; pass --horizon for trees)"

@@ -476,7 +476,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
             "prompt_id": cat(P["prompt_id"], ans_of_round), "round": rnd.astype(np.int32),
             "root_entropy": pa.nulls(n_total, pa.float32()),            # not measured by this format
             "accepted": acc.astype(np.int16), "horizon": np.where(end, acc, hor).astype(np.int16),
-            "drafter": const(drafter_name, n_total),
+            "drafter": const(drafter_name, n_total), "target": const(target, n_total),
             "position": pos.astype(np.int32), "turn": np.asarray(tturn, dtype=np.int16)[turn_of],
             "ends_output": end, "drafted_horizon": hor.astype(np.int16),
         })
@@ -485,7 +485,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     nall = np.arange(len(P["run_id"]))
     prompts = pa.table({
         "run_id": cat(P["run_id"], nall), "prompt_id": cat(P["prompt_id"], nall), "task": cat(P["task"], nall),
-        "drafter": const(drafter_name, nall.size), "new_tokens": pa.array(P["new_tokens"], pa.int32()),
+        "drafter": const(drafter_name, nall.size), "target": const(target, nall.size), "new_tokens": pa.array(P["new_tokens"], pa.int32()),
         "decode_ms": pa.array(P["decode_ms"], pa.float32()), "rounds": pa.array(P["rounds"], pa.int32()),
         "turns": pa.array(P["turns"], pa.int16())})
     if spec == "hf-heuristic" and n_total:

@@ -93,7 +93,7 @@ def _prometheus(path: Path, text: str, horizon, task) -> FileResult:
     notes = [f"{path}: vllm Prometheus counters, {len(scrapes)} scrape(s): an aggregate with no prompts and no "
              "entropy; rounds are expanded from the per-position counts, one pseudo-prompt per scrape interval "
              "(prompt_id interval-<i>), so no prompt clustering is possible (each interval counts as one cluster)"]
-    rows = {k: [] for k in ("run_id", "prompt_id", "accepted", "horizon", "round")}
+    rows = {k: [] for k in ("run_id", "prompt_id", "accepted", "horizon", "round", "target")}
     prev: dict = {}
     for i, sc in enumerate(scrapes):
         for model, d in sc.items():
@@ -131,6 +131,7 @@ def _prometheus(path: Path, text: str, horizon, task) -> FileResult:
             run = f"{base}:{model}" if model else base
             rows["run_id"].append((run, acc.size))
             rows["prompt_id"].append((f"interval-{i + 1}", acc.size))
+            rows["target"].append((model or None, acc.size))
             rows["accepted"].append(acc)
             rows["horizon"].append(np.full(acc.size, K))
             rows["round"].append(np.arange(acc.size))
@@ -144,6 +145,8 @@ def _prometheus(path: Path, text: str, horizon, task) -> FileResult:
                       "round": np.concatenate(rows["round"]).astype(np.int32),
                       "accepted": acc.astype(np.int16), "horizon": np.concatenate(rows["horizon"]).astype(np.int16),
                       "drafter": "vllm", "aggregate": True})
+    if any(t for t, _ in rows["target"]):           # the model_name label: the served (target) model
+        R["target"] = rep(rows["target"])
     R.insert(4, "root_entropy", pd.array([None] * len(R), dtype="Float32"))
     notes.append(f"{path}: {len(R)} rounds from the counters (round order within an interval is not known: sorted "
                  "by accepted length)")
@@ -155,8 +158,8 @@ def _prometheus(path: Path, text: str, horizon, task) -> FileResult:
 def _responses(path: Path, lines, horizon, task) -> FileResult:
     base = run_base(path)
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
-    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "round")}
-    P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens")}
+    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "round", "target")}
+    P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens", "target")}
     unordered = skipped = 0
     for lineno, rec in lines.records:
         if isinstance(rec, dict) and isinstance(rec.get("data"), dict):
@@ -168,6 +171,7 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
         pid = next((str(rec[k]) for k in ("prompt_id", "question_id", "custom_id", "id") if rec.get(k) is not None),
                    f"line-{lineno}")
         t = str(rec.get("task") or task or "unknown")
+        tgt = None if rec.get("model") in (None, "") else str(rec["model"])   # the OpenAI response's served model
         K = sd.get("num_spec_tokens")
         K = horizon_for(horizon, (path.name, base, "vllm", "*")) if K is None else int(K)
         steps = sd.get("per_step_accepted")
@@ -190,12 +194,14 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
                 notes.append(f"{path}: line {lineno}: num_spec_steps {n_steps} differs from the {acc.size} steps listed")
             R["prompt_id"].append((pid, acc.size))
             R["task"].append((t, acc.size))
+            R["target"].append((tgt, acc.size))
             R["accepted"].append(acc)
             R["horizon"].append(np.full(acc.size, K))
             R["round"].append(np.arange(acc.size))
         usage = rec.get("usage") or {}
         P["prompt_id"].append(pid)
         P["task"].append(t)
+        P["target"].append(tgt)
         P["new_tokens"].append(usage.get("completion_tokens"))
         P["prompt_tokens"].append(usage.get("prompt_tokens"))
         P["rounds"].append(sd.get("num_spec_steps", None if acc is None else int(acc.size)))
@@ -218,8 +224,12 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
                                "accepted": acc.astype(np.int16),
                                "horizon": np.concatenate(R["horizon"]).astype(np.int16), "drafter": "vllm"})
         rounds.insert(4, "root_entropy", pd.array([None] * len(rounds), dtype="Float32"))
+        if any(x for x, _ in R["target"]):
+            rounds["target"] = rep(R["target"])
     else:
         rounds = pd.DataFrame()
+    if not any(P["target"]):
+        del P["target"]
     prompts = pd.DataFrame({"run_id": base, **P, "drafter": "vllm"})
     for c in ("new_tokens", "rounds", "prompt_tokens"):
         prompts[c] = pd.array(prompts[c], dtype="Int64")

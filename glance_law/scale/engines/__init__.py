@@ -119,6 +119,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     rounds, reduced, _, skipped = scan(files, skip_bad)
     skipped = list(found) + list(skipped)
     if rounds:
+        _one_target(rounds)
         while True:
             try:
                 cells, info = mod.reduce(rounds, grid=grid, buckets=B, condition=cond, check_keys=check_keys,
@@ -157,3 +158,24 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
             parts[-1] = Reduced(red.cells, red.grid, red.buckets,
                                 {**red.info, "skipped": list(red.info.get("skipped", [])) + [list(s) for s in skipped]})
     return merge(parts)
+
+
+def _one_target(sources) -> None:
+    """Refuse rounds files of several target models: the engines' cells are keyed by (task,
+    drafter), so they would pool one method's rounds across targets (the in-memory path keeps
+    them apart, glance_law.data.arms). Targets come from each file's ``glance.run`` and, where a
+    file has one, its ``target`` column."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from glance_law.data import uri
+    from glance_law.data.arms import run_targets
+    names = {t for t in run_targets([s.run for s in sources]) if t is not None}
+    for s in sources:
+        if "target" in s.columns and not uri.is_uri(str(s.path)):
+            col = pq.read_table(str(s.path), columns=["target"]).column("target")
+            names |= {str(x) for x in pc.unique(col).to_pylist() if x is not None}
+    if len(names) > 1:
+        raise GlanceError(f"the rounds files hold {len(names)} target models ({', '.join(sorted(names))}) and the "
+                          "out-of-core reduction would pool one method's rounds across them; reduce each target's "
+                          "files separately, or fit without --engine (the in-memory path keeps targets apart)")

@@ -1,0 +1,282 @@
+"""Several target models in one set of logs are never pooled (issue 14's known gap).
+
+The analyses group by drafter; one method run on two targets (the VASE folder: the ``ssd``
+drafter on vicuna-7b-v1.3 and on llama2-7b-chat, each with its own vanilla baseline) must give
+separate rows naming the target, and each speedup must use the vanilla run of the same
+target. The same method on the same target from two files (two runs, e.g. a rerun at another
+commit) is kept apart as two arms. Checked against brute-force counts from the raw JSON.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from glance_law.cli.fit import main as fit_main
+from glance_law.data import arms
+from glance_law.data.importers import import_logs
+from glance_law.data.io import read_logs, write_table
+from glance_law.errors import GlanceError
+from glance_law.evidence.summary import group_summary
+from glance_law.evidence.timing import timing_ledger
+from glance_law.simulate import TaskSpec, simulate_rounds
+from glance_law.tail import fit_tail
+
+ROOT = Path(__file__).resolve().parent.parent
+VASE = ROOT.parent / "shared" / "realdata" / "spec-bench" / "vase"
+LL_SSD = "llama2-7b-chat-ssd-float16-temperature-0.0.jsonl.gz"
+LL_VAN = "llama2-7b-chat-vanilla-float16-temp-0.0.jsonl.gz"
+VI_SSD = "vicuna-7b-v1.3-ssd-float16-temperature-0.0.jsonl.gz"
+VI_OLD = "vicuna-7b-v1.3-ssd-OLD-70d9e9b.jsonl.gz"
+VI_VAN = "vicuna-7b-v1.3-vanilla-float16-temp-0.0.jsonl.gz"
+
+
+def need_vase():
+    if not (VASE / LL_SSD).exists():
+        pytest.skip("../shared/realdata is not beside this checkout")
+
+
+def raw(name):
+    return [json.loads(line) for line in gzip.open(VASE / name, "rt")]
+
+
+def drafted_rounds_by_task(name) -> Counter:
+    """Brute force: rounds with a draft (horizon > 0) per category, from the raw answers. The last
+    step of each turn is output-ending (horizon = accepted), so a last step of value 1 drafts nothing."""
+    out: Counter = Counter()
+    for r in raw(name):
+        c = r["choices"][0]
+        al = c["accept_lengths"]
+        k = 0
+        for d in c["decoding_steps"]:
+            for s in range(d):
+                if not (s == d - 1 and al[k] == 1):
+                    out[r["category"]] += 1
+                k += 1
+    return out
+
+
+def ms_per_token(name) -> dict:
+    """Brute force: (category, question_id) -> total wall ms / total new tokens (repeats pooled)."""
+    ms, tok = defaultdict(float), defaultdict(int)
+    for r in raw(name):
+        c = r["choices"][0]
+        key = (r["category"], str(r["question_id"]))
+        ms[key] += 1000.0 * sum(c["wall_time"])
+        tok[key] += sum(c["new_tokens"])
+    return {k: ms[k] / tok[k] for k in ms if tok[k] > 0}
+
+
+def speedup(base: dict, cand: dict, task: str) -> float:
+    keys = sorted(k for k in cand if k[0] == task and k in base)
+    return np.mean([base[k] for k in keys]) / np.mean([cand[k] for k in keys])
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """The VASE files of the two ssd targets, their vanilla runs and the question file (no Medusa,
+    to keep the test short)."""
+    need_vase()
+    d = tmp_path_factory.mktemp("vase")
+    for name in (LL_SSD, LL_VAN, VI_SSD, VI_OLD, VI_VAN, "question.jsonl.gz"):
+        shutil.copy(VASE / name, d / name)
+    return d
+
+
+@pytest.fixture(scope="module")
+def fit_json(folder):
+    out = folder.parent / "fit.json"
+    assert fit_main([str(folder), "--timing", str(folder / "*vanilla*"), "--timing-bootstrap", "50",
+                     "--format", "json", "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_importers_record_the_target_and_keep_two_runs_apart(folder):
+    imp = import_logs(folder)
+    r, p = imp.rounds, imp.prompts
+    assert set(r["target"].astype(str)) == {"llama2-7b-chat", "vicuna-7b-v1.3"}
+    assert set(p["target"].astype(str)) == {"llama2-7b-chat", "vicuna-7b-v1.3"}
+    arm = r.groupby([r["target"].astype(str), r["drafter"].astype(str)], observed=True).size()
+    # vicuna ssd comes from two files (two runs, two commits): two arms, each with its file's rounds
+    for name, label in ((VI_SSD, "ssd [float16-temperature-0.0]"), (VI_OLD, "ssd [OLD-70d9e9b]")):
+        want = sum(len(x["choices"][0]["accept_lengths"]) for x in raw(name))
+        assert arm[("vicuna-7b-v1.3", label)] == want
+    want = sum(len(x["choices"][0]["accept_lengths"]) for x in raw(LL_SSD))
+    assert arm[("llama2-7b-chat", "ssd")] == want          # one file, its three appended runs pooled
+    assert "ssd" not in set(r.loc[r["target"].astype(str) == "vicuna-7b-v1.3", "drafter"].astype(str))
+    assert any(n.startswith("runs: 2 files hold drafter 'ssd' on target vicuna-7b-v1.3") and "kept apart" in n
+               for n in imp.notes)
+    assert any(n.startswith("runs: ") and "3 runs appended" in n for n in imp.notes)
+    # a file alone keeps its plain drafter name
+    assert set(import_logs(folder / VI_OLD).rounds["drafter"].astype(str)) == {"ssd"}
+
+
+def test_summary_rows_per_target_with_brute_force_counts(fit_json):
+    s = pd.DataFrame(fit_json["summary"])
+    assert list(s.columns[:3]) == ["target", "drafter", "task"]
+    for target, drafter, name in (("llama2-7b-chat", "ssd", LL_SSD),
+                                  ("vicuna-7b-v1.3", "ssd [float16-temperature-0.0]", VI_SSD),
+                                  ("vicuna-7b-v1.3", "ssd [OLD-70d9e9b]", VI_OLD)):
+        rows = s.loc[(s["target"] == target) & (s["drafter"] == drafter)].set_index("task")
+        want = drafted_rounds_by_task(name)
+        assert {t: int(rows.loc[t, "rounds"]) for t in want} == dict(want)
+        assert rows.loc["pooled", "rounds"] == sum(want.values())
+        # the horizon is the file's own: 3 for vicuna ssd (method table), 4 for llama2 (its data reach 4)
+        assert rows.loc["pooled", "horizon"] == (4 if target == "llama2-7b-chat" else 3)
+    assert not ((s["drafter"] == "ssd") & (s["target"] == "vicuna-7b-v1.3")).any()
+    assert set(s["target"]) == {"llama2-7b-chat", "vicuna-7b-v1.3"}
+
+
+def test_speedup_pairs_each_target_with_its_own_vanilla(fit_json):
+    t = pd.DataFrame(fit_json["timing"][next(iter(fit_json["timing"]))])
+    assert {"target", "drafter", "task", "speedup"} <= set(t.columns)
+    ll = t.loc[(t["target"] == "llama2-7b-chat") & (t["drafter"] == "ssd")].set_index("task")
+    base_ll, base_vi, cand = ms_per_token(LL_VAN), ms_per_token(VI_VAN), ms_per_token(LL_SSD)
+    for task in ("coding", "qa", "summarization"):
+        want = speedup(base_ll, cand, task)
+        assert ll.loc[task, "speedup"] == pytest.approx(want, rel=1e-5)
+        assert ll.loc[task, "prompts"] == sum(1 for k in cand if k[0] == task and k in base_ll)
+        # not the vicuna baseline, nor the two baselines pooled
+        assert abs(speedup(base_vi, cand, task) - want) > 1e-3
+    sps = [speedup(base_ll, cand, task) for task in sorted({k[0] for k in cand})]
+    assert ll.loc["geomean", "speedup"] == pytest.approx(np.exp(np.mean(np.log(sps))), rel=1e-5)
+    vi = t.loc[(t["target"] == "vicuna-7b-v1.3") & (t["drafter"] == "ssd [OLD-70d9e9b]")].set_index("task")
+    assert vi.loc["coding", "speedup"] == pytest.approx(speedup(base_vi, ms_per_token(VI_OLD), "coding"), rel=1e-5)
+
+
+def test_tail_keeps_targets_apart(folder):
+    frame = read_logs(folder, "rounds").frame
+    tail = fit_tail(frame, by="task", n_boot=0, heldout=False).to_frame()
+    arms_seen = set(tail["drafter"])
+    assert {"ssd @ llama2-7b-chat", "ssd [OLD-70d9e9b] @ vicuna-7b-v1.3",
+            "ssd [float16-temperature-0.0] @ vicuna-7b-v1.3"} == arms_seen
+    coding = tail.loc[(tail["drafter"] == "ssd @ llama2-7b-chat") & (tail["task"] == "coding")]
+    assert int(coding["floor_rounds"].iloc[0]) == drafted_rounds_by_task(LL_SSD)["coding"]
+
+
+# --------------------------------------------------------------------------
+# the mechanism, on small frames
+# --------------------------------------------------------------------------
+
+def sim(target=None, seed=0, run="r"):
+    f = simulate_rounds([TaskSpec("caption", 1.0, 1.2), TaskSpec("docvqa", 2.0, 1.2)], n_prompts=12, seed=seed,
+                        run_id=run)
+    if target is not None:
+        f["target"] = target
+    return f
+
+
+def test_one_target_is_left_exactly_as_it_was():
+    f = sim("vicuna")
+    assert arms.label_targets(f) is f
+    a = group_summary(f).to_frame()
+    b = group_summary(f.drop(columns="target")).to_frame()
+    pd.testing.assert_frame_equal(a, b)
+    assert arms.split_labels(a) is a
+
+
+def test_two_targets_two_arms_and_a_target_column():
+    f = pd.concat([sim("vicuna", 0, "a"), sim("llama", 1, "b")], ignore_index=True)
+    notes: list = []
+    g = arms.label_targets(f, notes)
+    assert set(g["drafter"].astype(str)) == {"sim @ vicuna", "sim @ llama"} and len(notes) == 1
+    assert set(arms.label_targets(g)["drafter"].astype(str)) == set(g["drafter"].astype(str))   # idempotent
+    s = group_summary(f).to_frame()
+    for tgt, sub in f.groupby("target"):
+        rows = s.loc[s["drafter"] == f"sim @ {tgt}"].set_index("task")
+        assert rows.loc["pooled", "rounds"] == (sub["horizon"] > 0).sum()
+    shown = arms.split_labels(s)
+    assert list(shown.columns[:2]) == ["target", "drafter"] and set(shown["drafter"]) == {"sim"}
+    text = group_summary(f).summary("text")
+    assert "target" in text.splitlines()[2] and "llama" in text and "sim @" not in text
+    # a row without a target among named ones is its own arm, 'unknown'
+    h = f.copy()
+    h["target"] = h["target"].astype(object)
+    h.loc[h["run_id"] == "b", "target"] = None
+    assert set(arms.label_targets(h)["drafter"].astype(str)) == {"sim @ vicuna", "sim @ unknown"}
+
+
+def prompts(target, drafter, ms, seed=0, n=8, run="r"):
+    rng = np.random.default_rng(seed)
+    f = pd.DataFrame({"run_id": run, "task": np.where(np.arange(n) < n // 2, "a", "b"),
+                      "prompt_id": [f"p{i}" for i in range(n)], "drafter": drafter,
+                      "new_tokens": 100, "decode_ms": ms * 100 * rng.uniform(0.9, 1.1, n)})
+    if target is not None:
+        f["target"] = target
+    return f
+
+
+def test_timing_pairs_by_target_and_never_borrows_another_targets_baseline():
+    base = pd.concat([prompts("small", "ar", 10.0, 1, run="b1"), prompts("big", "ar", 40.0, 2, run="b2")])
+    cand = pd.concat([prompts("small", "ssd", 5.0, 3, run="c1"), prompts("big", "ssd", 10.0, 4, run="c2"),
+                      prompts("huge", "ssd", 50.0, 5, run="c3")])
+    res = timing_ledger(base, cand, n_boot=0)
+    f = res.to_frame()
+    assert set(f["target"]) == {"small", "big"}
+    for tgt, b, c in (("small", 1, 3), ("big", 2, 4)):
+        xb = prompts(tgt, "ar", 10.0 if tgt == "small" else 40.0, b)
+        xc = prompts(tgt, "ssd", 5.0 if tgt == "small" else 10.0, c)
+        for task in ("a", "b"):
+            m = xb["task"] == task
+            want = (xb.loc[m, "decode_ms"] / 100).mean() / (xc.loc[m, "decode_ms"] / 100).mean()
+            got = f.loc[(f["target"] == tgt) & (f["task"] == task), "speedup"].iloc[0]
+            assert got == pytest.approx(want)
+    assert any("huge" in n and "no baseline run of target huge" in n for n in res.notes)
+    # one target on both sides: the same numbers as without the column
+    one = timing_ledger(prompts("small", "ar", 10.0, 1), prompts("small", "ssd", 5.0, 3), n_boot=0).to_frame()
+    none = timing_ledger(prompts(None, "ar", 10.0, 1), prompts(None, "ssd", 5.0, 3), n_boot=0).to_frame()
+    pd.testing.assert_frame_equal(one, none)
+    # a baseline of several targets and candidates that name none: which baseline is unknown
+    with pytest.raises(GlanceError, match="baseline files hold 2 target models"):
+        timing_ledger(base, prompts(None, "ssd", 5.0, 3), n_boot=0)
+
+
+def test_glance_log_files_of_two_targets_take_their_run_target(tmp_path):
+    for tgt, seed in (("/models/vicuna-7b", 0), ("/models/llama-70b", 1)):
+        write_table(sim(None, seed, run=f"r{seed}"), tmp_path / f"rounds-{seed}.parquet",
+                    run={"run_id": f"r{seed}", "target": {"path": tgt, "model_type": "llama"}})
+    logs = read_logs(tmp_path, "rounds", columns=["accepted", "drafter"])   # target: read unasked
+    assert set(logs.frame["target"].astype(str)) == {"vicuna-7b", "llama-70b"}
+    assert any("glance.run" in n for n in logs.notes)
+    s = group_summary(logs).to_frame()
+    assert {"sim @ vicuna-7b", "sim @ llama-70b"} == set(s["drafter"])
+    # files of one target: no column added, nothing changes
+    one = tmp_path / "one"
+    one.mkdir()
+    write_table(sim(None, 0, run="r0"), one / "rounds-0.parquet", run={"run_id": "r0", "target": {"path": "/m/v"}})
+    assert "target" not in read_logs(one, "rounds").frame.columns
+
+
+def test_audit_compares_each_target_with_its_own_autoregressive_output():
+    from glance_law.evidence.audit import audit
+    rows = []
+    for tgt, toks in (("small", [1, 2, 3, 4]), ("big", [9, 8, 7, 6])):
+        for drafter in ("ar", "ssd"):
+            for q in ("q1", "q2"):
+                rows.append({"run_id": f"{tgt}-{drafter}", "task": "t", "prompt_id": q, "drafter": drafter,
+                             "condition": "matched", "target": tgt, "tokens": toks, "new_tokens": 4})
+    res = audit(pd.DataFrame(rows)).to_frame()
+    assert (res["equal"] == res["audited"]).all() and res["audited"].sum() == 4   # no cross-target divergence
+    assert set(res["drafter"]) == {"ssd @ small", "ssd @ big"}
+
+
+def test_reductions_never_pool_targets(tmp_path):
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.reduce import reduce_frame
+    for tgt, seed in (("/models/vicuna-7b", 0), ("/models/llama-70b", 1)):
+        write_table(sim(None, seed, run=f"r{seed}"), tmp_path / f"rounds-{seed}.parquet",
+                    run={"run_id": f"r{seed}", "target": {"path": tgt}})
+    with pytest.raises(GlanceError, match="2 target models .*reduce each target's files separately"):
+        reduce_logs(tmp_path, engine="arrow")
+    assert len(reduce_logs(tmp_path / "rounds-0.parquet", engine="arrow").cells)     # one target: as before
+    f = pd.concat([sim("vicuna", 0, "a"), sim("llama", 1, "b")], ignore_index=True)
+    cells = reduce_frame(f).cells
+    assert set(cells["drafter"].astype(str)) == {"sim @ vicuna", "sim @ llama"}
+    for tgt, sub in f.groupby("target"):
+        assert cells.loc[cells["drafter"].astype(str) == f"sim @ {tgt}", "n"].sum() == (sub["horizon"] > 0).sum()
