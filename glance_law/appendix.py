@@ -428,7 +428,12 @@ def policy(inp: Inputs) -> list:
     from glance_law.policy.search import default_target, policy_table, prepare_for
     o = inp.options
     frame = getattr(inp.rounds, "frame", inp.rounds)
-    names = sorted(set(frame["drafter"].astype(str)) - {"ar"}) if "drafter" in frame.columns else [None]
+    if "drafter" in frame.columns:
+        from glance_law.data.arms import label_targets, plain_drafter
+        labels = label_targets(frame)["drafter"].astype(str)
+        names = sorted(set(labels[plain_drafter(labels) != "ar"]))
+    else:
+        names = [None]
     out, why = [], []
     for d in names:
         try:
@@ -439,7 +444,7 @@ def policy(inp: Inputs) -> list:
         except GlanceError as exc:
             why.append(f"{d}: {exc}")
             continue
-        out.append(Table("policy_heldout" if len(names) == 1 else f"policy_heldout-{d}", res))
+        out.append(Table("policy_heldout" if len(names) == 1 else f"policy_heldout-{safe_stem(d)}", res))
     if not out:
         raise GlanceError("no drafter's rounds could be evaluated as draft policies (" + "; ".join(why) + ")")
     return out

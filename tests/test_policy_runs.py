@@ -431,3 +431,19 @@ def test_export_record_carries_both_scenarios_and_the_folds_used(tmp_path):
     assert h.get("folds", 4) == 4                     # 4 prompts: 4 folds ran, not 9
     if "gain" in h:
         assert "gain_ifmatch" in h and "censored" in h and min(h["gain"], h["gain_ifmatch"]) > 0
+
+
+@need_real
+def test_report_policy_section_keeps_targets_apart(tmp_path):
+    """Two SpS runs of one draft model on two targets (Vicuna-7B, Qwen2.5-7B): one table per arm,
+    named by a safe file stem, each replaying only its own target's rounds."""
+    from glance_law.cli.report import main as report_main
+    qwen = REAL / "bnukh" / "test_bench__Qwen2.5-7B-Instruct-sps-68m-float16-temp-0.0.jsonl.gz"
+    out = tmp_path / "rep"
+    rc = report_main([str(SPS), str(qwen), "--only", "policy", "--out", str(out)])
+    assert rc == 0
+    names = sorted(p.name for p in (out / "tables").glob("policy_heldout-*.csv"))
+    assert len(names) == 2 and all(" " not in n and "@" not in n for n in names), names
+    rounds = {n: int(pd.read_csv(out / "tables" / n)["rounds"].iloc[0]) for n in names}
+    want = {len(read_logs([str(p)]).frame) for p in (SPS, qwen)}
+    assert set(rounds.values()) == want

@@ -24,6 +24,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from ..data.arms import label_targets, plain_drafter
 from ..data.schema import SUPPLIED_BY
 from ..errors import GlanceError, MissingColumnError
 from ..law import fit_law
@@ -97,8 +98,10 @@ def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition:
     """One drafter's drafted rounds of one condition (and task): (frame, drafter, notes saying what
     was left out). ``drafter`` may be omitted when the logs hold one speculative drafter.
     ``keep_undrafted``: keep the drafter's rounds with horizon 0 (a sequential replay needs every
-    round of a stream)."""
+    round of a stream). Rounds of several target models are told apart by the arm label
+    ``drafter @ target`` (:func:`glance_law.data.arms.label_targets`): name the arm as ``drafter``."""
     notes: list[str] = []
+    frame = label_targets(frame, notes)
     if condition is not None and "condition" in frame.columns:
         keep = frame["condition"].astype(str) == condition
         if (~keep).any():
@@ -110,7 +113,7 @@ def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition:
         frame = frame.loc[frame["task"].astype(str) == task]
     if "drafter" in frame.columns:
         names = sorted(set(frame["drafter"].astype(str)))
-        spec = [n for n in names if n != "ar"]
+        spec = [n for n in names if plain_drafter(pd.Series([n])).iloc[0] != "ar"]
         if drafter is None:
             if len(spec) != 1:
                 raise GlanceError(f"the logs hold {len(spec)} speculative drafters ({', '.join(spec) or 'none'}); "

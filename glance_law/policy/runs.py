@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from ..data.arms import label_targets
 from ..data.keys import cluster_codes
 from ..errors import GlanceError, MissingColumnError
 from ..replay.runs import (
@@ -226,9 +227,10 @@ def replay_policy(d: RunData, policy: Callable, streams: np.ndarray | None = Non
     return replay_depths(st, _choose(policy, d.max_depth), bound=bound)
 
 
-def _survival_table(d: RunData, rounds: np.ndarray) -> np.ndarray:
-    K = d.max_depth
-    a, c, ctx = d.accepted[rounds], d.censored[rounds], d.context[rounds]
+def _survival_table(accepted, censored, context, K: int) -> np.ndarray:
+    """Kaplan-Meier P(run >= k | context), k = 1..K, one row per context (the pooled runs where a
+    context has fewer than MIN_CONTEXT_ROUNDS); -1 where not estimated."""
+    a, c, ctx = np.asarray(accepted), np.asarray(censored, bool), np.asarray(context)
     pooled = run_survival(a, c, K)
     S = np.empty((len(ACCEPT_CONTEXTS), K))
     for i in range(len(ACCEPT_CONTEXTS)):
@@ -237,23 +239,42 @@ def _survival_table(d: RunData, rounds: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(S), S, -1.0)          # -1: not estimated (never drafted)
 
 
-def fit_accept_policy(d: RunData, prompts: np.ndarray, target: float) -> AcceptKeyedDepthPolicy:
-    """Fit the keyed-accept policy on the prompts ``prompts``: survival tables from their logged
-    runs, then the price found by bisection over the prices that change a depth, taking the
-    largest mean depth not above ``target`` in the replay of their streams (assuming the mean
-    depth falls as the price rises, which holds for the table's depths but not strictly for the
-    replay's trajectories). Even the highest price drafts ``explore`` tokens after a round without
-    a draft, so a target below that is not met (:func:`evaluate_run_policies` notes it)."""
+def fit_accept_policy(d: RunData, prompts: np.ndarray, target: float, *, refits: int = 2) -> AcceptKeyedDepthPolicy:
+    """Fit the keyed-accept policy on the prompts ``prompts``.
+
+    The survival table starts from their logged runs in the logged contexts; then, ``refits``
+    times, the policy is replayed on their streams and the table re-estimated from the runs at
+    the policy's own roots in the contexts the policy itself produces (a context means something
+    else at another depth: "whole draft accepted" after one token is weaker evidence than after
+    five), so the rule is consistent with the trajectories it creates. Each time the price is
+    found by bisection over the prices that change a depth, taking the largest mean depth not
+    above ``target`` (assuming the mean depth falls as the price rises, which holds for the
+    table's depths but not strictly for the replay's trajectories). Even the highest price drafts
+    ``explore`` tokens after a round without a draft, so a target below that is not met
+    (:func:`evaluate_run_policies` notes it)."""
     rounds = d.rounds_of(prompts)
-    S = _survival_table(d, rounds)
-    pol = AcceptKeyedDepthPolicy(survival=tuple(tuple(float(x) for x in row) for row in S), max_size=d.max_depth)
-    idx = d.streams_of(prompts)
-    st = d.streams.take(idx)
+    st = d.streams.take(d.streams_of(prompts))
+    S = _survival_table(d.accepted[rounds], d.censored[rounds], d.context[rounds], d.max_depth)
+    pol = _fit_price(_table_policy(S, d.max_depth), st, d.max_depth, target)
+    for _ in range(int(refits)):
+        _, rec = replay_depths(st, _choose(pol, d.max_depth), record=True)
+        ctx = accept_context(rec["prev_accepted"], rec["prev_depth"])
+        S = _survival_table(rec["run"], rec["run_censored"], ctx, d.max_depth)
+        pol = _fit_price(_table_policy(S, d.max_depth), st, d.max_depth, target)
+    return pol
+
+
+def _table_policy(S: np.ndarray, max_depth: int) -> AcceptKeyedDepthPolicy:
+    return AcceptKeyedDepthPolicy(survival=tuple(tuple(float(x) for x in row) for row in S), max_size=max_depth)
+
+
+def _fit_price(pol: AcceptKeyedDepthPolicy, st: RunStreams, max_depth: int, target: float) -> AcceptKeyedDepthPolicy:
+    S = np.asarray(pol.survival)
     cands = np.unique(S[S >= 0])[::-1]                 # descending prices: depth grows along the list
     cands = np.r_[np.nextafter(cands[0], np.inf) if cands.size else 1.0, cands]
 
     def mean_depth(t):
-        tot = replay_depths(st, _choose(_with_price(pol, t), d.max_depth))
+        tot = replay_depths(st, _choose(_with_price(pol, t), max_depth))
         return tot.depth.sum() / max(tot.rounds.sum(), 1)
 
     lo, hi = 0, cands.size - 1                          # lo: the highest price (the least drafting)
@@ -298,7 +319,7 @@ def run_cost_model(prompts: pd.DataFrame, d: RunData, notes: list | None = None)
     if prompts is None or not need <= set(prompts.columns):
         notes.append("no per-prompt decode_ms: no round cost, no modelled ms per token")
         return CostModel()
-    P = prompts
+    P = label_targets(prompts)                  # the rounds' arm labels (drafter @ target) where targets differ
     if "drafter" in P.columns:
         P = P.loc[P["drafter"].astype(str) == d.drafter]
     if "condition" in P.columns:

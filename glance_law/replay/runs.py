@@ -160,8 +160,10 @@ def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray],
 
     ``choose`` gets a :class:`RunState` for the streams still decoding and returns one depth
     >= 0 per stream. ``bound``: ``"lower"`` (a censored run ends at the unknown token) or
-    ``"upper"`` (it continues). With ``record=True`` also returns the rounds themselves
-    (``stream``, ``position``, ``depth``, ``accepted``, ``censored``; in step order)."""
+    ``"upper"`` (it continues). With ``record=True`` also returns the rounds themselves, in step
+    order: ``stream``, ``position``, ``depth``, ``accepted``, ``censored``, the state the round
+    saw (``prev_accepted``, ``prev_depth``) and the run at its root whatever the depth (``run``,
+    with ``run_censored``: it is only known to be at least that)."""
     if bound not in ("lower", "upper"):
         raise ValueError(f"bound must be 'lower' or 'upper' (got {bound!r})")
     runs = streams.run if bound == "lower" else streams.run_hi
@@ -175,7 +177,8 @@ def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray],
     k = np.zeros(S, np.int64)
     tot = ReplayTotals(rounds=np.zeros(S, np.int64), tokens=np.zeros(S, np.int64), depth=np.zeros(S, np.int64),
                        censored=np.zeros(S, np.int64))
-    rec: dict[str, list] = {"stream": [], "position": [], "depth": [], "accepted": [], "censored": []}
+    rec: dict[str, list] = {k: [] for k in ("stream", "position", "depth", "accepted", "censored", "prev_accepted",
+                                            "prev_depth", "run", "run_censored")}
     idx = np.flatnonzero(pos < length)
     while idx.size:
         d = np.asarray(choose(RunState(stream=idx, prev_accepted=prev_a[idx], prev_depth=prev_d[idx],
@@ -195,12 +198,13 @@ def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray],
         tot.tokens[idx] += commit
         tot.depth[idx] += d
         tot.censored[idx] += cens
-        prev_a[idx], prev_d[idx] = acc, d
-        k[idx] += 1
         if record:
             for key, v in (("stream", idx), ("position", g - streams.start[idx]), ("depth", d), ("accepted", acc),
-                           ("censored", cens)):
+                           ("censored", cens), ("prev_accepted", prev_a[idx]), ("prev_depth", prev_d[idx]),
+                           ("run", r), ("run_censored", streams.censored[g])):
                 rec[key].append(v.copy())
+        prev_a[idx], prev_d[idx] = acc, d
+        k[idx] += 1
         idx = idx[pos[idx] < length[idx]]
     if record:
         return tot, {key: (np.concatenate(v) if v else np.zeros(0, np.int64)) for key, v in rec.items()}
