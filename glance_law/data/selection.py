@@ -53,6 +53,16 @@ def codes_of(series: pd.Series, names: bool = True) -> tuple[np.ndarray, list[st
     return codes, ([str(u) for u in uniq] if names else len(uniq))
 
 
+def _cat_codes(series: pd.Series) -> tuple[np.ndarray, pd.Index] | None:
+    """The codes of a categorical column in their own small integer type (no int64 copy), or None."""
+    if not isinstance(series.dtype, pd.CategoricalDtype):
+        return None
+    codes = series.cat.codes.to_numpy()
+    if codes.size and codes.min() < 0:
+        raise GlanceError(f"column '{series.name}': {int((codes < 0).sum())} missing value(s); every round needs one")
+    return codes, series.cat.categories
+
+
 def compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
     """Relabel integer ids to 0..G-1 (G = distinct ids present)."""
     if codes.size == 0:
@@ -73,13 +83,18 @@ def cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:
         raise MissingColumnError("column 'prompt_id'", "the draftability law (prompt-clustered intervals)")
     if not cols:
         raise MissingColumnError(f"cluster column(s) {', '.join(cluster)}", "the draftability law")
-    out, size = np.zeros(len(frame), dtype=np.int64), 1
-    for c in cols:
-        k, m = codes_of(frame[c], names=False)
+    out, size = None, 1
+    for c in cols:  # mixed radix in place: categorical codes stay in their small type until added
+        cat = _cat_codes(frame[c])
+        k, m = (cat[0], len(cat[1])) if cat is not None else codes_of(frame[c], names=False)
         size *= max(m, 1)
         if size >= 2 ** 62:
             return cluster_codes(frame, cols)[0]
-        out = out * max(m, 1) + k
+        if out is None:
+            out = k.astype(np.int64)
+        else:
+            out *= max(m, 1)
+            out += k
     return out
 
 
@@ -116,20 +131,35 @@ def output_ending(frame: pd.DataFrame) -> np.ndarray | None:
     None when the frame has no ``round`` or ``prompt_id`` column (they cannot be told apart)."""
     if "round" not in frame.columns or "prompt_id" not in frame.columns or len(frame) == 0:
         return None
+    a, L = frame["accepted"].to_numpy(), frame["horizon"].to_numpy()
+    # cut: shorter than the prompt's deepest horizon (a full run of the nominal horizon reads the same
+    # whether or not the output ended there, so it is left in); so never at the log's deepest horizon.
+    # The candidates are tested against their prompt's last round and deepest horizon one by one
+    # (no round-sized gathers: this runs on 10^7 rounds)
+    out = (a == L) & (L > 0)
+    out &= L < L.max()
+    idx = np.flatnonzero(out)
+    if idx.size == 0:
+        return out
     keys = [c for c in ("run_id", "drafter", "condition", "task", "prompt_id") if c in frame.columns]
     k, K = compact(cluster_ids(frame, keys))
-    rnd = frame["round"].to_numpy().astype(np.int64)
-    a, L = frame["accepted"].to_numpy(), frame["horizon"].to_numpy()
-    last = np.full(K, np.iinfo(np.int64).min)
+    rnd = frame["round"].to_numpy()
+    if rnd.dtype.kind not in "iu":
+        rnd = rnd.astype(np.int64)
+    last = np.full(K, np.iinfo(rnd.dtype).min, dtype=rnd.dtype)
     np.maximum.at(last, k, rnd)
     deepest = np.zeros(K, dtype=L.dtype)
     np.maximum.at(deepest, k, L)
-    # cut: shorter than the prompt's deepest horizon (a full run of the nominal horizon reads the same
-    # whether or not the output ended there, so it is left in)
-    return (last[k] == rnd) & (a == L) & (L > 0) & (L < deepest[k])
+    kc = k[idx]
+    del k
+    out[idx] = (last[kc] == rnd[idx]) & (L[idx] < deepest[kc])
+    return out
 
 
-def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) -> dict:
+def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list, *, native: bool = False) -> dict:
+    """The arrays a law fit reads (see the module doc). ``H``, ``a``, ``L`` are float64 unless
+    ``native=True``: then they keep the log's own types where those are exact (float32 entropies,
+    small integer counts), for a caller that converts them once, after its own gathers."""
     need = list(LAW_INPUT) + ([by] if by else []) + ([weight] if weight else [])
     for c in need:
         if c not in frame.columns:
@@ -137,22 +167,33 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
                                      "glance-log (a required column of the round-log contract)")
     if len(frame) == 0:
         raise GlanceError("no rounds to fit: the input is empty")
-    H = frame["root_entropy"].to_numpy(dtype=np.float64)
-    a = frame["accepted"].to_numpy(dtype=np.float64)
-    L = frame["horizon"].to_numpy(dtype=np.float64)
+    H, a, L = (_numbers(frame[c]) for c in LAW_INPUT)
+    if H.dtype not in (np.float32, np.float64):
+        H = H.astype(np.float64)
     if not np.all(np.isfinite(H)):
         raise GlanceError(f"column 'root_entropy': {int((~np.isfinite(H)).sum())} NaN or inf value(s); "
                           "entropy must come from finite fp32 logits (drop or fix those rounds)")
-    if np.any(H < -1e-4):
+    h_min = float(H.min())
+    if h_min < -1e-4:
         raise GlanceError("column 'root_entropy': negative values; entropy is in nats and cannot be negative")
-    if not (np.all(np.isfinite(L)) and np.all(L >= 0) and np.all(L == np.round(L))):
-        raise GlanceError("column 'horizon': values must be non-negative integers")
-    bad = ~np.isfinite(a) | (a < 0) | (a > L) | (a != np.round(a))
+    if L.dtype.kind in "iu":  # integers: finite and whole by type
+        if L.min() < 0:
+            raise GlanceError("column 'horizon': values must be non-negative integers")
+    else:
+        L = L.astype(np.float64)
+        if not (np.all(np.isfinite(L)) and np.all(L >= 0) and np.all(L == np.round(L))):
+            raise GlanceError("column 'horizon': values must be non-negative integers")
+    if a.dtype.kind in "iu":
+        bad = (a < 0) | (a > L)
+    else:
+        a = a.astype(np.float64)
+        bad = ~np.isfinite(a) | (a < 0) | (a > L) | (a != np.round(a))
     if bad.any():
         raise GlanceError(f"column 'accepted': {int(bad.sum())} value(s) are not integers in 0..horizon "
                           "(accepted counts draft tokens, bonus excluded)")
-    if (H < 0).any():  # float32 round-off can leave -1e-7 for a zero entropy (copy: never touch the input)
-        H = np.maximum(H, 0.0)
+    del bad
+    if h_min < 0:  # float32 round-off can leave -1e-7 for a zero entropy (copy: never touch the input)
+        H = np.maximum(H, H.dtype.type(0.0))
     w = None
     if weight:
         w = frame[weight].to_numpy(dtype=np.float64)
@@ -169,6 +210,7 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
         else:
             notes.append(f"excluded {causes.replace(' (drafter', ' (horizon == 0, drafter')}: "
                          "the law describes drafted rounds")
+    del ar
     if "condition" in frame.columns:
         cond = frame["condition"]
         present = sorted({str(c) for c in pd.unique(cond)})
@@ -188,23 +230,42 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list) ->
             notes.append(f"conditions pooled in one fit: {', '.join(present)}")
     if not keep.any():
         raise GlanceError("no rounds left to fit after the exclusions above: " + "; ".join(notes))
-    sub = frame if keep.all() else frame.loc[keep]
+    every = bool(keep.all())
+    sub = frame if every else frame.loc[keep]
     if "drafter" in frame.columns:
-        dcodes, dnames = codes_of(sub["drafter"])
+        dcodes, dnames = _small_codes(sub["drafter"])
     else:
-        dcodes, dnames = np.zeros(int(keep.sum()), dtype=np.int64), ["unknown"]
+        dcodes, dnames = np.zeros(len(sub), dtype=np.int32), ["unknown"]
     if by:
-        gcodes, gnames = codes_of(sub[by])
+        gcodes, gnames = _small_codes(sub[by])
         if POOLED in gnames:
             raise GlanceError(f"column '{by}': a group is named '{POOLED}', which labels the pooled row; rename it")
     else:
-        gcodes, gnames = np.zeros(int(keep.sum()), dtype=np.int64), []
+        gcodes, gnames = np.zeros(len(sub), dtype=np.int32), []
     ends = output_ending(frame)
-    if ends is not None and not keep.all():
+    if ends is not None and not every:
         ends = ends[keep]
     if ends is not None and not ends.any():
         ends = None
-    if not keep.all():
+    if not every:
         H, a, L, w = H[keep], a[keep], L[keep], None if w is None else w[keep]
-    return {"H": H, "a": a, "L": L, "w": w, "cl": cluster_ids(sub, cluster), "d": dcodes.astype(np.int32),
-            "dnames": dnames, "g": gcodes.astype(np.int32), "gnames": gnames, "ends": ends}
+    if not native:
+        H, a, L = (np.asarray(x, dtype=np.float64) for x in (H, a, L))
+    return {"H": H, "a": a, "L": L, "w": w, "cl": cluster_ids(sub, cluster), "d": dcodes,
+            "dnames": dnames, "g": gcodes, "gnames": gnames, "ends": ends}
+
+
+def _numbers(series: pd.Series) -> np.ndarray:
+    """A numeric column as numpy in its own type (float64 for anything but numpy ints and floats)."""
+    x = series.to_numpy()
+    return x if x.dtype.kind in "iuf" else series.to_numpy(dtype=np.float64)
+
+
+def _small_codes(series: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """:func:`codes_of` as int32 (without its int64 copy for a categorical column)."""
+    cat = _cat_codes(series)
+    if cat is None:
+        codes, names = codes_of(series)
+        return codes.astype(np.int32), names
+    codes, uniq = cat
+    return codes.astype(np.int32), [str(u) for u in uniq]

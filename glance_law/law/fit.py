@@ -85,7 +85,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     frame, skipped = _sel.as_frame(rounds)
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
                         for path, reason in skipped]
-    data = _sel.prepare(frame, by, condition, weight, cluster, notes)
+    data = _sel.prepare(frame, by, condition, weight, cluster, notes, native=True)
     if cov not in ("cr3", "cr1"):
         raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
     interval = "bootstrap" if n_boot > 0 else cov
@@ -111,9 +111,13 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         del dmask
         put = {}
         for k in names:  # one array at a time; with one drafter the unsorted copy is dropped at once
-            put[k] = None if data[k] is None else data[k][take]
+            x = None if data[k] is None else data[k][take]
+            if k in ("H", "a") and x.dtype != np.float64:  # float32 entropies, int16 counts: exact in float64
+                x = x.astype(np.float64)
+            put[k] = x
             if len(present_d) == 1:
                 data[k] = None
+            del x
         del take
         H, a, L, w, cl, g, ends = (put.pop(k) for k in names)
         tag = dname if len(present_d) > 1 else None

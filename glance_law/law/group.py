@@ -154,7 +154,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
     try:
-        b = _law.refit(opt["method"], H, a, L, w)
+        b = _law.refit(opt["method"], H, a, L, w, sorted_h=True)
         row["converged"] = True
     except ValueError as exc:
         notes.append(f"{where}: the law could not be fitted ({exc})")
@@ -162,7 +162,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     if b is not None:
         b0, b1 = float(b[0]), float(b[1])
         row["b0"], row["b1"] = b0, b1
-        p = _law.match_prob(H, b0, b1)
+        moments = None
         if G < 2:
             lo = hi = np.array([np.nan, np.nan])
             notes.append(f"{where}: a single prompt; no prompt-clustered interval")
@@ -173,7 +173,10 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
                 row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
         else:
-            u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"], p=p)
+            if opt["method"] == "mle":  # the clustered sums and the fitted moments in one pass
+                u, info_g, *moments = _law.law_pass(b, H, a, L, cl, G, w)
+            else:
+                u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"])
             cov = clustered_covariance(u, info_g, opt.get("cov", "cr3"))
             del u, info_g
             half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
@@ -183,10 +186,12 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
         row["cap"] = _law.cap(b0)
         # the law's mean M(p, L), the log-likelihood and the model-implied ceiling
         # Var(M) / (Var(M) + E Var(a|H)) (ceiling.model_ceiling) in one chunked pass
-        pred, row["loglik"], s1, s2, sv = _law.fitted_moments(b, H, a, L, p, w)
+        if moments is None:
+            moments = _law.fitted_moments(b, H, a, L, _law.match_prob(H, b0, b1), w)
+        pred, row["loglik"], s1, s2, sv = moments
+        del moments
         between = max(s2 / W - (s1 / W) ** 2, 0.0)
         row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
-        del p
         if keep is not None:
             pred = pred[keep]
         if bm is not None:

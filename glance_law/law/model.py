@@ -30,7 +30,7 @@ from glance_law.stats.cluster import design_sums
 __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
            "expected_accepted", "loglik", "score_and_information", "cluster_score_information",
            "fit_affine_logit", "fit_conditional_mean", "refit", "mean_and_jacobian", "law_supremum", "cap",
-           "fitted_moments"]
+           "fitted_moments", "law_pass"]
 
 CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
 _NEWTON_CHUNK = 1 << 15  # rows per chunk of a Newton pass (three float64 buffers stay in cache)
@@ -131,6 +131,86 @@ def fitted_moments(b, H, a, L, p, weight=None, chunk: int = 1 << 15):
             s2 += dot(wk, M * M)
             sv += dot(wk, V)
     return out, ll, s1, s2, sv
+
+
+def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None = None):
+    """The MLE's clustered sums and the fitted moments at the estimate ``b`` in one chunked pass.
+
+    Returns ``(u, info_g, M, loglik, sum M, sum M^2, sum Var)``: what
+    :func:`cluster_score_information` (``method="mle"``) and :func:`fitted_moments` return, with
+    the same formulas, from one evaluation of ``p = sigmoid(b0 - b1 H)`` per round; nothing
+    round-sized is allocated but ``M``. Chunks hold at least ``2 G`` rounds, so the per-chunk
+    cluster sums cost O(n) in all.
+    """
+    b0, b1 = float(b[0]), float(b[1])
+    n = H.size
+    G = int(n_clusters)
+    C = max(1 << 15, 2 * G) if chunk is None else int(chunk)
+    u = np.zeros((G, 2))
+    info_g = np.zeros((G, 2, 2))
+    s00, s01, s11 = np.zeros(G), np.zeros(G), np.zeros(G)
+    out = np.empty(n)
+    ll = s1 = s2 = sv = 0.0
+    for k in range(0, n, C):
+        sl = slice(k, k + C)
+        h = np.asarray(H[sl], dtype=np.float64)
+        ak = np.asarray(a[sl], dtype=np.float64)
+        Lk = np.asarray(L[sl], dtype=np.float64)
+        ck = codes[sl]
+        wk = None if weight is None else np.asarray(weight[sl], dtype=np.float64)
+        eta = b0 - b1 * h
+        pk = special.expit(eta)
+        # the truncated geometric's score and information weights (cluster_score_information)
+        ntr = (ak < Lk).astype(np.float64)
+        ntr += ak                                # s + f
+        v = ntr * pk                             # (s + f) p
+        r = ak - v                               # s - (s + f) p
+        v -= v * pk                              # (s + f) p (1 - p)
+        if wk is not None:
+            r *= wk
+            v *= wk
+        u[:, 0] += np.bincount(ck, r, G)
+        r *= h
+        u[:, 1] -= np.bincount(ck, r, G)
+        s00 += np.bincount(ck, v, G)
+        v *= h
+        s01 -= np.bincount(ck, v, G)
+        v *= h
+        s11 += np.bincount(ck, v, G)
+        del r, v
+        # the law's mean, its variance and the log-likelihood (fitted_moments)
+        q = 1.0 - pk
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            om = -np.expm1(Lk * np.log(np.where(pk > 0, pk, 1.0)))      # 1 - p^L
+            M = pk * om / q
+            Md = (om - Lk * q * (1.0 - om)) / (q * q)
+        if np.any(pk <= 0) or np.any(pk >= 1.0):
+            M = np.where(pk <= 0, 0.0, M)
+            M = np.where(pk >= 1.0, Lk, M)
+            Md = np.where(pk <= 0, 1.0, Md)
+        small = q * np.maximum(Lk, 1.0) < 1e-4
+        if small.any():
+            qs, Ls = q[small], Lk[small]
+            Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
+                + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
+        out[sl] = M
+        V = 2.0 * pk * Md - M - M * M
+        np.maximum(V, 0.0, out=V)
+        t = ak * eta - ntr * np.logaddexp(0.0, eta)
+        if wk is None:
+            ll += float(t.sum())
+            s1 += float(M.sum())
+            s2 += dot(M, M)
+            sv += float(V.sum())
+        else:
+            ll += dot(wk, t)
+            s1 += dot(wk, M)
+            s2 += dot(wk, M * M)
+            sv += dot(wk, V)
+    info_g[:, 0, 0] = s00
+    info_g[:, 0, 1] = info_g[:, 1, 0] = s01
+    info_g[:, 1, 1] = s11
+    return u, info_g, out, ll, s1, s2, sv
 
 
 def expected_accepted(H, b0: float, b1: float, L) -> np.ndarray:
@@ -238,15 +318,28 @@ def cluster_score_information(b, H, a, L, codes, n_clusters: int, weight=None, *
     return design_sums(H, t, v, codes, n_clusters, w)
 
 
-def refit(method: str, H, a, L, weight=None, b_init=None):
+def refit(method: str, H, a, L, weight=None, b_init=None, *, sorted_h: bool = False):
     """(b0, b1) by ``method`` ("mle": :func:`fit_affine_logit`, "nls": :func:`fit_conditional_mean`),
-    started at ``b_init`` when given (bootstrap replicates start at the full-sample estimate)."""
+    started at ``b_init`` when given (bootstrap replicates start at the full-sample estimate).
+    ``sorted_h``: H is in ascending order (saves the MLE's masked passes)."""
     if method == "nls":
         return fit_conditional_mean(H, a, L, weight, b_init=b_init)[0]
-    return fit_affine_logit(H, a, L, weight, b_init=(0.0, 0.0) if b_init is None else b_init)[0]
+    return fit_affine_logit(H, a, L, weight, b_init=(0.0, 0.0) if b_init is None else b_init,
+                            sorted_h=sorted_h)[0]
 
 
-def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10, max_iter: int = 100):
+def _masked_range(H, mask, sorted_h: bool) -> tuple[float, float]:
+    """(max, min) of H where ``mask`` (-inf, inf when nowhere); O(1) past the mask when H is sorted."""
+    if not sorted_h:
+        return np.max(H, where=mask, initial=-np.inf), np.min(H, where=mask, initial=np.inf)
+    first = int(np.argmax(mask))
+    if not mask[first]:
+        return -np.inf, np.inf
+    return H[mask.size - 1 - int(np.argmax(mask[::-1]))], H[first]
+
+
+def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10, max_iter: int = 100, *,
+                     sorted_h: bool = False):
     """Exact maximum likelihood of (b0, b1) (Newton on the concave log-likelihood).
 
     Returns ``(b, info, converged)``: the estimate, the observed information at
@@ -267,7 +360,7 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     # successes s = a and trials s + f = a + [a < L] (times the weights): one round-sized array
     # besides the inputs (s is a itself when unweighted); the passes below run in cache-sized chunks
     s = np.asarray(a_arr, dtype=np.float64)
-    n_tr = (s < np.asarray(L_arr, dtype=np.float64)).astype(np.float64)
+    n_tr = (s < (L_arr if L_arr.dtype.kind in "iuf" else np.asarray(L_arr, dtype=np.float64))).astype(np.float64)
     n_tr += s
     w = None
     if weight is not None:
@@ -280,15 +373,16 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     if S == N:
         raise ValueError("every round accepted its full horizon: p -> 1 and the law has no finite fit")
     live = n_tr > 0
-    if np.max(H, where=live, initial=-np.inf) == np.min(H, where=live, initial=np.inf):
+    h_max, h_min = _masked_range(H, live, sorted_h)
+    if h_max == h_min:
         raise ValueError("root_entropy does not vary, so the slope b1 is not identified")
     # (Quasi-)complete separation: some entropy c has every accepted token at H <= c and every
     # rejection at H >= c (or the reverse); the likelihood then rises without bound along
     # b0 = b1 c, b1 -> +-inf, and Newton would stop on a flat ridge at an arbitrary point.
     np.greater(s, 0, out=live)
-    hs_max, hs_min = np.max(H, where=live, initial=-np.inf), np.min(H, where=live, initial=np.inf)
+    hs_max, hs_min = _masked_range(H, live, sorted_h)
     np.greater(n_tr, s, out=live)                    # a failure (rejection) in the round
-    hf_max, hf_min = np.max(H, where=live, initial=-np.inf), np.min(H, where=live, initial=np.inf)
+    hf_max, hf_min = _masked_range(H, live, sorted_h)
     del live
     if hs_max <= hf_min or hf_max <= hs_min:
         low = "accepted tokens" if hs_max <= hf_min else "rejections"
@@ -346,7 +440,7 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             k = H.size // 25_000
             try:
                 b = fit_affine_logit(H[::k], a_arr[::k], L_arr[::k], None if w is None else w[::k],
-                                     tol=1e-6)[0]
+                                     tol=1e-6, sorted_h=sorted_h)[0]
             except ValueError:
                 pass
     g, info = grad_info(b)
