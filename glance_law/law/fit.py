@@ -96,10 +96,13 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     rows, curves, checks = [], {}, {}
     dnames = data["dnames"]
     present_d = sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
-    names = ("H", "a", "L", "w", "cl", "g", "ends")
+    names = ("cl", "g", "ends", "w", "H", "a", "L")  # the big unsorted ones first: each is freed when gathered
+    d_codes = data.pop("d")
     for di in present_d:
         dname = dnames[di]
-        dmask = data["d"] == di
+        dmask = d_codes == di
+        if len(present_d) == 1:
+            d_codes = None
         # one stable sort of the entropies per drafter; every array is put in that order once, so
         # each group's rounds (a subsequence) come sorted and all statistics read them sequentially
         if dmask.all():
@@ -119,17 +122,19 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
                 data[k] = None
             del x
         del take
-        H, a, L, w, cl, g, ends = (put.pop(k) for k in names)
+        H, a, L, w, cl, g, ends = (put.pop(k) for k in ("H", "a", "L", "w", "cl", "g", "ends"))
         tag = dname if len(present_d) > 1 else None
         count_g = np.bincount(g, minlength=len(data["gnames"])) if by else np.zeros(0, dtype=np.int64)
         present_g = np.flatnonzero(count_g)
         # the rounds of each group, in their entropy order: one stable (radix) sort of the group codes
         # instead of a mask pass over every array per group
-        by_g = np.argsort(g.astype(np.int16) if len(data["gnames"]) < 2 ** 15 else g, kind="stable") \
-            if present_g.size else None
+        # (a few groups: one mask per group, no round-sized index kept)
+        few = present_g.size <= 16
+        by_g = None if few or not present_g.size else \
+            np.argsort(g.astype(np.int16) if len(data["gnames"]) < 2 ** 15 else g, kind="stable")
         start_g = np.concatenate([[0], np.cumsum(count_g)])
         for gi in sorted(present_g, key=lambda i: data["gnames"][i]):
-            m = by_g[start_g[gi]:start_g[gi + 1]]
+            m = np.flatnonzero(g == gi) if few else by_g[start_g[gi]:start_g[gi + 1]]
             row, cur, chk = _group.evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m],
                                             data["gnames"][gi], tag, opt, group_notes,
                                             None if ends is None else ends[m])

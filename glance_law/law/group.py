@@ -100,10 +100,12 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
         return float(x.sum()) if wc is None else _law.dot(wc, x)
 
     starts = None  # unweighted, the sorted rounds' bins are B consecutive runs: sums by np.add.reduceat
+    # unweighted, every statistic below reads the sorted runs directly: no tie ids, no per-round bins
+    fast = wc is None
 
     def wbin(bins, x, B):  # per-bin weighted sums over the checks' rounds
         if starts is not None:
-            return np.add.reduceat(x, starts)
+            return np.add.reduceat(x, starts[:-1])
         return np.bincount(bins, x if wc is None else wc * x, B)
 
     level = opt["level"]
@@ -119,7 +121,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     if L.min() != L.max():
         notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
                      "mean use each round's own L; sup and the horizon column use the largest")
-    key = _curve.sort_key(Hc, is_sorted=True)
+    key = None if fast else _curve.sort_key(Hc, is_sorted=True)
     ceil = _ceiling.noise_ceiling(Hc, ac, opt["ceiling_bins"], wc, is_sorted=True)
     row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
     if ceil.bins >= 2 and ceil.n < 5 * ceil.bins:
@@ -127,28 +129,35 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
                      "ceiling estimate is noisy here and ceiling_fraction can exceed 1; read them from ~250 rounds up")
     B = opt["bins"]
     curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
-    bins = bm = floor = None
+    bins = bm = None
+    floor = False
     if Wc >= B:  # rounds, not rows: a reduced table's row stands for `weight` rounds
-        bins = _curve.sorted_bins(n, B, wc)
-        if wc is None:  # n >= B: every bin holds at least one round
-            starts = np.searchsorted(bins, np.arange(B, dtype=bins.dtype))
-        bm = _curve.binned_means(ac, bins, B, clc, G, wc, level)
+        if fast:  # n >= B: every bin holds at least one round
+            starts = _curve.bin_starts(n, B)
+            bins = _curve.sorted_bins(n, B) if opt["n_boot"] > 0 else None  # the bootstrap's bin means
+        else:
+            bins = _curve.sorted_bins(n, B, wc)
+        bm = _curve.binned_means(ac, bins, B, clc, G, wc, level, starts=starts)
         Wb = bm["n"]
         curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": _per_bin(wbin(bins, Hc, B), Wb),
                               "mean_accepted": bm["mean"], "lo": bm["lo"], "hi": bm["hi"],
                               "predicted": np.nan, "isotonic": np.nan})
         if wc is None:
             curve["n"] = curve["n"].astype(np.int64)
-        floor = np.flatnonzero(bins == 0)
+        floor = bool(Wb[0] > 0) if fast else bool(np.any(bins == 0))
         row["floor_rounds"] = int(round(Wb[0]))
         row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
-        iso = _curve.isotonic_decreasing(Hc, ac, weights=wc, key=key)
-        curve["isotonic"] = _per_bin(wbin(bins, iso, B), Wb)
-        del iso
+        if fast:
+            curve["isotonic"] = _per_bin(_curve.sorted_isotonic_bin_sums(Hc, ac, starts), Wb)
+        else:
+            iso = _curve.isotonic_decreasing(Hc, ac, weights=wc, key=key)
+            curve["isotonic"] = _per_bin(wbin(bins, iso, B), Wb)
+            del iso
         row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
     else:
         notes.append(f"{where}: fewer rounds ({Wc:.0f}) than curve bins ({B}); no decile curve")
-    ranks = (_curve.midranks(Hc, weights=wc, key=key), _curve.integer_midranks(ac, wc))
+    ranks = (_curve.sorted_midranks(Hc) if fast else _curve.midranks(Hc, weights=wc, key=key),
+             _curve.integer_midranks(ac, wc))
     del key
     rho, rho_p, _ = spearman_clustered(Hc, ac, clc, G, ranks=ranks, weights=wc, overwrite_ranks=True)
     del ranks
@@ -198,10 +207,14 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
             curve["predicted"] = _per_bin(wbin(bins, pred, B), bm["n"])
             row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
         pred -= ac                                         # residuals, in place
-        sse = wsumc(pred * pred)
-        d = ac - (mean_a if keep is None else wsumc(ac) / Wc)
-        sst = wsumc(d * d)
-        del pred, d
+        sse = _law.dot(pred, pred) if wc is None else _law.dot(wc, pred * pred)
+        del pred
+        mean_c = mean_a if keep is None else wsumc(ac) / Wc
+        sst = 0.0
+        for k in range(0, n, 1 << 16):  # sum of squares about the mean, without a round-sized temporary
+            d = ac[k:k + (1 << 16)] - mean_c
+            sst += _law.dot(d, d) if wc is None else _law.dot(wc[k:k + (1 << 16)], d * d)
+        del d
         row["r2_round"] = 1.0 - sse / sst if sst > 0 else np.nan
         lo_h, hi_h = _spread(H, w)
         if hi_h - lo_h < NARROW_SPREAD:
@@ -210,7 +223,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
                          "moves inside that range only, not at higher entropy (docs/theory-law.md, 'Entropy "
                          "spread')")
         row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
-        if floor is not None and floor.size:
+        if floor:
             # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the group's largest L
             # (M grows with L: no round of the group can be predicted more; rounds cut short by the
             # end of the output carry L = a, so an average over the floor rounds' own L would not be)

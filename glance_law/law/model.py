@@ -159,7 +159,12 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         ck = codes[sl]
         wk = None if weight is None else np.asarray(weight[sl], dtype=np.float64)
         eta = b0 - b1 * h
-        pk = special.expit(eta)
+        with np.errstate(over="ignore"):
+            e = np.exp(-eta)                     # e^-eta: p = 1 / (1 + e), log p = -log1p(e)
+        pk = 1.0 / (1.0 + e)
+        logp = np.log1p(e)
+        del e
+        np.negative(logp, out=logp)
         # the truncated geometric's score and information weights (cluster_score_information)
         ntr = (ak < Lk).astype(np.float64)
         ntr += ak                                # s + f
@@ -181,7 +186,7 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         # the law's mean, its variance and the log-likelihood (fitted_moments)
         q = 1.0 - pk
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            om = -np.expm1(Lk * np.log(np.where(pk > 0, pk, 1.0)))      # 1 - p^L
+            om = -np.expm1(Lk * logp)                                    # 1 - p^L
             M = pk * om / q
             Md = (om - Lk * q * (1.0 - om)) / (q * q)
         if np.any(pk <= 0) or np.any(pk >= 1.0):
@@ -196,7 +201,9 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         out[sl] = M
         V = 2.0 * pk * Md - M - M * M
         np.maximum(V, 0.0, out=V)
-        t = ak * eta - ntr * np.logaddexp(0.0, eta)
+        # s log p + f log(1 - p) = s eta - (s + f) log(1 + e^eta), and log(1 + e^eta) = eta - log p
+        sp = eta - logp if eta.min() > -700.0 else np.logaddexp(0.0, eta)
+        t = ak * eta - ntr * sp
         if wk is None:
             ll += float(t.sum())
             s1 += float(M.sum())

@@ -160,6 +160,16 @@ def _jackknife_steps(u: np.ndarray, info_g: np.ndarray, info: np.ndarray) -> np.
     """delta_g = (info - info_g)^-1 u_g (CR1 term info^-1 u_g where the rest is singular)."""
     rest = info[None, :, :] - info_g
     delta = np.empty_like(u)
+    if u.shape[1] == 2:  # two parameters (every law fit): Cramer's rule, vectorised over the clusters
+        r00, r01, r10, r11 = rest[:, 0, 0], rest[:, 0, 1], rest[:, 1, 0], rest[:, 1, 1]
+        det = r00 * r11 - r01 * r10
+        ok = np.abs(det) > 1e-12 * max(abs(np.linalg.det(info)), 1e-300)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            delta[:, 0] = (r11 * u[:, 0] - r01 * u[:, 1]) / det
+            delta[:, 1] = (r00 * u[:, 1] - r10 * u[:, 0]) / det
+        if (~ok).any():
+            delta[~ok] = u[~ok] @ np.linalg.inv(info).T
+        return delta
     det = np.linalg.det(rest)
     ok = np.abs(det) > 1e-12 * max(abs(np.linalg.det(info)), 1e-300)
     if ok.any():

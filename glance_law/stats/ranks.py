@@ -67,8 +67,10 @@ def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_cluste
     zx /= sx
     zy /= sy
     rho = wdot(zx, zy) / W
-    zy -= rho * zx                       # residual of the rank regression
-    zy *= zx
+    for k in range(0, n, 1 << 16):      # residual of the rank regression times zx (no round-sized temporary)
+        zk = zy[k:k + (1 << 16)]
+        zk -= rho * zx[k:k + (1 << 16)]
+        zk *= zx[k:k + (1 << 16)]
     if w is not None:
         zy *= w
     u = cluster_sums(zy, codes, n_clusters)
