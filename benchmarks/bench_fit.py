@@ -24,6 +24,8 @@ entropies), ``fit_law`` of this checkout and ``fit_law`` of each commit REF (ext
 ``git archive`` into a temporary folder), each on the frame already in memory; "added" is the
 fit's peak RSS above the RSS before it (the peak is reset through /proc/self/clear_refs). Each
 figure is the best of ``--repeat`` runs inside its process (imports and the first read excluded).
+Each fit's table and curves are compared with this checkout's: the largest relative difference
+of any statistic is printed (the speed-ups must leave the statistics identical to ~1e-10).
 
 In-process timings are the best of ``--repeat`` runs (the machine is shared); process
 figures are single runs. Nothing here is asserted: the figures go in the report.
@@ -153,7 +155,7 @@ def bench_size(n: int, repeat: int, tmp: Path, ref_dirs: list[str] | None = None
 
 
 _FIT_CHILD = """
-import sys, time, gc
+import os, sys, time, gc
 sys.path.insert(0, sys.argv[1])
 import numpy as np
 def rss(key):
@@ -187,6 +189,10 @@ else:
         fit = fit_law(frame)
         best = min(best, (time.perf_counter() - t, time.process_time() - c))
         added = rss('VmHWM') - before
+        if os.environ.get('BENCH_FIT_DUMP'):  # the statistics, for the comparison across commits
+            import pickle
+            with open(os.environ['BENCH_FIT_DUMP'], 'wb') as fh:
+                pickle.dump((fit.to_frame(), dict(fit.curves)), fh)
         del fit
     print(best[0], best[1], added)
 """
@@ -198,9 +204,14 @@ def against(paths, ref_dirs: list[str], repeat: int) -> None:
     out = {}
     runs = [("floor", here, f"floor{max(repeat, 3)}"), ("fit (this checkout)", here, str(repeat))]
     runs += [("fit (" + Path(d).name + ")", d, str(repeat)) for d in ref_dirs]
+    dumps = {}
     for label, root, mode in runs:
+        env = dict(os.environ)
+        if label != "floor":
+            dumps[label] = str(Path(paths[0]).parent / f"stats-{len(dumps)}.pkl")
+            env["BENCH_FIT_DUMP"] = dumps[label]
         r = subprocess.run([sys.executable, "-c", _FIT_CHILD, root, mode] + [str(p) for p in paths],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         if r.returncode != 0:
             print(f"  ! {label}: {r.stderr.strip()[-400:]}")
             continue
@@ -210,6 +221,38 @@ def against(paths, ref_dirs: list[str], repeat: int) -> None:
         extra = "" if label == "floor" else (f"   x{wall / floor[0]:.1f} floor wall, x{cpu / floor[1]:.1f} CPU, "
                                              f"+{added:.0f} MB peak RSS")
         print(f"  {label:22s} {wall:6.2f} s wall / {cpu:6.2f} s CPU{extra}")
+    mine = "fit (this checkout)"
+    for label in dumps:
+        if label != mine and label in out and mine in out:
+            print(f"  statistics of this checkout vs {label[5:-1]}: max relative difference "
+                  f"{max_relative_difference(dumps[mine], dumps[label]):.1e} (table and curves)")
+    for f in dumps.values():
+        Path(f).unlink(missing_ok=True)
+
+
+def max_relative_difference(mine: str, ref: str) -> float:
+    """The largest |x - y| / |y| over the numeric cells of two dumped fits' tables and curves (NaN
+    against NaN counts as equal; any other mismatch, including a differing label, is inf)."""
+    import pickle
+
+    import pandas as pd
+    (ta, ca), (tb, cb) = (pickle.loads(Path(p).read_bytes()) for p in (mine, ref))
+    if list(ta.columns) != list(tb.columns) or len(ta) != len(tb) or ca.keys() != cb.keys():
+        return float("inf")
+    worst = 0.0
+    for fa, fb in [(ta, tb)] + [(ca[k], cb[k]) for k in ca]:
+        for c in fa.columns:
+            x, y = fa[c].to_numpy(), fb[c].to_numpy()
+            if not (pd.api.types.is_numeric_dtype(fa[c]) and not pd.api.types.is_bool_dtype(fa[c])):
+                if not (x.astype(str) == y.astype(str)).all():
+                    return float("inf")
+                continue
+            x, y = x.astype(float), y.astype(float)
+            same = (x == y) | (np.isnan(x) & np.isnan(y))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                d = np.where(same, 0.0, np.abs(x - y) / np.abs(y))
+            worst = max(worst, float(np.nan_to_num(d, nan=np.inf).max(initial=0.0)))
+    return worst
 
 
 def paper_reference(n_prompts: int = 400, seed: int = 0) -> None:
