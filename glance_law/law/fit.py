@@ -95,7 +95,8 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     group_notes: list[str] = []
     rows, curves, checks = [], {}, {}
     dnames = data["dnames"]
-    present_d = sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
+    present_d = [0] if len(dnames) == 1 else \
+        sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
     names = ("cl", "g", "ends", "w", "H", "a", "L")  # the big unsorted ones first: each is freed when gathered
     d_codes = data.pop("d")
     for di in present_d:

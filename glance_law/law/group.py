@@ -128,7 +128,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
         notes.append(f"{where}: {ceil.n:.0f} rounds in {ceil.bins} ceiling bins (fewer than 5 per bin): the "
                      "ceiling estimate is noisy here and ceiling_fraction can exceed 1; read them from ~250 rounds up")
     B = opt["bins"]
-    curve = pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
+    curve = None  # the decile curve's columns (numpy), one frame at the end
     bins = bm = None
     floor = False
     if Wc >= B:  # rounds, not rows: a reduced table's row stands for `weight` rounds
@@ -139,11 +139,9 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
             bins = _curve.sorted_bins(n, B, wc)
         bm = _curve.binned_means(ac, bins, B, clc, G, wc, level, starts=starts)
         Wb = bm["n"]
-        curve = pd.DataFrame({"bin": np.arange(1, B + 1), "n": Wb, "mean_entropy": _per_bin(wbin(bins, Hc, B), Wb),
-                              "mean_accepted": bm["mean"], "lo": bm["lo"], "hi": bm["hi"],
-                              "predicted": np.nan, "isotonic": np.nan})
-        if wc is None:
-            curve["n"] = curve["n"].astype(np.int64)
+        curve = {"bin": np.arange(1, B + 1), "n": Wb.astype(np.int64) if wc is None else Wb,
+                 "mean_entropy": _per_bin(wbin(bins, Hc, B), Wb), "mean_accepted": bm["mean"], "lo": bm["lo"],
+                 "hi": bm["hi"], "predicted": np.full(B, np.nan), "isotonic": np.full(B, np.nan)}
         floor = bool(Wb[0] > 0) if fast else bool(np.any(bins == 0))
         row["floor_rounds"] = int(round(Wb[0]))
         row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
@@ -162,8 +160,13 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     rho, rho_p, _ = spearman_clustered(Hc, ac, clc, G, ranks=ranks, weights=wc, overwrite_ranks=True)
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
+    # the MLE with prompt-clustered intervals: Newton and the pass at the estimate share a pass
+    fused = opt["method"] == "mle" and opt["n_boot"] == 0 and G >= 2
     try:
-        b = _law.refit(opt["method"], H, a, L, w, sorted_h=True)
+        if fused:
+            b, *fused = _law.fit_law_pass(H, a, L, cl, G, w, sorted_h=True)
+        else:
+            b = _law.refit(opt["method"], H, a, L, w, sorted_h=True)
         row["converged"] = True
     except ValueError as exc:
         notes.append(f"{where}: the law could not be fitted ({exc})")
@@ -177,13 +180,14 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
             notes.append(f"{where}: a single prompt; no prompt-clustered interval")
         elif opt["n_boot"] > 0:
             lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where, keep)
-            if bm is not None and cdraw is not None:
+            if curve is not None and cdraw is not None:
                 curve["lo"], curve["hi"] = cdraw[0], cdraw[1]
                 row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
         else:
-            if opt["method"] == "mle":  # the clustered sums and the fitted moments in one pass
-                u, info_g, *moments = _law.law_pass(b, H, a, L, cl, G, w)
+            if fused:  # the clustered sums and the fitted moments, from the same pass
+                u, info_g, *moments = fused
+                fused = None
             else:
                 u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"])
             cov = clustered_covariance(u, info_g, opt.get("cov", "cr3"))
@@ -203,7 +207,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
         row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
         if keep is not None:
             pred = pred[keep]
-        if bm is not None:
+        if curve is not None:
             curve["predicted"] = _per_bin(wbin(bins, pred, B), bm["n"])
             row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
         pred -= ac                                         # residuals, in place
@@ -236,6 +240,8 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     row.update(holds=checks.passed, holds_slope=flags["slope"], holds_rank=flags["rank"],
                holds_curve=flags["curve"], holds_monotone=flags["monotone"],
                failed_checks=",".join(checks.failed()))
+    curve = pd.DataFrame(curve) if curve is not None else \
+        pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
     return row, curve, checks
 
 

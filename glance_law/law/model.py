@@ -30,7 +30,7 @@ from glance_law.stats.cluster import design_sums
 __all__ = ["match_prob", "truncated_mean", "truncated_mean_derivative", "truncated_variance",
            "expected_accepted", "loglik", "score_and_information", "cluster_score_information",
            "fit_affine_logit", "fit_conditional_mean", "refit", "mean_and_jacobian", "law_supremum", "cap",
-           "fitted_moments", "law_pass"]
+           "fitted_moments", "law_pass", "fit_law_pass"]
 
 CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
 _NEWTON_CHUNK = 1 << 15  # rows per chunk of a Newton pass (three float64 buffers stay in cache)
@@ -189,12 +189,12 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
             om = -np.expm1(Lk * logp)                                    # 1 - p^L
             M = pk * om / q
             Md = (om - Lk * q * (1.0 - om)) / (q * q)
-        if np.any(pk <= 0) or np.any(pk >= 1.0):
+        if pk.min() <= 0 or pk.max() >= 1.0:
             M = np.where(pk <= 0, 0.0, M)
             M = np.where(pk >= 1.0, Lk, M)
             Md = np.where(pk <= 0, 1.0, Md)
-        small = q * np.maximum(Lk, 1.0) < 1e-4
-        if small.any():
+        small = q * np.maximum(Lk, 1.0) < 1e-4 if q.min() < 1e-4 else None
+        if small is not None and small.any():
             qs, Ls = q[small], Lk[small]
             Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
                 + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
@@ -218,6 +218,28 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
     info_g[:, 0, 1] = info_g[:, 1, 0] = s01
     info_g[:, 1, 1] = s11
     return u, info_g, out, ll, s1, s2, sv
+
+
+def fit_law_pass(H, a, L, codes, n_clusters: int, weight=None, *, sorted_h: bool = False,
+                 tol: float = 1e-10):
+    """The MLE (:func:`fit_affine_logit`) and :func:`law_pass` at it, sharing the last pass: Newton
+    stops unconfirmed in its quadratic regime, and the per-cluster sums of the pass at that ``b``
+    give the score and information that confirm it (their totals); the confirming step is then
+    taken as :func:`fit_affine_logit` takes it (the sums are redone if it is not negligible).
+    Returns ``(b, u, info_g, M, loglik, sum M, sum M^2, sum Var)``; raises like the MLE."""
+    b, _, conv = fit_affine_logit(H, a, L, weight, sorted_h=sorted_h, confirm=False)
+    for _ in range(100):
+        res = law_pass(b, H, a, L, codes, n_clusters, weight)
+        if conv:
+            return (b,) + res
+        step = np.linalg.solve(res[1].sum(axis=0), res[0].sum(axis=0))
+        if np.max(np.abs(step)) < tol * (1.0 + np.max(np.abs(b))):
+            if np.max(np.abs(step)) < 1e-12 * (1.0 + np.max(np.abs(b))):
+                return (b + step,) + res
+            b, conv = b + step, True
+            continue
+        b, _, conv = fit_affine_logit(H, a, L, weight, b_init=b, sorted_h=sorted_h, confirm=False)
+    raise ValueError("the MLE did not converge")
 
 
 def expected_accepted(H, b0: float, b1: float, L) -> np.ndarray:
@@ -346,7 +368,7 @@ def _masked_range(H, mask, sorted_h: bool) -> tuple[float, float]:
 
 
 def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10, max_iter: int = 100, *,
-                     sorted_h: bool = False):
+                     sorted_h: bool = False, confirm: bool = True):
     """Exact maximum likelihood of (b0, b1) (Newton on the concave log-likelihood).
 
     Returns ``(b, info, converged)``: the estimate, the observed information at
@@ -359,6 +381,10 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     the 2x2 information are accumulated as dot products, never as an (n, 2)
     matrix), with step halving whenever a full step would lower the
     log-likelihood; 10^6 rounds take ~0.1 s.
+
+    ``confirm=False``: once a full Newton step is below ``1e-7 (1 + |b|)`` (quadratic regime: the
+    next one is ~1e-14) it is taken and ``(b, info, None)`` returned without the pass that would
+    confirm convergence; the caller confirms it from its own pass at ``b`` (:func:`law_pass`).
     """
     H = np.asarray(H, dtype=np.float64)
     if H.size == 0:
@@ -463,6 +489,8 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             b = b + step  # converged: the information is unchanged at this precision
             converged = True
             break
+        if not confirm and np.max(np.abs(step)) < 1e-7 * (1.0 + np.max(np.abs(b))):
+            return b + step, info, None
         t, ll_new = 1.0, None
         # in Newton's quadratic regime a step this small cannot lower the likelihood
         small = np.max(np.abs(step)) < 1e-4 * (1.0 + np.max(np.abs(b)))
