@@ -213,19 +213,27 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list, *,
     del ar
     if "condition" in frame.columns:
         cond = frame["condition"]
-        present = sorted({str(c) for c in pd.unique(cond)})
+        cat = isinstance(cond.dtype, pd.CategoricalDtype)
+        ccodes = cond.cat.codes.to_numpy() if cat else None
+        if cat and len(cond.cat.categories) == 1 and ccodes.min() >= 0:  # one condition, no missing value
+            present = [str(cond.cat.categories[0])]
+        else:
+            present = sorted({str(c) for c in pd.unique(cond)})
         if condition is not None:
             allowed = {condition} if isinstance(condition, str) else {str(c) for c in condition}
-            ok = cond.astype(str).isin(allowed).to_numpy() if not isinstance(cond.dtype, pd.CategoricalDtype) \
-                else np.isin(cond.cat.codes.to_numpy(),
-                             [i for i, c in enumerate(cond.cat.categories) if str(c) in allowed])
-            drop = keep & ~ok
+            if not cat:
+                ok = cond.astype(str).isin(allowed).to_numpy()
+            else:
+                take = np.array([str(c) in allowed for c in cond.cat.categories] + [False])  # code -1: missing
+                ok = None if take[:-1].all() and ccodes.min() >= 0 else take[ccodes]
+            drop = keep & ~ok if ok is not None else np.zeros(1, dtype=bool)
             if drop.any():
                 counts = pd.Series(np.asarray(cond)[drop]).astype(str).value_counts().sort_index()
                 what = ", ".join(f"{n} '{c}'" for c, n in counts.items())
                 notes.append(f"excluded {int(drop.sum())} round(s) of other conditions ({what}); the law is "
                              f"fitted on condition {', '.join(sorted(allowed))} (condition=None pools them)")
-            keep &= ok
+            if ok is not None:
+                keep &= ok
         elif len(present) > 1:
             notes.append(f"conditions pooled in one fit: {', '.join(present)}")
     if not keep.any():

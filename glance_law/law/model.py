@@ -472,7 +472,8 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             # full-data iterations then reach the exact MLE (the result does not depend on the start).
             k = H.size // 25_000
             try:
-                b = fit_affine_logit(H[::k], a_arr[::k], L_arr[::k], None if w is None else w[::k],
+                sub = (np.ascontiguousarray(x[::k]) for x in (H, a_arr, L_arr))  # strided: ~4x slower
+                b = fit_affine_logit(*sub, None if w is None else np.ascontiguousarray(w[::k]),
                                      tol=1e-6, sorted_h=sorted_h)[0]
             except ValueError:
                 pass
