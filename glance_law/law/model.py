@@ -139,16 +139,14 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
     Returns ``(u, info_g, M, loglik, sum M, sum M^2, sum Var)``: what
     :func:`cluster_score_information` (``method="mle"``) and :func:`fitted_moments` return, with
     the same formulas, from one evaluation of ``p = sigmoid(b0 - b1 H)`` per round; nothing
-    round-sized is allocated but ``M``. Chunks hold at least ``2 G`` rounds, so the per-chunk
-    cluster sums cost O(n) in all.
+    round-sized is allocated but ``M``: cache-sized chunks, whose cluster sums are added in place
+    (``np.add.at``).
     """
     b0, b1 = float(b[0]), float(b[1])
     n = H.size
     G = int(n_clusters)
-    C = max(1 << 15, 2 * G) if chunk is None else int(chunk)
-    u = np.zeros((G, 2))
-    info_g = np.zeros((G, 2, 2))
-    s00, s01, s11 = np.zeros(G), np.zeros(G), np.zeros(G)
+    C = (1 << 15) if chunk is None else int(chunk)
+    u0, u1, s00, s01, s11 = (np.zeros(G) for _ in range(5))
     out = np.empty(n)
     ll = s1 = s2 = sv = 0.0
     for k in range(0, n, C):
@@ -174,14 +172,14 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         if wk is not None:
             r *= wk
             v *= wk
-        u[:, 0] += np.bincount(ck, r, G)
+        np.add.at(u0, ck, r)
         r *= h
-        u[:, 1] -= np.bincount(ck, r, G)
-        s00 += np.bincount(ck, v, G)
+        np.add.at(u1, ck, r)
+        np.add.at(s00, ck, v)
         v *= h
-        s01 -= np.bincount(ck, v, G)
+        np.add.at(s01, ck, v)
         v *= h
-        s11 += np.bincount(ck, v, G)
+        np.add.at(s11, ck, v)
         del r, v
         # the law's mean, its variance and the log-likelihood (fitted_moments)
         q = 1.0 - pk
@@ -214,8 +212,10 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
             s1 += dot(wk, M)
             s2 += dot(wk, M * M)
             sv += dot(wk, V)
+    u = np.stack([u0, -u1], axis=1)
+    info_g = np.empty((G, 2, 2))
     info_g[:, 0, 0] = s00
-    info_g[:, 0, 1] = info_g[:, 1, 0] = s01
+    info_g[:, 0, 1] = info_g[:, 1, 0] = -s01
     info_g[:, 1, 1] = s11
     return u, info_g, out, ll, s1, s2, sv
 

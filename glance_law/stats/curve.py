@@ -271,22 +271,23 @@ def sorted_isotonic_bin_sums(x, y, starts) -> np.ndarray:
         return np.zeros(starts.size - 1)
     cut = y[:-1] > y[1:]                       # a block ends where the value decreases
     ties = _sorted_ties(x)
-    if ties is not None:  # a tie group's rounds all carry its mean: recompare around them
-        m, gid, _, size = ties
-        ym = np.bincount(gid, y[m]) / size
-        ym = ym[gid]
-        at = np.unique(np.concatenate([m - 1, m]))
-        at = at[(at >= 0) & (at < n - 1)]
-
-        def value(i):
-            v = y[i]
-            k = np.minimum(np.searchsorted(m, i), m.size - 1)
-            hit = m[k] == i
-            v[hit] = ym[k[hit]]
-            return v
-
-        cut[at] = value(at) > value(at + 1)
-        del m, gid, ym, at
+    if ties is not None:  # a tie group's rounds all carry its mean: recompare at its two ends
+        m, gid, first, size = ties
+        gm = np.bincount(gid, y[m]) / size
+        del gid
+        cut[m[m < n - 1]] = False               # inside a group: equal values
+        del m
+        last = first + size - 1
+        after = y[np.minimum(last + 1, n - 1)]  # the value after each group (the next group's mean if adjacent)
+        joined = first[1:] == last[:-1] + 1
+        after[:-1][joined] = gm[1:][joined]
+        ok = last < n - 1
+        cut[last[ok]] = (gm > after)[ok]
+        before = y[np.maximum(first - 1, 0)]   # the value before each group
+        before[1:][joined] = gm[:-1][joined]
+        ok = first > 0
+        cut[first[ok] - 1] = (before > gm)[ok]
+        del gm, first, size, last, after, before, joined, ok
     R = np.flatnonzero(cut)                    # each block's first round
     del cut
     R += 1
