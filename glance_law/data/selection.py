@@ -18,7 +18,7 @@ from glance_law.errors import GlanceError, MissingColumnError
 
 from .keys import cluster_codes
 
-__all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "cluster_ids", "prepare", "no_draft_causes",
+__all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "compact_counts", "cluster_ids", "prepare", "no_draft_causes",
            "output_ending"]
 
 POOLED = "pooled"
@@ -65,16 +65,23 @@ def _cat_codes(series: pd.Series) -> tuple[np.ndarray, pd.Index] | None:
 
 def compact(codes: np.ndarray) -> tuple[np.ndarray, int]:
     """Relabel integer ids to 0..G-1 (G = distinct ids present)."""
+    out, G, _ = compact_counts(codes)
+    return out, G
+
+
+def compact_counts(codes: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """:func:`compact` and the number of rows of each id (0..G-1)."""
     if codes.size == 0:
-        return codes, 0
-    m = int(codes.max()) + 1
-    if m <= 4 * codes.size + 1024:
-        present = np.bincount(codes, minlength=m) > 0
-        if present.all():  # already 0..G-1 with every id present: no copy
-            return codes, m
-        return (np.cumsum(present) - 1)[codes], int(present.sum())
-    uniq, inv = np.unique(codes, return_inverse=True)
-    return inv.astype(np.int64), int(uniq.size)
+        return codes, 0, np.zeros(0, dtype=np.int64)
+    lo, m = int(codes.min()), int(codes.max()) + 1
+    if m - lo <= 4 * codes.size + 1024:
+        counts = np.bincount(codes - lo if lo else codes, minlength=m - lo)
+        present = counts > 0
+        if present.all():  # already lo..lo+G-1 with every id present: no relabelling
+            return (codes - lo if lo else codes), m - lo, counts
+        return (np.cumsum(present) - 1)[codes - lo if lo else codes], int(present.sum()), counts[present]
+    uniq, inv, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    return inv.astype(np.int64), int(uniq.size), counts
 
 
 def cluster_ids(frame: pd.DataFrame, cluster: Sequence[str]) -> np.ndarray:

@@ -86,6 +86,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
                         for path, reason in skipped]
     data = _sel.prepare(frame, by, condition, weight, cluster, notes, native=True)
+    data["cl"] = _sel.compact(data["cl"])[0]  # once: the pooled group's prompts then need no relabelling
     if cov not in ("cr3", "cr1"):
         raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
     interval = "bootstrap" if n_boot > 0 else cov
@@ -101,12 +102,11 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     d_codes = data.pop("d")
     for di in present_d:
         dname = dnames[di]
-        dmask = d_codes == di
-        if len(present_d) == 1:
-            d_codes = None
+        dmask = d_codes == di if len(present_d) > 1 else None
+        d_codes = d_codes if len(present_d) > 1 else None
         # one stable sort of the entropies per drafter; every array is put in that order once, so
         # each group's rounds (a subsequence) come sorted and all statistics read them sequentially
-        if dmask.all():
+        if dmask is None or dmask.all():
             take = _curve.stable_order(data["H"])
         else:
             rows_d = np.flatnonzero(dmask)
@@ -115,9 +115,14 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         del dmask
         put = {}
         for k in names:  # one array at a time; with one drafter the unsorted copy is dropped at once
-            x = None if data[k] is None else data[k][take]
-            if k in ("H", "a") and x.dtype != np.float64:  # float32 entropies, int16 counts: exact in float64
-                x = x.astype(np.float64)
+            if data[k] is None:
+                x = None
+            elif k in ("H", "a") and data[k].dtype != np.float64:  # float32 entropies, int16 counts: exact
+                x = np.empty(take.size)                             # in float64, converted as gathered
+                for i in range(0, take.size, 1 << 16):
+                    x[i:i + (1 << 16)] = data[k][take[i:i + (1 << 16)]]
+            else:
+                x = data[k][take]
             put[k] = x
             if len(present_d) == 1:
                 data[k] = None

@@ -73,7 +73,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     unit weights are never materialised and intermediates are released early.
     """
     where = f"{label}" if drafter is None else f"{drafter}/{label}"
-    cl, G = _sel.compact(cl)
+    cl, G, counts = _sel.compact_counts(cl)
     n_all = a.size
     W = float(n_all) if w is None else float(w.sum())
 
@@ -113,7 +113,7 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     row.update(task=label, rounds=int(round(W)), prompts=G, method=opt["method"], interval=opt["interval"],
                level=level, horizon=int(L.max()), converged=False)
     row["mean_entropy"] = wsum(H) / W
-    mean_a, se_a, _ = clustered_mean(a, cl, G, w)
+    mean_a, se_a, _ = clustered_mean(a, cl, G, w, counts=counts if w is None else None)
     row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
     half = t_crit(G, level) * se_a if G >= 2 else np.nan
     row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
@@ -157,7 +157,8 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     ranks = (_curve.sorted_midranks(Hc) if fast else _curve.midranks(Hc, weights=wc, key=key),
              _curve.integer_midranks(ac, wc))
     del key
-    rho, rho_p, _ = spearman_clustered(Hc, ac, clc, G, ranks=ranks, weights=wc, overwrite_ranks=True)
+    rho, rho_p, _ = spearman_clustered(Hc, ac, clc, G, ranks=ranks, weights=wc, overwrite_ranks=True,
+                                       counts=counts if keep is None and w is None else None)
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
     # the MLE with prompt-clustered intervals: Newton and the pass at the estimate share a pass

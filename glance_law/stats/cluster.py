@@ -202,13 +202,15 @@ def cr3_covariance(u: np.ndarray, info_g: np.ndarray, info: np.ndarray) -> np.nd
 
 
 def clustered_mean(y: np.ndarray, codes: np.ndarray, n_clusters: int, weights: np.ndarray | None = None, *,
-                   strata=None):
+                   strata=None, counts: np.ndarray | None = None):
     """Mean of ``y`` and its CR1 standard error treating clusters as the units.
 
     Returns (mean, se, G_effective) where G_effective counts clusters with rows.
     ``strata``: one label per cluster (0..G-1) when clusters are nested in fixed strata;
     the cluster totals are then centred within their stratum (as in
-    :func:`clustered_covariance`).
+    :func:`clustered_covariance`). ``counts`` (unweighted only): the rounds per cluster, if
+    already counted (the centred totals are then the totals less mu times the counts: one pass,
+    no round-sized temporary).
     """
     y = np.asarray(y, dtype=np.float64)
     if weights is None:  # unit weights, not materialised (this runs on 10^7 rounds)
@@ -216,8 +218,13 @@ def clustered_mean(y: np.ndarray, codes: np.ndarray, n_clusters: int, weights: n
         if n <= 0:
             return np.nan, np.nan, 0
         mu = float(y.sum() / n)
-        e = np.bincount(codes, y - mu, n_clusters)
-        present = np.bincount(codes, minlength=n_clusters) > 0
+        if counts is None:
+            e = np.bincount(codes, y - mu, n_clusters)
+            present = np.bincount(codes, minlength=n_clusters) > 0
+        else:
+            e = np.bincount(codes, y, n_clusters)
+            e -= mu * counts
+            present = np.asarray(counts) > 0
     else:
         w = np.asarray(weights, dtype=np.float64)
         n = w.sum()

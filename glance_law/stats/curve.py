@@ -292,23 +292,38 @@ def sorted_isotonic_bin_sums(x, y, starts) -> np.ndarray:
     del cut
     R += 1
     R = np.concatenate([[0], R])
-    S = np.add.reduceat(y, R)
+    S = np.add.reduceat(y, R)                  # block sums and sizes
     W = np.diff(R, append=n).astype(np.float64)
-    S /= W
-    fit = isotonic_regression(S, weights=W, increasing=False).x
-    del S
+    # pooled blocks are points of the same problem (weighted by their sizes): pool again where the
+    # means do not decrease, while that still shortens the input noticeably
+    while S.size > 1_000_000:  # (a memory bound: pava copies its input three times)
+        mean = S / W
+        cut = mean[:-1] > mean[1:]
+        del mean
+        if np.count_nonzero(cut) > 0.8 * S.size:
+            break
+        idx = np.concatenate([[0], np.flatnonzero(cut) + 1])
+        del cut
+        S, W, R = np.add.reduceat(S, idx), np.add.reduceat(W, idx), R[idx]
+        del idx
     # bin b: the blocks from the one holding its first round to the one holding the next bin's first
     # round (summed whole), less the part of the first before the bin, plus the part of the next
     # inside it (a bin inside one block: just its rounds)
     B = starts.size - 1
     j = np.searchsorted(R, starts[:-1], side="right") - 1
+    Rj = R[j]
+    del R
+    S /= W
+    fit = isotonic_regression(S, weights=W, increasing=False).x
+    del S
     fw = fit * W
+    del W
     out = np.add.reduceat(fw, j)
     same = np.zeros(B, dtype=bool)
     same[:-1] = j[1:] == j[:-1]
     out[same] = 0.0
-    out -= (starts[:-1] - R[j]) * fit[j]
-    out[:-1] += (starts[1:-1] - R[j[1:]]) * fit[j[1:]]
+    out -= (starts[:-1] - Rj) * fit[j]
+    out[:-1] += (starts[1:-1] - Rj[1:]) * fit[j[1:]]
     return out
 
 

@@ -15,7 +15,8 @@ __all__ = ["spearman_clustered"]
 
 def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_clusters: int, *,
                        ranks: tuple[np.ndarray, np.ndarray] | None = None,
-                       weights: np.ndarray | None = None, overwrite_ranks: bool = False):
+                       weights: np.ndarray | None = None, overwrite_ranks: bool = False,
+                       counts: np.ndarray | None = None):
     """Spearman's rho with a prompt-aware two-sided p-value.
 
     rho is Pearson's correlation of the ranks. Its test regresses the
@@ -29,7 +30,7 @@ def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_cluste
     identical rows (reduced tables); the ranks are then weighted mid-ranks
     (:func:`glance_law.stats.curve.midranks` with the same weights).
     ``overwrite_ranks=True``: the given ranks are standardised in place (no round-sized copies;
-    this runs on 10^7 rounds).
+    this runs on 10^7 rounds). ``counts``: the (weighted) rounds per cluster, if already counted.
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -74,7 +75,7 @@ def spearman_clustered(x: np.ndarray, y: np.ndarray, codes: np.ndarray, n_cluste
     if w is not None:
         zy *= w
     u = cluster_sums(zy, codes, n_clusters)
-    g = int(np.count_nonzero(np.bincount(codes, weights=w, minlength=n_clusters)))
+    g = int(np.count_nonzero(np.bincount(codes, weights=w, minlength=n_clusters) if counts is None else counts))
     if g < 2:
         return rho, np.nan, np.nan
     se = float(np.sqrt(g / (g - 1.0) * (u ** 2).sum()) / wdot(zx, zx))
