@@ -161,10 +161,11 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
                                        counts=counts if keep is None and w is None else None)
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
-    # the MLE with prompt-clustered intervals: Newton and the pass at the estimate share a pass
-    fused = opt["method"] == "mle" and opt["n_boot"] == 0 and G >= 2
+    # the MLE: Newton and the pass at the estimate (clustered sums, fitted moments) share a pass;
+    # the same estimate whatever the interval method
+    fused = None
     try:
-        if fused:
+        if opt["method"] == "mle":
             b, *fused = _law.fit_law_pass(H, a, L, cl, G, w, sorted_h=True)
         else:
             b = _law.refit(opt["method"], H, a, L, w, sorted_h=True)
@@ -175,7 +176,8 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     if b is not None:
         b0, b1 = float(b[0]), float(b[1])
         row["b0"], row["b1"] = b0, b1
-        moments = None
+        moments, sums = (None, None) if fused is None else (fused[2:], fused[:2])
+        fused = None
         if G < 2:
             lo = hi = np.array([np.nan, np.nan])
             notes.append(f"{where}: a single prompt; no prompt-clustered interval")
@@ -186,13 +188,12 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
                 row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
                 row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
         else:
-            if fused:  # the clustered sums and the fitted moments, from the same pass
-                u, info_g, *moments = fused
-                fused = None
+            if sums is not None:  # the clustered sums, from the same pass
+                u, info_g = sums
             else:
                 u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"])
             cov = clustered_covariance(u, info_g, opt.get("cov", "cr3"))
-            del u, info_g
+            del u, info_g, sums
             half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
             lo, hi = b - half, b + half
         row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
