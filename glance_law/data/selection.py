@@ -75,11 +75,12 @@ def compact_counts(codes: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
         return codes, 0, np.zeros(0, dtype=np.int64)
     lo, m = int(codes.min()), int(codes.max()) + 1
     if m - lo <= 4 * codes.size + 1024:
-        counts = np.bincount(codes - lo if lo else codes, minlength=m - lo)
+        shifted = codes - lo if lo else codes
+        counts = np.bincount(shifted, minlength=m - lo)
         present = counts > 0
         if present.all():  # already lo..lo+G-1 with every id present: no relabelling
-            return (codes - lo if lo else codes), m - lo, counts
-        return (np.cumsum(present) - 1)[codes - lo if lo else codes], int(present.sum()), counts[present]
+            return shifted, m - lo, counts
+        return (np.cumsum(present) - 1)[shifted], int(present.sum()), counts[present]
     uniq, inv, counts = np.unique(codes, return_inverse=True, return_counts=True)
     return inv.astype(np.int64), int(uniq.size), counts
 

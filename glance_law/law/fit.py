@@ -86,7 +86,8 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
                         for path, reason in skipped]
     data = _sel.prepare(frame, by, condition, weight, cluster, notes, native=True)
-    data["cl"] = _sel.compact(data["cl"])[0]  # once: the pooled group's prompts then need no relabelling
+    # once: the pooled group's prompts then need no relabelling (nor counting, with one drafter)
+    data["cl"], G_all, counts_all = _sel.compact_counts(data["cl"])
     if cov not in ("cr3", "cr1"):
         raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
     interval = "bootstrap" if n_boot > 0 else cov
@@ -130,17 +131,18 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         del take
         H, a, L, w, cl, g, ends = (put.pop(k) for k in ("H", "a", "L", "w", "cl", "g", "ends"))
         tag = dname if len(present_d) > 1 else None
-        count_g = np.bincount(g, minlength=len(data["gnames"])) if by else np.zeros(0, dtype=np.int64)
-        present_g = np.flatnonzero(count_g)
-        # the rounds of each group, in their entropy order: one stable (radix) sort of the group codes
-        # instead of a mask pass over every array per group
-        # (a few groups: one mask per group, no round-sized index kept)
-        few = present_g.size <= 16
-        by_g = None if few or not present_g.size else \
+        # the rounds of each group, in their entropy order: a few groups, one mask each (no
+        # round-sized index kept); many, one stable (radix) sort of the group codes
+        few = len(data["gnames"]) <= 16
+        count_g = np.bincount(g, minlength=len(data["gnames"])) if by and not few else None
+        present_g = range(len(data["gnames"]) if by else 0) if few else np.flatnonzero(count_g)
+        by_g = None if few or not len(present_g) else \
             np.argsort(g.astype(np.int16) if len(data["gnames"]) < 2 ** 15 else g, kind="stable")
-        start_g = np.concatenate([[0], np.cumsum(count_g)])
+        start_g = None if few else np.concatenate([[0], np.cumsum(count_g)])
         for gi in sorted(present_g, key=lambda i: data["gnames"][i]):
             m = np.flatnonzero(g == gi) if few else by_g[start_g[gi]:start_g[gi + 1]]
+            if m.size == 0:  # (a few groups: one absent for this drafter)
+                continue
             row, cur, chk = _group.evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m],
                                             data["gnames"][gi], tag, opt, group_notes,
                                             None if ends is None else ends[m])
@@ -149,7 +151,8 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
             curves[(dname, data["gnames"][gi])] = cur
             checks[(dname, data["gnames"][gi])] = chk
         del g, by_g
-        row, cur, chk = _group.evaluate(H, a, L, w, cl, POOLED, tag, opt, group_notes, ends)
+        row, cur, chk = _group.evaluate(H, a, L, w, cl, POOLED, tag, opt, group_notes, ends,
+                                        compacted=(G_all, counts_all) if len(present_d) == 1 else None)
         del H, a, L, w, cl, ends
         rows.append({**row, "drafter": dname})
         curves[(dname, POOLED)] = cur

@@ -59,13 +59,14 @@ def _per_bin(total, n):
     return np.divide(total, n, out=np.full(total.shape, np.nan), where=np.asarray(n) > 0)
 
 
-def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
+def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None, compacted=None):
     """Every statistic of one group; returns (row, curve frame, checks).
 
     The rounds come sorted by entropy (stable: ties in row order), so the one order the
     decile bins, the ceiling's bins, the isotonic fit and the ranks share is the identity:
     every pass below is sequential.
 
+    ``compacted``: ``(G, counts)`` when ``cl`` is already compact (0..G-1, counts per prompt).
     ``ends``: optional mask of output-ending rounds (``selection.output_ending``): they enter
     the likelihood as completed runs and are left out of the checks that read ``a`` raw
     (decile curve, isotonic fit, rank test, ceilings, r2_round).
@@ -73,7 +74,10 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None):
     unit weights are never materialised and intermediates are released early.
     """
     where = f"{label}" if drafter is None else f"{drafter}/{label}"
-    cl, G, counts = _sel.compact_counts(cl)
+    # compacted: (G, rounds per prompt) when cl is already 0..G-1 (the caller compacted it)
+    G, counts = compacted if compacted is not None else (None, None)
+    if compacted is None:
+        cl, G, counts = _sel.compact_counts(cl)
     n_all = a.size
     W = float(n_all) if w is None else float(w.sum())
 

@@ -164,8 +164,7 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         del e
         np.negative(logp, out=logp)
         # the truncated geometric's score and information weights (cluster_score_information)
-        ntr = (ak < Lk).astype(np.float64)
-        ntr += ak                                # s + f
+        ntr = ak + (ak < Lk)                     # s + f
         v = ntr * pk                             # (s + f) p
         r = ak - v                               # s - (s + f) p
         v -= v * pk                              # (s + f) p (1 - p)
@@ -393,8 +392,7 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
     # successes s = a and trials s + f = a + [a < L] (times the weights): one round-sized array
     # besides the inputs (s is a itself when unweighted); the passes below run in cache-sized chunks
     s = np.asarray(a_arr, dtype=np.float64)
-    n_tr = (s < (L_arr if L_arr.dtype.kind in "iuf" else np.asarray(L_arr, dtype=np.float64))).astype(np.float64)
-    n_tr += s
+    n_tr = s + (s < (L_arr if L_arr.dtype.kind in "iuf" else np.asarray(L_arr, dtype=np.float64)))
     w = None
     if weight is not None:
         w = np.asarray(weight, dtype=np.float64)
@@ -460,8 +458,7 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             np.multiply(e, npv, out=e)               # (s + f) p (1 - p)
             v0 += float(e.sum())
             vh += dot(e, h)
-            np.multiply(e, h, out=p)
-            vhh += dot(p, h)
+            vhh += float(np.einsum("i,i,i->", e, h, h))
         return np.array([S - g0, -(SH - g1)]), np.array([[v0, -vh], [-vh, vhh]])
 
     b = np.asarray(b_init, dtype=np.float64).copy()

@@ -34,6 +34,12 @@ def t_crit(n_clusters: int, level: float = 0.95) -> float:
     return float(special.stdtrit(df, 0.5 + level / 2.0))
 
 
+def t_crits(n_clusters, level: float = 0.95) -> np.ndarray:
+    """:func:`t_crit` for an array of cluster counts (one scipy call)."""
+    df = np.maximum(np.asarray(n_clusters, dtype=np.int64) - 1, 1)
+    return special.stdtrit(df, 0.5 + level / 2.0)
+
+
 def cluster_sums(values: np.ndarray, codes: np.ndarray, n_clusters: int) -> np.ndarray:
     """Sum ``values`` (n,) or (n, p) within clusters -> (G,) or (G, p)."""
     values = np.asarray(values, dtype=np.float64)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from .cluster import t_crit
+from .cluster import t_crits
 
 __all__ = ["SortKey", "sort_key", "stable_order", "equal_count_bins", "sorted_bins", "bin_starts", "binned_means",
            "isotonic_decreasing", "sorted_isotonic_bin_sums", "midranks", "sorted_midranks", "integer_midranks",
@@ -206,7 +206,7 @@ def binned_means(y, bins: np.ndarray, n_bins: int, codes: np.ndarray, n_clusters
         sw = swy = None
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.where(g >= 2, np.sqrt(g / np.maximum(g - 1.0, 1.0) * sse) / W, np.nan)
-    half = np.array([t_crit(gi, level) if gi >= 2 else np.nan for gi in g]) * se
+    half = np.where(g >= 2, t_crits(g, level), np.nan) * se
     return {"n": W, "mean": mean, "se": se, "lo": mean - half, "hi": mean + half,
             "clusters": g, "sum_w": sw, "sum_wy": swy}
 
@@ -230,7 +230,7 @@ def _binned_runs(y, starts, n_bins: int, codes, G: int, level: float) -> dict:
         sse[b] = float(np.dot(swy, swy))
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.where(g >= 2, np.sqrt(g / np.maximum(g - 1.0, 1.0) * sse) / W, np.nan)
-    half = np.array([t_crit(gi, level) if gi >= 2 else np.nan for gi in g]) * se
+    half = np.where(g >= 2, t_crits(g, level), np.nan) * se
     return {"n": W, "mean": mean, "se": se, "lo": mean - half, "hi": mean + half,
             "clusters": g, "sum_w": None, "sum_wy": None}
 
