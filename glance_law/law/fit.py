@@ -100,6 +100,8 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     present_d = [0] if len(dnames) == 1 else \
         sorted(np.flatnonzero(np.bincount(data["d"], minlength=len(dnames))), key=lambda i: dnames[i])
     names = ("cl", "g", "ends", "w", "H", "a", "L")  # the big unsorted ones first: each is freed when gathered
+    # one horizon throughout (the usual log): L is that constant, broadcast (never gathered or copied)
+    L0 = data["L"][0] if data["L"].min() == data["L"].max() else None
     d_codes = data.pop("d")
     for di in present_d:
         dname = dnames[di]
@@ -118,6 +120,8 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         for k in names:  # one array at a time; with one drafter the unsorted copy is dropped at once
             if data[k] is None:
                 x = None
+            elif k == "L" and L0 is not None:
+                x = np.broadcast_to(L0, take.shape)
             elif k in ("H", "a") and data[k].dtype != np.float64:  # float32 entropies, int16 counts: exact
                 x = np.empty(take.size)                             # in float64, converted as gathered
                 for i in range(0, take.size, 1 << 16):
@@ -143,10 +147,11 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
             m = np.flatnonzero(g == gi) if few else by_g[start_g[gi]:start_g[gi + 1]]
             if m.size == 0:  # (a few groups: one absent for this drafter)
                 continue
-            row, cur, chk = _group.evaluate(H[m], a[m], L[m], None if w is None else w[m], cl[m],
+            Lm = np.broadcast_to(L0, m.shape) if L0 is not None else L[m]
+            row, cur, chk = _group.evaluate(H[m], a[m], Lm, None if w is None else w[m], cl[m],
                                             data["gnames"][gi], tag, opt, group_notes,
                                             None if ends is None else ends[m])
-            del m
+            del m, Lm
             rows.append({**row, "drafter": dname})
             curves[(dname, data["gnames"][gi])] = cur
             checks[(dname, data["gnames"][gi])] = chk

@@ -149,11 +149,14 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
     u0, u1, s00, s01, s11 = (np.zeros(G) for _ in range(5))
     out = np.empty(n)
     ll = s1 = s2 = sv = 0.0
+    L = np.asarray(L)
+    # one horizon broadcast over the rounds (fit_law's usual case): a scalar in the arithmetic
+    Lc = float(L.flat[0]) if L.ndim == 1 and L.size and L.strides[0] == 0 else None
     for k in range(0, n, C):
         sl = slice(k, k + C)
         h = np.asarray(H[sl], dtype=np.float64)
         ak = np.asarray(a[sl], dtype=np.float64)
-        Lk = np.asarray(L[sl], dtype=np.float64)
+        Lk = Lc if Lc is not None else np.asarray(L[sl], dtype=np.float64)
         ck = codes[sl]
         wk = None if weight is None else np.asarray(weight[sl], dtype=np.float64)
         eta = b0 - b1 * h
@@ -192,7 +195,7 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
             Md = np.where(pk <= 0, 1.0, Md)
         small = q * np.maximum(Lk, 1.0) < 1e-4 if q.min() < 1e-4 else None
         if small is not None and small.any():
-            qs, Ls = q[small], Lk[small]
+            qs, Ls = q[small], (Lk if Lc is not None else Lk[small])
             Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
                 + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
         out[sl] = M
