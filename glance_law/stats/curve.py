@@ -235,6 +235,10 @@ def _binned_runs(y, starts, n_bins: int, codes, G: int, level: float) -> dict:
             "clusters": g, "sum_w": None, "sum_wy": None}
 
 
+#: blocks above which :func:`sorted_isotonic_bin_sums` pools its blocks again before pava
+REPOOL_ABOVE = 1_000_000
+
+
 def _sorted_ties(x):
     """The tied rounds of sorted ``x``: their positions ``m`` (ascending), each one's tie group
     ``gid`` (0, 1, ...), and each group's first position and size; None when x has no ties.
@@ -296,7 +300,7 @@ def sorted_isotonic_bin_sums(x, y, starts) -> np.ndarray:
     W = np.diff(R, append=n).astype(np.float64)
     # pooled blocks are points of the same problem (weighted by their sizes): pool again where the
     # means do not decrease, while that still shortens the input noticeably
-    while S.size > 1_000_000:  # (a memory bound: pava copies its input three times)
+    while S.size > REPOOL_ABOVE:  # (a memory bound: pava copies its input three times)
         mean = S / W
         cut = mean[:-1] > mean[1:]
         del mean

@@ -1,0 +1,134 @@
+"""The exact fit's fast paths (issue 13 item 6) against the general routines they replace.
+
+fit_law reads every group's rounds sorted by entropy and unweighted through shortcuts: decile,
+ceiling and isotonic sums over runs, mid-ranks from positions, one chunked pass for the MLE's
+clustered sums and the fitted moments, Newton confirmed by that pass. Each must give what the
+general routine gives (to round-off) on data with ties, output-ending horizons and weights."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from glance_law.data import selection
+from glance_law.law import model
+from glance_law.law.fit import fit_law
+from glance_law.simulate import simulate_rounds
+from glance_law.stats import ceiling, cluster, curve
+
+
+def _sorted_sample(rng, n, levels):
+    x = np.sort(rng.integers(0, levels, n) / 7.0)
+    y = (rng.integers(0, 6, n) + (x > x.mean()) * rng.integers(-3, 1, n)).astype(float)
+    return x, np.maximum(y, 0.0)
+
+
+@pytest.mark.parametrize("repool", [False, True])
+def test_sorted_isotonic_bin_sums_equal_the_per_round_fit(monkeypatch, repool):
+    if repool:  # the re-pooling rounds that bound pava's memory at 10^7 rounds
+        monkeypatch.setattr(curve, "REPOOL_ABOVE", 5)
+    rng = np.random.default_rng(0)
+    for n, levels in [(2, 1), (3, 2), (50, 3), (400, 40), (3000, 10_000), (3000, 5)]:
+        x, y = _sorted_sample(rng, n, levels)
+        for B in sorted({1, 2, min(n, 10)}):
+            starts = curve.bin_starts(n, B)
+            ref = np.add.reduceat(curve.isotonic_decreasing(x, y), starts[:-1])
+            assert curve.sorted_isotonic_bin_sums(x, y, starts) == pytest.approx(ref, rel=1e-12, abs=1e-12)
+
+
+def test_sorted_midranks_equal_rankdata():
+    rng = np.random.default_rng(1)
+    for n, levels in [(1, 1), (2, 1), (7, 3), (1000, 50), (1000, 10 ** 6)]:
+        x, _ = _sorted_sample(rng, n, levels)
+        assert np.array_equal(curve.sorted_midranks(x), stats.rankdata(x))
+        assert np.array_equal(curve.sorted_midranks(x), curve.midranks(x))
+
+
+def test_run_sums_equal_bin_sums():
+    rng = np.random.default_rng(2)
+    x, y = _sorted_sample(rng, 997, 30)
+    codes = rng.integers(0, 37, x.size)
+    starts = curve.bin_starts(x.size, 10)
+    bins = curve.sorted_bins(x.size, 10)
+    assert np.array_equal(np.repeat(np.arange(10), np.diff(starts)), bins)
+    fast = curve.binned_means(y, None, 10, codes, 37, starts=starts)
+    slow = curve.binned_means(y, bins, 10, codes, 37)
+    for k in ("n", "mean", "se", "lo", "hi", "clusters"):
+        assert fast[k] == pytest.approx(slow[k], rel=1e-12), k
+    got = ceiling.noise_ceiling(x, y, 50, is_sorted=True)
+    ref = ceiling.noise_ceiling(x, y, 50, order=np.argsort(x, kind="stable"))
+    assert got.binned == pytest.approx(ref.binned, rel=1e-12)
+    assert got.corrected == pytest.approx(ref.corrected, rel=1e-12)
+    assert got.bins == ref.bins
+    assert np.array_equal(curve.integer_midranks(y), stats.rankdata(y))
+    assert curve.integer_midranks(y.astype(np.int16)) == pytest.approx(stats.rankdata(y))
+
+
+def test_stable_order_matches_a_stable_argsort_with_ties_and_signed_zero():
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 50, 5000).astype(np.float32) / 8
+    x[rng.integers(0, 5000, 40)] = -0.0
+    assert np.array_equal(curve.stable_order(x), np.argsort(x, kind="stable"))
+    assert np.array_equal(curve.stable_order(x.astype(np.float64)), np.argsort(x, kind="stable"))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("horizon", ["varying", "constant"])
+def test_law_pass_equals_the_separate_passes(weighted, horizon):
+    rng = np.random.default_rng(4)
+    n, G = 20_000, 97
+    H = np.sort(rng.gamma(2.0, 0.6, n))
+    L = rng.integers(1, 9, n) if horizon == "varying" else np.broadcast_to(np.int16(8), n)
+    p = model.match_prob(H, 1.5, 0.9)
+    a = np.minimum(rng.geometric(1.0 - p) - 1, L).astype(float)
+    codes = rng.integers(0, G, n)
+    w = rng.integers(1, 4, n).astype(float) if weighted else None
+    b = model.fit_affine_logit(H, a, L, w)[0]
+    u, info_g, M, ll, s1, s2, sv = model.law_pass(b, H, a, L, codes, G, w, chunk=4096)
+    u_ref, info_ref = model.cluster_score_information(b, H, a, L, codes, G, w)
+    M_ref, ll_ref, s1_ref, s2_ref, sv_ref = model.fitted_moments(b, H, a, L, model.match_prob(H, *b), w)
+    assert u == pytest.approx(u_ref, rel=1e-9, abs=1e-9)
+    assert info_g == pytest.approx(info_ref, rel=1e-12)
+    assert M == pytest.approx(M_ref, rel=1e-13)
+    assert (ll, s1, s2, sv) == pytest.approx((ll_ref, s1_ref, s2_ref, sv_ref), rel=1e-12)
+    # Newton confirmed by the pass: the same estimate, the same sums
+    fb, *rest = model.fit_law_pass(H, a, L, codes, G, w, sorted_h=True)
+    assert fb == pytest.approx(b, rel=1e-12)
+    assert rest[1] == pytest.approx(info_ref, rel=1e-10)
+
+
+def test_cr3_two_parameters_by_cramer_equals_the_general_solve():
+    rng = np.random.default_rng(5)
+    u = rng.normal(size=(30, 2))
+    A = rng.normal(size=(30, 2, 2))
+    info_g = A @ A.transpose(0, 2, 1) + np.eye(2)
+    info = info_g.sum(0)
+    got = cluster.cr3_covariance(u, info_g, info)
+    rest = info[None] - info_g
+    d = np.linalg.solve(rest, u[:, :, None])[:, :, 0]
+    d -= d.mean(0)
+    assert got == pytest.approx(29 / 30 * d.T @ d, rel=1e-12)
+
+
+def test_compact_counts_and_native_prepare():
+    rng = np.random.default_rng(6)
+    for codes in (rng.integers(5, 40, 300), rng.integers(0, 10 ** 9, 50), np.arange(7)):
+        out, G, counts = selection.compact_counts(codes)
+        uniq, inv, cnt = np.unique(codes, return_inverse=True, return_counts=True)
+        assert G == uniq.size and np.array_equal(out, inv) and np.array_equal(counts, cnt)
+    frame = simulate_rounds(seed=2, n_prompts=6)
+    native = selection.prepare(frame, "task", "matched", None, ("task", "prompt_id"), [], native=True)
+    plain = selection.prepare(frame, "task", "matched", None, ("task", "prompt_id"), [])
+    assert native["H"].dtype == np.float32 and plain["H"].dtype == np.float64
+    for k in ("H", "a", "L"):
+        assert np.array_equal(native[k].astype(np.float64), plain[k])
+
+
+def test_fit_law_same_statistics_with_or_without_the_log_dtypes():
+    """float32/int16 columns (the log's types, fast path) and float64 ones give one fit."""
+    frame = simulate_rounds(seed=7, n_prompts=30)
+    wide = frame.assign(root_entropy=frame["root_entropy"].astype(np.float64),
+                        accepted=frame["accepted"].astype(np.float64), horizon=frame["horizon"].astype(np.int64))
+    f1, f2 = fit_law(frame).to_frame(), fit_law(wide).to_frame()
+    num = [c for c in f1.columns if f1[c].dtype.kind == "f"]
+    assert f1[num].to_numpy() == pytest.approx(f2[num].to_numpy(), rel=1e-12, nan_ok=True)
