@@ -82,6 +82,31 @@ def truncated_variance(p, L) -> np.ndarray:
     return np.maximum(2.0 * p * truncated_mean_derivative(p, L) - M - M * M, 0.0)
 
 
+def _moments_chunk(pk, logp, Lk, t, wk):
+    """One chunk of :func:`fitted_moments`: the law's mean ``M`` at ``p`` (``logp`` = log p, ``Lk``
+    the horizons or one scalar horizon) and the chunk's (weighted) sums of the log-likelihood terms
+    ``t``, of ``M``, ``M^2`` and ``Var(a|H) = 2 p M' - M - M^2`` (clipped at 0)."""
+    q = 1.0 - pk
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        om = -np.expm1(Lk * logp)                                    # 1 - p^L
+        M = pk * om / q
+        Md = (om - Lk * q * (1.0 - om)) / (q * q)
+    if pk.min() <= 0 or pk.max() >= 1.0:
+        M = np.where(pk <= 0, 0.0, M)
+        M = np.where(pk >= 1.0, Lk, M)
+        Md = np.where(pk <= 0, 1.0, Md)
+    small = q * np.maximum(Lk, 1.0) < 1e-4 if q.min() < 1e-4 else None
+    if small is not None and small.any():
+        qs, Ls = q[small], (Lk[small] if np.ndim(Lk) else Lk)
+        Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
+            + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
+    V = 2.0 * pk * Md - M - M * M
+    np.maximum(V, 0.0, out=V)
+    if wk is None:
+        return M, (float(t.sum()), float(M.sum()), dot(M, M), float(V.sum()))
+    return M, (dot(wk, t), dot(wk, M), dot(wk, M * M), dot(wk, V))
+
+
 def fitted_moments(b, H, a, L, p, weight=None, chunk: int = 1 << 15):
     """One chunked pass at the estimate ``b``: the law's mean ``M(p, L)`` per round (returned as
     an array) and the totals the fit reports - the log-likelihood and the (weighted) sums of
@@ -101,35 +126,12 @@ def fitted_moments(b, H, a, L, p, weight=None, chunk: int = 1 << 15):
         Lk = np.asarray(L[sl], dtype=np.float64)
         ak = np.asarray(a[sl], dtype=np.float64)
         wk = None if weight is None else np.asarray(weight[sl], dtype=np.float64)
-        q = 1.0 - pk
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            om = -np.expm1(Lk * np.log(np.where(pk > 0, pk, 1.0)))      # 1 - p^L
-            M = pk * om / q
-            Md = (om - Lk * q * (1.0 - om)) / (q * q)
-        if np.any(pk <= 0) or np.any(pk >= 1.0):
-            M = np.where(pk <= 0, 0.0, M)
-            M = np.where(pk >= 1.0, Lk, M)
-            Md = np.where(pk <= 0, 1.0, Md)
-        small = q * np.maximum(Lk, 1.0) < 1e-4
-        if small.any():
-            qs, Ls = q[small], Lk[small]
-            Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
-                + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
-        out[sl] = M
-        V = 2.0 * pk * Md - M - M * M
-        np.maximum(V, 0.0, out=V)
+        with np.errstate(divide="ignore"):
+            logp = np.log(np.where(pk > 0, pk, 1.0))
         eta = b0 - b1 * np.asarray(H[sl], dtype=np.float64)
         t = ak * eta - (ak + (ak < Lk)) * np.logaddexp(0.0, eta)
-        if wk is None:
-            ll += float(t.sum())
-            s1 += float(M.sum())
-            s2 += dot(M, M)
-            sv += float(V.sum())
-        else:
-            ll += dot(wk, t)
-            s1 += dot(wk, M)
-            s2 += dot(wk, M * M)
-            sv += dot(wk, V)
+        out[sl], sums = _moments_chunk(pk, logp, Lk, t, wk)
+        ll, s1, s2, sv = ll + sums[0], s1 + sums[1], s2 + sums[2], sv + sums[3]
     return out, ll, s1, s2, sv
 
 
@@ -183,37 +185,11 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         v *= h
         np.add.at(s11, ck, v)
         del r, v
-        # the law's mean, its variance and the log-likelihood (fitted_moments)
-        q = 1.0 - pk
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            om = -np.expm1(Lk * logp)                                    # 1 - p^L
-            M = pk * om / q
-            Md = (om - Lk * q * (1.0 - om)) / (q * q)
-        if pk.min() <= 0 or pk.max() >= 1.0:
-            M = np.where(pk <= 0, 0.0, M)
-            M = np.where(pk >= 1.0, Lk, M)
-            Md = np.where(pk <= 0, 1.0, Md)
-        small = q * np.maximum(Lk, 1.0) < 1e-4 if q.min() < 1e-4 else None
-        if small is not None and small.any():
-            qs, Ls = q[small], (Lk if Lc is not None else Lk[small])
-            Md[small] = Ls * (Ls + 1.0) / 2.0 - qs * (Ls - 1.0) * Ls * (Ls + 1.0) / 3.0 \
-                + qs * qs * (Ls + 1.0) * Ls * (Ls - 1.0) * (Ls - 2.0) / 8.0
-        out[sl] = M
-        V = 2.0 * pk * Md - M - M * M
-        np.maximum(V, 0.0, out=V)
-        # s log p + f log(1 - p) = s eta - (s + f) log(1 + e^eta), and log(1 + e^eta) = eta - log p
+        # the law's mean, its variance and the log-likelihood (fitted_moments); log(1 + e^eta) = eta - log p
         sp = eta - logp if eta.min() > -700.0 else np.logaddexp(0.0, eta)
-        t = ak * eta - ntr * sp
-        if wk is None:
-            ll += float(t.sum())
-            s1 += float(M.sum())
-            s2 += dot(M, M)
-            sv += float(V.sum())
-        else:
-            ll += dot(wk, t)
-            s1 += dot(wk, M)
-            s2 += dot(wk, M * M)
-            sv += dot(wk, V)
+        t = ak * eta - ntr * sp                  # s log p + f log(1 - p) = s eta - (s + f) log(1 + e^eta)
+        out[sl], sums = _moments_chunk(pk, logp, Lk, t, wk)
+        ll, s1, s2, sv = ll + sums[0], s1 + sums[1], s2 + sums[2], sv + sums[3]
     u = np.stack([u0, -u1], axis=1)
     info_g = np.empty((G, 2, 2))
     info_g[:, 0, 0] = s00
