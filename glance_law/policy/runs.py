@@ -30,15 +30,9 @@ import pandas as pd
 from ..data.arms import label_targets
 from ..data.keys import cluster_codes
 from ..errors import GlanceError, MissingColumnError
-from ..replay.runs import (
-    ReplayTotals,
-    RunState,
-    RunStreams,
-    replay_depths,
-    run_streams,
-    run_survival,
-)
+from ..replay.runs import ReplayTotals, RunState, RunStreams, replay_depths, run_streams
 from ..stats.cluster import bootstrap_counts, percentile_interval
+from ..stats.survival import run_survival
 from .evaluate import CostModel, PolicyTable, evaluated_on, prompt_folds, select_rounds
 from .policies import (
     ACCEPT_CONTEXTS,

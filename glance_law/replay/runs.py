@@ -33,8 +33,8 @@ round gets a new tree, so ``run(p) = a_i - j`` is an approximation there (it ass
 tree still contains the continuation of the accepted path); the per-round figure at the
 logged roots, ``min(a_i, d)``, is exact for every drafter.
 
-:func:`run_survival` is the Kaplan-Meier estimate of P(run >= k) from runs right-censored at
-their horizon. Everything here is pure numpy.
+:func:`run_survival` (from :mod:`glance_law.stats.survival`) is the Kaplan-Meier estimate of
+P(run >= k) from runs right-censored at their horizon. Everything here is pure numpy.
 """
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from ..stats.survival import run_survival
 
 __all__ = ["RunStreams", "RunState", "ReplayTotals", "run_streams", "replay_depths", "run_survival"]
 
@@ -209,32 +211,3 @@ def replay_depths(streams: RunStreams, choose: Callable[[RunState], np.ndarray],
     if record:
         return tot, {key: (np.concatenate(v) if v else np.zeros(0, np.int64)) for key, v in rec.items()}
     return tot
-
-
-def run_survival(accepted: np.ndarray, censored: np.ndarray, k_max: int, weights=None) -> np.ndarray:
-    """Kaplan-Meier P(run >= k), k = 1..k_max, from runs ``accepted`` of which ``censored`` ones
-    only say run >= accepted (the whole draft was accepted). NaN where no run is at risk.
-
-    The hazard at t is P(run = t | run >= t): events are the uncensored runs equal to t, the
-    risk set the uncensored runs >= t plus the censored runs > t (a run censored at t says
-    nothing about whether it stops at t)."""
-    a = np.asarray(accepted, dtype=np.int64)
-    c = np.asarray(censored, dtype=bool)
-    w = np.ones(a.size) if weights is None else np.asarray(weights, dtype=np.float64)
-    k_max = int(k_max)
-    out = np.full(k_max, np.nan)
-    if a.size == 0 or k_max <= 0:
-        return out
-    top = max(int(a.max()) + 2, k_max + 1)
-    ev = np.bincount(a[~c], weights=w[~c], minlength=top)                       # uncensored runs == t
-    unc_ge = np.cumsum(ev[::-1])[::-1]                                           # uncensored runs >= t
-    cen = np.bincount(a[c], weights=w[c], minlength=top)
-    cen_gt = np.r_[np.cumsum(cen[::-1])[::-1][1:], 0.0]                          # censored runs > t
-    risk = unc_ge + cen_gt
-    s = 1.0
-    for t in range(k_max):                       # S(t + 1) = S(t) * (1 - h_t)
-        if risk[t] <= 0:
-            break
-        s *= 1.0 - ev[t] / risk[t]
-        out[t] = s
-    return out

@@ -1,2 +1,3 @@
 """Generic statistics over numpy arrays: prompt-clustered inference (:mod:`.cluster`), equal-count
-curves and isotonic fits (:mod:`.curve`), the entropy-only noise ceiling (:mod:`.ceiling`)."""
+curves and isotonic fits (:mod:`.curve`), the entropy-only noise ceiling (:mod:`.ceiling`), the
+Kaplan-Meier survival of censored runs (:mod:`.survival`)."""

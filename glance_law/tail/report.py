@@ -18,6 +18,7 @@ from glance_law.errors import GlanceError
 from glance_law.law.model import law_supremum
 from glance_law.results.base import Result
 from glance_law.stats.cluster import CLUSTER_BY, clustered_mean, t_crit
+from glance_law.stats.survival import run_survival
 
 from . import mle as _mle
 from .heldout import heldout_splits, law_cells
@@ -233,11 +234,7 @@ class TaskTail:
         """S(l), l = 1..Lmax: observed (Kaplan-Meier over horizons), geometric and two-state."""
         Lmax = self.Lmax
         a, L = self.accepted, self.horizon
-        obs, s = np.empty(Lmax), 1.0
-        for l in range(1, Lmax + 1):
-            risk = (a >= l - 1) & (L >= l)
-            s *= (a[risk] >= l).mean() if risk.any() else np.nan
-            obs[l - 1] = s
+        obs = run_survival(a, a >= L, Lmax)            # a run that took its whole horizon is censored there
         return pd.DataFrame({"l": np.arange(1, Lmax + 1), "observed": obs,
                              "geometric": geometric_cells(self.p, Lmax)[Lmax:],
                              "two_state": self._cells_two_state()[Lmax:]})
