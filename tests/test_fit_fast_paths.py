@@ -132,3 +132,19 @@ def test_fit_law_same_statistics_with_or_without_the_log_dtypes():
     f1, f2 = fit_law(frame).to_frame(), fit_law(wide).to_frame()
     num = [c for c in f1.columns if f1[c].dtype.kind == "f"]
     assert f1[num].to_numpy() == pytest.approx(f2[num].to_numpy(), rel=1e-12, nan_ok=True)
+
+
+def test_law_pass_mean_is_accurate_where_p_is_near_one():
+    """The one-pass moments take 1 - p as e^-eta p (no cancellation): M stays within L and
+    matches the closed form computed in 50-digit decimal arithmetic up to eta = 36.5."""
+    from decimal import Decimal, getcontext
+
+    from glance_law.law.model import law_pass
+
+    getcontext().prec = 50
+    for eta in (5.0, 20.0, 30.0, 36.5, -30.0):
+        out = law_pass(np.array([eta, 1.0]), np.array([0.0]), np.array([8.0]), np.array([8.0]), np.array([0]), 1)
+        M = out[2][0]
+        P = 1 / (1 + (-Decimal(eta)).exp())
+        true = float(P * (1 - P ** 8) / (1 - P))
+        assert M <= 8.0 and abs(M - true) <= 1e-14 * true, (eta, M, true)

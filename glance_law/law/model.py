@@ -82,11 +82,14 @@ def truncated_variance(p, L) -> np.ndarray:
     return np.maximum(2.0 * p * truncated_mean_derivative(p, L) - M - M * M, 0.0)
 
 
-def _moments_chunk(pk, logp, Lk, t, wk):
+def _moments_chunk(pk, logp, Lk, t, wk, q=None):
     """One chunk of :func:`fitted_moments`: the law's mean ``M`` at ``p`` (``logp`` = log p, ``Lk``
     the horizons or one scalar horizon) and the chunk's (weighted) sums of the log-likelihood terms
-    ``t``, of ``M``, ``M^2`` and ``Var(a|H) = 2 p M' - M - M^2`` (clipped at 0)."""
-    q = 1.0 - pk
+    ``t``, of ``M``, ``M^2`` and ``Var(a|H) = 2 p M' - M - M^2`` (clipped at 0). ``q``: 1 - p
+    computed without cancellation (``e^-eta p``) when ``logp`` is the accurate log p; None takes
+    ``1 - pk``, consistent with a ``logp`` taken of the same rounded ``pk``."""
+    if q is None:
+        q = 1.0 - pk
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         om = -np.expm1(Lk * logp)                                    # 1 - p^L
         M = pk * om / q
@@ -165,6 +168,8 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         with np.errstate(over="ignore"):
             e = np.exp(-eta)                     # e^-eta: p = 1 / (1 + e), log p = -log1p(e)
         pk = 1.0 / (1.0 + e)
+        qk = e * pk                              # 1 - p without cancellation (p near 1: eta > ~15)
+        qk[~np.isfinite(e)] = 1.0
         logp = np.log1p(e)
         del e
         np.negative(logp, out=logp)
@@ -172,7 +177,7 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         ntr = ak + (ak < Lk)                     # s + f
         v = ntr * pk                             # (s + f) p
         r = ak - v                               # s - (s + f) p
-        v -= v * pk                              # (s + f) p (1 - p)
+        v *= qk                                  # (s + f) p (1 - p)
         if wk is not None:
             r *= wk
             v *= wk
@@ -188,7 +193,7 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         # the law's mean, its variance and the log-likelihood (fitted_moments); log(1 + e^eta) = eta - log p
         sp = eta - logp if eta.min() > -700.0 else np.logaddexp(0.0, eta)
         t = ak * eta - ntr * sp                  # s log p + f log(1 - p) = s eta - (s + f) log(1 + e^eta)
-        out[sl], sums = _moments_chunk(pk, logp, Lk, t, wk)
+        out[sl], sums = _moments_chunk(pk, logp, Lk, t, wk, qk)
         ll, s1, s2, sv = ll + sums[0], s1 + sums[1], s2 + sums[2], sv + sums[3]
     u = np.stack([u0, -u1], axis=1)
     info_g = np.empty((G, 2, 2))
@@ -467,7 +472,10 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             converged = True
             break
         if not confirm and np.max(np.abs(step)) < 1e-7 * (1.0 + np.max(np.abs(b))):
-            return b + step, info, None
+            b = b + step
+            if not np.all(np.isfinite(b)) or np.max(np.abs(b)) > 1e6:     # the same check as below
+                raise ValueError("the MLE diverged (perfect separation); the data do not pin (b0, b1)")
+            return b, info, None
         t, ll_new = 1.0, None
         # in Newton's quadratic regime a step this small cannot lower the likelihood
         small = np.max(np.abs(step)) < 1e-4 * (1.0 + np.max(np.abs(b)))

@@ -308,6 +308,8 @@ def sorted_isotonic_bin_sums(x, y, starts) -> np.ndarray:
             break
         idx = np.concatenate([[0], np.flatnonzero(cut) + 1])
         del cut
+        if idx.size == S.size:                   # nothing pools any more (tiny inputs)
+            break
         S, W, R = np.add.reduceat(S, idx), np.add.reduceat(W, idx), R[idx]
         del idx
     # bin b: the blocks from the one holding its first round to the one holding the next bin's first
