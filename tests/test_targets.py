@@ -280,3 +280,33 @@ def test_reductions_never_pool_targets(tmp_path):
     assert set(cells["drafter"].astype(str)) == {"sim @ vicuna", "sim @ llama"}
     for tgt, sub in f.groupby("target"):
         assert cells.loc[cells["drafter"].astype(str) == f"sim @ {tgt}", "n"].sum() == (sub["horizon"] > 0).sum()
+
+
+@pytest.mark.skipif(not (VASE.parent / "bnukh").exists(), reason="../shared/realdata not present")
+def test_files_of_one_arm_split_only_where_they_share_questions():
+    """bnukh's five EAGLE files on vicuna-7b: three benchmarks whose questions no other file holds
+    pool as one run 'eagle'; spec_bench and test_bench share 4 questions (test_bench is a subset)
+    and stay apart as two runs. Round counts re-derived from the raw answers."""
+    import gzip
+    import json
+
+    from glance_law.io import read_logs
+
+    files = sorted((VASE.parent / "bnukh").glob("*__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz"))
+    assert len(files) == 5
+    got = read_logs([str(f) for f in files], skip_bad=True).frame["drafter"].astype(str).value_counts().to_dict()
+
+    def raw_rounds(f):
+        n = 0
+        with gzip.open(f, "rt", errors="replace") as fh:
+            for line in fh:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue                              # the corrupt line --skip-bad skips
+                n += sum(len(c.get("accept_lengths") or []) for c in rec["choices"])
+        return n
+    shared = {f for f in files if f.name.startswith(("spec_bench__", "test_bench__"))}
+    assert got["eagle"] == sum(raw_rounds(f) for f in files if f not in shared)
+    for f in shared:
+        assert got[f"eagle [{f.name.removesuffix('.jsonl.gz')}]"] == raw_rounds(f)

@@ -505,7 +505,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     splits = prompt_folds(d.codes, folds, seed)
     ev = evaluated_on(splits, d.codes)
     rows, fitted = [], {}
-    base = {"drafter": d.drafter, "shape": d.shape, "feature": d.feature, "target": float(target), "rounds": d.rounds,
+    base = {"drafter": d.drafter, "shape": d.shape, "feature": d.feature, "target_shape": float(target), "rounds": d.rounds,
             "prompts": int(d.codes.max() + 1)}
     fixed = FixedPolicy(shape=d.shape, size=int(round(target)))
     r = score_policy(d, apply_policy(fixed, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
@@ -539,7 +539,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         r = score_policy(d, apply_policy(f, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
         rows.append({**base, "family": name, "evaluated_on": "as given", "params": "user callable", **r})
     table = pd.DataFrame(rows)
-    lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo", "mean_shape_hi",
+    lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target_shape", "mean_shape", "mean_shape_lo", "mean_shape_hi",
             "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
             "gain", "gain_lo", "gain_hi"]
     tail = [c for c in ("ms_per_token", "ms_per_token_lo", "ms_per_token_hi", "fixed_ms_per_token",

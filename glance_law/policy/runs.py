@@ -462,7 +462,7 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
     F = {b: tuple(np.stack([f[b][:, i] for f in Fs], 1) for i in range(3)) for b in BOUNDS}
     codes = d.codes
     splits = prompt_folds(codes, folds, seed)
-    base = {"drafter": d.drafter, "shape": "depth", "feature": d.feature, "target": float(target),
+    base = {"drafter": d.drafter, "shape": "depth", "feature": d.feature, "target_shape": float(target),
             "rounds": d.rounds, "prompts": d.prompts}
     rows = []
     k0 = int(min(max(round(target), 1), d.max_depth))
@@ -504,7 +504,7 @@ def evaluate_run_policies(rounds, target: float, *, drafter: str | None = None,
                      **_score_both(sums(f), F, n_boot, level, seed, cost)})
     notes += missed
     table = pd.DataFrame(rows)
-    lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target", "mean_shape", "mean_shape_lo",
+    lead = ["drafter", "shape", "feature", "family", "evaluated_on", "target_shape", "mean_shape", "mean_shape_lo",
             "mean_shape_hi", "tokens", "tokens_lo", "tokens_hi", "fixed_tokens", "fixed_tokens_lo", "fixed_tokens_hi",
             "gain", "gain_lo", "gain_hi", "censored", "censored_lo", "censored_hi", "tokens_ifmatch",
             "tokens_ifmatch_lo", "tokens_ifmatch_hi", "gain_ifmatch", "gain_ifmatch_lo", "gain_ifmatch_hi",

@@ -269,11 +269,27 @@ def _distinct_tails(stems: list) -> list:
     return tails if all(tails) and len(set(tails)) == len(tails) else list(stems)
 
 
+def _prompt_keys(res: FileResult, target, drafter: str) -> set:
+    """The (task, prompt_id) pairs of one file's rows of one arm."""
+    for t in (res.prompts, res.rounds):
+        if t is None or not {"drafter", "prompt_id"} <= set(t.column_names):
+            continue
+        d = t.column("drafter").to_pylist()
+        tg = t.column("target").to_pylist() if "target" in t.column_names else [None] * len(d)
+        tk = t.column("task").to_pylist() if "task" in t.column_names else [None] * len(d)
+        q = t.column("prompt_id").to_pylist()
+        return {(str(a), str(b)) for a, b, x, y in zip(tk, q, d, tg) if x == drafter and y == target}
+    return set()
+
+
 def _separate_runs(data: list, notes: list) -> list:
-    """Files that hold the same method on the same target (two runs, e.g. a benchmark rerun at
-    another commit) are kept apart: the drafter of each becomes ``"<drafter> [<file stem>]"``,
-    said in a note. The autoregressive arm (``ar``) is the timing baseline: repeated baseline
-    files of one target are pooled per prompt there (noted by the ledger), not relabelled."""
+    """Files that hold the same method on the same target *over shared questions* (two runs, e.g.
+    a benchmark rerun at another commit) are kept apart: the drafter of each becomes
+    ``"<drafter> [<file stem>]"``, said in a note. A file of the arm whose questions no other file
+    holds (one benchmark split over files, or several benchmarks of one model) keeps the plain
+    drafter: those are pooled as one run, noted.
+    The autoregressive arm (``ar``) is the timing baseline: repeated baseline files of one target
+    are pooled per prompt there (noted by the ledger), not relabelled."""
     from dataclasses import replace
 
     from glance_law.data.importers.common import run_base
@@ -298,6 +314,16 @@ def _separate_runs(data: list, notes: list) -> list:
         if drafter == "ar":
             notes.append(f"{RUNS_NOTE}{len(idx)} files hold the autoregressive (vanilla) arm{on} ({', '.join(stems)}): as a "
                          "timing baseline they are pooled per prompt (total ms / total tokens)")
+            continue
+        keys = [_prompt_keys(data[i], target, drafter) for i in idx]
+        shared = [bool(k & set().union(*(keys[:j] + keys[j + 1:]))) for j, k in enumerate(keys)]
+        alone = [st for st, sh in zip(stems, shared) if not sh]
+        if alone:        # questions no other file of the arm holds: part of one run, pooled
+            notes.append(f"{RUNS_NOTE}{len(alone)} file(s) hold drafter '{drafter}'{on} over questions no other file "
+                         f"of it holds ({', '.join(alone)}): pooled as one run '{drafter}'")
+        idx = [i for i, sh in zip(idx, shared) if sh]
+        stems = [st for st, sh in zip(stems, shared) if sh]
+        if not idx:
             continue
         labels = [f"{drafter} [{st}]" for st in _distinct_tails(stems)]
         if len(set(labels)) < len(labels):       # same stem in two folders: the run id
