@@ -310,3 +310,62 @@ def test_files_of_one_arm_split_only_where_they_share_questions():
     assert got["eagle"] == sum(raw_rounds(f) for f in files if f not in shared)
     for f in shared:
         assert got[f"eagle [{f.name.removesuffix('.jsonl.gz')}]"] == raw_rounds(f)
+
+
+def _reduced_file(tmp_path, name, frame_or_paths, drop_targets=False):
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.reduce import Reduced, reduce_frame, write_reduced
+    red = reduce_frame(frame_or_paths) if isinstance(frame_or_paths, pd.DataFrame) else reduce_logs(frame_or_paths)
+    if drop_targets:      # as written before the reduction recorded its targets
+        red = Reduced(red.cells, red.grid, red.buckets, {k: v for k, v in red.info.items() if k != "targets"})
+    return write_reduced(red, tmp_path / name)
+
+
+def test_reduced_files_of_two_targets_stay_apart(tmp_path):
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.reduce import read_reduced
+    for tgt, seed in (("/models/vicuna-7b", 0), ("/models/llama-70b", 1)):
+        (tmp_path / tgt[8:]).mkdir()
+        write_table(sim(None, seed, run=f"r{seed}"), tmp_path / tgt[8:] / "rounds.parquet",
+                    run={"run_id": f"r{seed}", "target": {"path": tgt}})
+    a = _reduced_file(tmp_path, "red-v.parquet", tmp_path / "vicuna-7b")
+    b = _reduced_file(tmp_path, "red-l.parquet", tmp_path / "llama-70b")
+    assert reduce_logs(tmp_path / "vicuna-7b").info["targets"] == ["vicuna-7b"]
+    m = read_reduced([a, b])
+    assert m.info["targets"] == ["llama-70b", "vicuna-7b"] and any("2 target models" in n for n in m.notes)
+    for tgt, seed in (("vicuna-7b", 0), ("llama-70b", 1)):
+        f = sim(None, seed)
+        got = m.cells.loc[m.cells["drafter"].astype(str) == f"sim @ {tgt}", "n"].sum()
+        assert got == (f["horizon"] > 0).sum()
+        assert m.prompts(f"sim @ {tgt}", "caption") == f.loc[f["task"] == "caption", "prompt_id"].nunique()
+    # the rounds of one target and the reduction of another, in one call: apart too
+    mixed = reduce_logs([tmp_path / "vicuna-7b", b])
+    assert set(mixed.cells["drafter"].astype(str)) == {"sim @ vicuna-7b", "sim @ llama-70b"}
+    # the fit CLI on the two reduced files: one row per target
+    out = tmp_path / "fit.json"
+    assert fit_main([a, b, "--format", "json", "--out", str(out)]) == 0
+    law = pd.DataFrame(json.loads(out.read_text()))
+    assert set(zip(law["target"], law["drafter"])) == {("vicuna-7b", "sim"), ("llama-70b", "sim")}
+    assert len(law) == 6
+    # one target (and files written before targets were recorded): merged exactly as before
+    a2 = _reduced_file(tmp_path, "red-v2.parquet", sim(None, 2, run="r2").assign(target="vicuna-7b"))
+    same = read_reduced([a, a2])
+    assert same.info["targets"] == ["vicuna-7b"] and set(same.cells["drafter"].astype(str)) == {"sim"}
+    o1 = _reduced_file(tmp_path, "old-1.parquet", tmp_path / "vicuna-7b", drop_targets=True)
+    o2 = _reduced_file(tmp_path, "old-2.parquet", sim(None, 2, run="r2"), drop_targets=True)
+    old = read_reduced([o1, o2])
+    assert "targets" not in old.info and set(old.cells["drafter"].astype(str)) == {"sim"}
+    # an old file (no target recorded) beside one that names its target: not assumed the same model
+    assert set(read_reduced([o2, b]).cells["drafter"].astype(str)) == {"sim @ unknown", "sim @ llama-70b"}
+
+
+def test_reduced_vase_targets_stay_apart(folder, tmp_path):
+    from glance_law.scale.reduce import read_reduced
+    a = _reduced_file(tmp_path, "red-vicuna.parquet", [folder / VI_SSD])
+    b = _reduced_file(tmp_path, "red-llama.parquet", [folder / LL_SSD])
+    m = read_reduced([a, b])
+    assert m.info["targets"] == ["llama2-7b-chat", "vicuna-7b-v1.3"]
+    c = m.cells.assign(drafter=m.cells["drafter"].astype(str), task=m.cells["task"].astype(str))
+    for tgt, name in (("llama2-7b-chat", LL_SSD), ("vicuna-7b-v1.3", VI_SSD)):
+        got = c.loc[c["drafter"].str.endswith(f" @ {tgt}")].groupby("task")["n"].sum().to_dict()
+        assert got == dict(drafted_rounds_by_task(name))

@@ -321,6 +321,10 @@ class Reduced(Result):
                 out.append(f"{k} round(s) without a {col} read as {default!r}")
         for path, reason in info.get("skipped", []):
             out.append(f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}")
+        tg = info.get("targets", [])
+        if len(tg) > 1:
+            out.append(f"the reduced rounds hold {len(tg)} target models ({', '.join(tg)}): cells are keyed by "
+                       "drafter @ target, never pooling one method's rounds across targets")
         src = info.get("sources", [])
         if len(src) > 1:
             out.append(f"merged from {len(src)} reductions; prompts are summed over them (a prompt seen by "
@@ -373,6 +377,7 @@ METADATA_RULES: dict = {
                                                       and all(isinstance(y, str) for y in x) for x in v),
                 "a list of [path, reason] pairs"),
     "sources": (lambda v: isinstance(v, list) and all(isinstance(x, Mapping) for x in v), "a list of objects"),
+    "targets": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of target names"),
 }
 
 
@@ -406,6 +411,7 @@ def merge(items: Sequence[Reduced]) -> Reduced:
                               f"{r.condition}); reduce the logs again with one --condition")
     if len(items) == 1:
         return first
+    items, names = _keep_targets_apart(items)
     info: dict = {"condition": first.condition}
     for key in ("rounds_read", "excluded_horizon0", "excluded_conditions", "filled", "prompts"):
         acc: dict | int = {} if isinstance(first.info.get(key), Mapping) else 0
@@ -415,8 +421,40 @@ def merge(items: Sequence[Reduced]) -> Reduced:
         info[key] = acc
     info["skipped"] = [s for r in items for s in r.info.get("skipped", [])]
     info["sources"] = [s for r in items for s in r.info.get("sources", [{}])]
+    if names:
+        info["targets"] = names
     cells = normalize_cells(pd.concat([r.cells for r in items], ignore_index=True))
     return Reduced(cells, first.grid, first.buckets, info)
+
+
+def _keep_targets_apart(items: list) -> tuple[list, list]:
+    """Reductions of different target models: each one's plain drafter labels become
+    ``drafter @ target`` (its recorded target; ``unknown`` where it records none, e.g. a file
+    written before targets were recorded), so the merged cells keep the targets apart as the
+    in-memory path does (glance_law.data.arms). Returns the items and the merged target list
+    ([] when none records a target: those merge exactly as before)."""
+    from glance_law.data.arms import SEP, UNKNOWN_TARGET, arm_label
+    recorded = [[str(t) for t in r.info.get("targets", [])] for r in items]
+    if not any(recorded):
+        return items, []
+    names = sorted({t for ts in recorded for t in ts} | ({UNKNOWN_TARGET} if not all(recorded) else set()))
+    if len(names) < 2:
+        return items, names
+    out = []
+    for r, ts in zip(items, recorded):
+        if len(ts) > 1:        # already keyed by drafter @ target (reduce_frame of several targets, a merge)
+            out.append(r)
+            continue
+        tgt = ts[0] if ts else UNKNOWN_TARGET
+
+        def lab(d, tgt=tgt):
+            return d if SEP in str(d) else arm_label(str(d), tgt)
+
+        cells = r.cells.copy()
+        cells["drafter"] = cells["drafter"].astype(str).map(lab)
+        prompts = {lab(d): v for d, v in r.info.get("prompts", {}).items()}
+        out.append(Reduced(normalize_cells(cells), r.grid, r.buckets, {**r.info, "prompts": prompts}))
+    return out, names
 
 
 def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = None,
@@ -451,8 +489,9 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     grid = grid if grid is not None else Grid()
     B = check_buckets(buckets)
     cond = normalize_condition(condition)
-    from glance_law.data.arms import label_targets
+    from glance_law.data.arms import label_targets, targets
     frame = rounds.frame if isinstance(rounds, LogSet) else rounds
+    names = targets(frame)            # recorded in info: merges keep reductions of other targets apart
     frame = label_targets(frame)      # several target models: cells keyed by drafter @ target
     need = ("task", "prompt_id", "root_entropy", "accepted", "horizon")
     missing = [c for c in need if c not in frame.columns]
@@ -488,6 +527,8 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     info = {"condition": cond, "rounds_read": int(n), "excluded_horizon0": int((~drafted).sum()),
             "excluded_conditions": {str(k): int(v) for k, v in other.items()}, "filled": {}, "prompts": prompts,
             "skipped": [], "sources": [{"engine": "pandas", "files": 0, "rounds_read": int(n)}]}
+    if names:
+        info["targets"] = names
     return Reduced(normalize_cells(cells), grid, B, info)
 
 

@@ -119,7 +119,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     rounds, reduced, _, skipped = scan(files, skip_bad)
     skipped = list(found) + list(skipped)
     if rounds:
-        _one_target(rounds)
+        names = _one_target(rounds)
         while True:
             try:
                 cells, info = mod.reduce(rounds, grid=grid, buckets=B, condition=cond, check_keys=check_keys,
@@ -143,6 +143,8 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
         info = {"condition": cond, **info, "skipped": [list(s) for s in skipped],
                 "sources": [{"engine": engine, "files": len(rounds) - len(bad_here),
                              "rounds_read": int(info.get("rounds_read", 0))}]}
+        if names:      # recorded: a merge with reductions of other targets keeps them apart
+            info["targets"] = names
         if info["rounds_read"]:
             parts.append(Reduced(normalize_cells(cells), grid, B, info))
     if reduced:
@@ -160,7 +162,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     return merge(parts)
 
 
-def _one_target(sources) -> None:
+def _one_target(sources) -> list[str]:
     """Refuse rounds files of several target models: the engines' cells are keyed by (task,
     drafter), so they would pool one method's rounds across targets (the in-memory path keeps
     them apart, glance_law.data.arms). Targets come from each file's ``glance.run`` and, where a
@@ -179,3 +181,4 @@ def _one_target(sources) -> None:
         raise GlanceError(f"the rounds files hold {len(names)} target models ({', '.join(sorted(names))}) and the "
                           "out-of-core reduction would pool one method's rounds across them; reduce each target's "
                           "files separately, or fit without --engine (the in-memory path keeps targets apart)")
+    return sorted(names)
