@@ -538,9 +538,10 @@ def audit(inp: Inputs) -> list:
 
 @section("timing", "Appendix E", "the timing ledger: paired ms/token against the autoregressive arm, round cost")
 def timing(inp: Inputs) -> list:
+    from glance_law.data.arms import plain_drafter
     from glance_law.evidence.timing import round_cost, timing_ledger
     P = _prompts(inp, "Appendix E (the timing ledger)", SUPPLIED_BY["drafter=ar"])
-    arm = P["drafter"].astype(str)
+    arm = plain_drafter(P["drafter"])     # "ar @ <target>" rows are baseline rows too (several targets)
     if not (arm == "ar").any():
         raise MissingColumnError("the autoregressive baseline arm (drafter=ar)", "Appendix E (the timing ledger)",
                                  SUPPLIED_BY["drafter=ar"])
@@ -548,7 +549,7 @@ def timing(inp: Inputs) -> list:
     res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], n_boot=o.timing_boot, seed=o.seed, level=o.level)
     out = [Table("appE_timing", res)]
     f = inp.frame
-    is_ar = f["drafter"].astype(str) == "ar"
+    is_ar = plain_drafter(f["drafter"]) == "ar"
     cols = ("round_ms", "draft_passes", "budget")
     if all(c in f.columns and f.loc[~is_ar, c].notna().any() for c in cols):
         out.append(Table("appE_round_cost", round_cost(f.loc[~is_ar], baseline_rounds=f.loc[is_ar] if is_ar.any() else None,

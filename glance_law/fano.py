@@ -121,15 +121,23 @@ class FanoCheck(Result):
 def run_vocab_size(logs) -> float | None:
     """The target's vocabulary size from a LogSet's run metadata (``vocab_size``, as
     ``glance-log`` records it, or ``target_vocab_size`` / ``target.vocab_size``), else None."""
+    found: list = []     # (vocabulary size, file) of every file that records one
     for f in getattr(logs, "files", ()):
         run = dict(getattr(f, "run", {}) or {})
-        for key in ("vocab_size", "target_vocab_size"):
-            if key in run:
-                return _run_vocab(run[key], f, key)
+        v = next((_run_vocab(run[key], f, key) for key in ("vocab_size", "target_vocab_size") if key in run), None)
         tgt = run.get("target")
-        if isinstance(tgt, dict) and "vocab_size" in tgt:
-            return _run_vocab(tgt["vocab_size"], f, "target.vocab_size")
-    return None
+        if v is None and isinstance(tgt, dict) and "vocab_size" in tgt:
+            v = _run_vocab(tgt["vocab_size"], f, "target.vocab_size")
+        if v is not None:
+            found.append((v, getattr(f, "path", "?")))
+    if not found:
+        return None
+    other = next(((v, p) for v, p in found if v != found[0][0]), None)
+    if other is not None:    # target models of different vocabularies: one |V| would be wrong for some rounds
+        raise GlanceError(f"{other[1]}: the run metadata's vocabulary size is {other[0]:g} but {found[0][1]} records "
+                          f"{found[0][0]:g} (logs of different target models); run the Fano check on each target's "
+                          "files separately, or pass --vocab-size V")
+    return found[0][0]
 
 
 def _run_vocab(value, f, key: str) -> float:

@@ -369,3 +369,104 @@ def test_reduced_vase_targets_stay_apart(folder, tmp_path):
     for tgt, name in (("llama2-7b-chat", LL_SSD), ("vicuna-7b-v1.3", VI_SSD)):
         got = c.loc[c["drafter"].str.endswith(f" @ {tgt}")].groupby("task")["n"].sum().to_dict()
         assert got == dict(drafted_rounds_by_task(name))
+
+
+# --------------------------------------------------------------------------
+# library entry points that bypass the CLI: replay, width allocation, round cost, Fano
+# --------------------------------------------------------------------------
+
+def _trees(target, seed):
+    from glance_law.simulate import simulate_tree_rounds
+    f = simulate_tree_rounds(n_prompts=4, rounds_per_prompt=5, seed=seed, run_id=f"r{seed}")
+    return f if target is None else f.assign(target=target)
+
+
+def test_replay_and_width_keep_targets_apart():
+    import glance_law as gl
+    f = pd.concat([_trees("vicuna", 0), _trees("llama", 1)], ignore_index=True)
+    rep = gl.replay(f, n_max=15).to_frame()
+    for tgt, seed in (("vicuna", 0), ("llama", 1)):
+        alone = gl.replay(_trees(None, seed), n_max=15).to_frame()
+        mine = rep.loc[rep["task"].str.startswith(f"block @ {tgt}/")]
+        assert len(mine) == len(alone) and mine["rounds"].tolist() == alone["rounds"].tolist()
+        np.testing.assert_allclose(mine["accepted"].to_numpy(), alone["accepted"].to_numpy())
+    w = gl.width_allocation(f, budgets=(15,), n_boot=0)
+    assert {"block @ vicuna", "block @ llama"} <= {str(t).split("/")[0] for t in w.to_frame()["task"]}
+    # one target: exactly as without the column
+    pd.testing.assert_frame_equal(gl.replay(_trees("vicuna", 0), n_max=15).to_frame(),
+                                  gl.replay(_trees(None, 0), n_max=15).to_frame())
+
+
+def _cost_rounds(target, fwd_ms, const, seed):
+    """Speculative rounds of cost const + 2 per pass, and autoregressive rounds ("ar") of fwd_ms."""
+    rng = np.random.default_rng(seed)
+    n = 60
+    spec = pd.DataFrame({"task": "t", "prompt_id": [f"p{i % 12}" for i in range(n)], "drafter": "ssd",
+                         "horizon": 3, "draft_passes": rng.integers(1, 5, n), "budget": 15, "target": target})
+    spec["round_ms"] = const + 2.0 * spec["draft_passes"] + rng.normal(0, 0.1, n)
+    ar = pd.DataFrame({"task": "t", "prompt_id": [f"p{i % 12}" for i in range(n)], "drafter": "ar",
+                       "horizon": 0, "draft_passes": 0, "budget": 0, "target": target,
+                       "round_ms": fwd_ms + rng.normal(0, 0.05, n)})
+    return spec, ar
+
+
+def test_round_cost_uses_each_targets_own_forward_cost():
+    from glance_law.evidence.timing import round_cost
+    s1, a1 = _cost_rounds("small", 10.0, 30.0, 0)
+    s2, a2 = _cost_rounds("big", 40.0, 80.0, 1)
+    spec = pd.concat([s1, s2], ignore_index=True)
+    res = round_cost(spec, baseline_rounds=pd.concat([a1, a2], ignore_index=True), n_boot=0)
+    t = res.to_frame()
+    for tgt, a in (("small", a1), ("big", a2)):
+        rows = t.loc[t["drafter"] == f"ssd @ {tgt}"].set_index("term")
+        assert rows.loc["target_forward_ms", "estimate"] == pytest.approx(a["round_ms"].mean())
+        assert rows.loc["constant_target_forwards", "estimate"] == pytest.approx(
+            rows.loc["constant_ms", "estimate"] / a["round_ms"].mean())
+    # the arm labels of an already labelled frame ("ar @ big" rows are baseline rounds too)
+    lab = arms.label_targets(pd.concat([spec, a1, a2], ignore_index=True))
+    is_ar = arms.plain_drafter(lab["drafter"]) == "ar"
+    again = round_cost(lab.loc[~is_ar], baseline_rounds=lab.loc[is_ar], n_boot=0).to_frame()
+    pd.testing.assert_frame_equal(again, t)
+    # a target without a baseline gets no conversion (never another target's)
+    alone = round_cost(spec, baseline_rounds=a1, n_boot=0)
+    big = alone.to_frame().loc[lambda x: x["drafter"] == "ssd @ big"]
+    assert "target_forward_ms" not in set(big["term"]) and any("no baseline timing of target big" in n
+                                                                for n in alone.notes)
+    # one target: the same numbers as without the column
+    one = round_cost(s1, baseline_rounds=a1, n_boot=50).to_frame()
+    none = round_cost(s1.drop(columns="target"), baseline_rounds=a1.drop(columns="target"), n_boot=50).to_frame()
+    pd.testing.assert_frame_equal(one, none)
+
+
+def test_round_cost_on_the_vase_targets(folder):
+    """The VASE logs carry no round timings: a planted per-target cost on their real rounds
+    (the autoregressive rounds of each target at its own forward cost) must come back per target."""
+    from glance_law.evidence.timing import round_cost
+    f = arms.label_targets(import_logs([folder / n for n in (LL_SSD, LL_VAN, VI_SSD, VI_VAN)]).rounds)
+    fwd = {"llama2-7b-chat": 25.0, "vicuna-7b-v1.3": 20.0}
+    tgt = f["target"].astype(str)
+    f["draft_passes"] = f["horizon"].astype(int)
+    f["budget"] = 1
+    f["round_ms"] = tgt.map(fwd).to_numpy() * (1 + 0.2 * f["draft_passes"])
+    is_ar = arms.plain_drafter(f["drafter"]) == "ar"
+    assert is_ar.sum() == (f["drafter"].astype(str).str.startswith("ar @ ")).sum() > 0
+    t = round_cost(f.loc[~is_ar], baseline_rounds=f.loc[is_ar], n_boot=0).to_frame()
+    assert set(t["drafter"]) == {"ssd @ llama2-7b-chat", "ssd @ vicuna-7b-v1.3"}
+    for name, ms in fwd.items():
+        rows = t.loc[t["drafter"] == f"ssd @ {name}"].set_index("term")
+        assert rows.loc["target_forward_ms", "estimate"] == pytest.approx(ms)
+        assert rows.loc["constant_target_forwards", "estimate"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_fano_refuses_one_vocabulary_for_targets_of_two(tmp_path):
+    import glance_law as gl
+    from glance_law.fano import run_vocab_size
+    for tgt, seed, v in (("vicuna", 0, 32000), ("llama3", 1, 128256)):
+        write_table(sim(None, seed, run=f"r{seed}"), tmp_path / f"rounds-{seed}.parquet",
+                    run={"run_id": f"r{seed}", "target": {"path": tgt}, "vocab_size": v})
+    logs = read_logs(tmp_path, "rounds")
+    with pytest.raises(GlanceError, match="rounds-1.parquet: the run metadata's vocabulary size is 128256 .*"
+                                          "rounds-0.parquet records 32000.*each target's files separately"):
+        gl.fano_check(logs)
+    assert run_vocab_size(read_logs(tmp_path / "rounds-0.parquet", "rounds")) == 32000
+    assert gl.fano_check(logs, vocab_size=32000).vocab_size == 32000     # the user's |V|: as asked

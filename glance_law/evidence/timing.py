@@ -42,7 +42,14 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
-from glance_law.data.arms import UNKNOWN_TARGET
+from glance_law.data.arms import (
+    SEP,
+    UNKNOWN_TARGET,
+    arm_target,
+    label_targets,
+    plain_drafter,
+    targets,
+)
 from glance_law.data.schema import SUPPLIED_BY
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results.base import Result, TableResult
@@ -163,9 +170,10 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
     cand = per_prompt_cost(candidate, notes, "candidate")
     base_drafters = sorted(set(base["drafter"]))
     if len(base_drafters) > 1:
-        if "ar" in base_drafters:
+        is_ar = plain_drafter(base["drafter"]) == "ar"      # "ar @ <target>" labels too
+        if is_ar.any():
             notes.append(f"baseline files hold drafters {', '.join(base_drafters)}; the ar arm is the baseline")
-            base = base.loc[base["drafter"] == "ar"]
+            base = base.loc[is_ar]
         else:
             raise GlanceError(f"{ANALYSIS}: the baseline files hold several arms ({', '.join(base_drafters)}); "
                               "pass one arm's files as BASELINE_GLOB")
@@ -312,14 +320,36 @@ def round_cost(rounds: pd.DataFrame, *, baseline_rounds: pd.DataFrame | None = N
     for c in ("round_ms", "draft_passes", "budget"):
         if c not in rounds.columns or rounds[c].isna().all():
             raise MissingColumnError(f"the '{c}' column", "the round-cost regression", SUPPLIED_BY.get(c, "glance-log"))
+    named = targets(rounds)
+    rounds = label_targets(rounds)      # several target models: one regression per drafter @ target
     R = E.speculative_rounds(rounds, notes)
-    fwd = _forward_cost(baseline_rounds, baseline_prompts, notes)
+    base_named = sorted(set(_frame_targets(baseline_rounds)) | set(_frame_targets(baseline_prompts)))
+    per_target = len(named) > 1 or len(base_named) > 1 or bool(named and base_named and named != base_named)
+    fwd = _forward_cost(baseline_rounds, baseline_prompts, notes) if not per_target or not base_named else None
+    if per_target and not base_named and fwd[0] is not None:
+        notes.append(f"the baseline names no target model; the rounds' targets ({', '.join(named)}) each use that "
+                     "one baseline's forward cost: check that it decoded on the right target")
+    if per_target and base_named and not named and len(base_named) > 1:
+        raise GlanceError(f"the round-cost regression: the baseline holds {len(base_named)} target models "
+                          f"({', '.join(base_named)}) but the rounds name none, so their target's forward cost is "
+                          "unknown; pass one target's baseline")
     cols = E.arm_columns(R, [])
-    frames = []
+    frames, used = [], {}
     for key, sub in E.group_items(R, cols):
         drafter = key.get("drafter")
         tag = f"{drafter}: " if drafter is not None else ""
-        fr = _round_cost_one(sub, fwd, n_boot, seed, level, notes, tag)
+        arm_fwd = fwd
+        if fwd is None:         # the forward cost of this arm's own target, never another target's
+            tgt = arm_target(pd.Series([drafter]))[0] if drafter is not None and SEP in drafter else \
+                (named[0] if len(named) == 1 else UNKNOWN_TARGET)
+            arm_fwd = _forward_cost(_of_target(baseline_rounds, tgt, base_named),
+                                    _of_target(baseline_prompts, tgt, base_named), notes)
+            if arm_fwd[0] is None:
+                notes.append(f"{tag}no baseline timing of target {tgt} (the baseline holds {', '.join(base_named)}): "
+                             "its constant is not converted to target forwards (another target's is never used)")
+            else:
+                used[tgt] = arm_fwd
+        fr = _round_cost_one(sub, arm_fwd, n_boot, seed, level, notes, tag)
         if fr is not None:
             frames.append(fr.assign(drafter=drafter) if drafter is not None else fr)
     if not frames:
@@ -329,7 +359,14 @@ def round_cost(rounds: pd.DataFrame, *, baseline_rounds: pd.DataFrame | None = N
     if cols:
         frame = frame[["drafter"] + [c for c in frame.columns if c != "drafter"]]
         notes.append("one regression per drafter: rounds of different decoders are never pooled")
-    if fwd[0] is not None:
+    if fwd is None and used:
+        notes.append("target forward per target model (" + "; ".join(f"{t}: {f[1]}" for t, f in sorted(used.items()))
+                     + f"); constant_target_forwards = constant_ms / target_forward_ms of the arm's own target with a "
+                     f"{n_boot}-resample prompt-bootstrap interval (both terms resampled together)")
+    elif fwd is None:
+        notes.append("no baseline (autoregressive) timings of the rounds' targets: the constant is not converted to "
+                     "target forwards")
+    elif fwd[0] is not None:
         notes.append(f"target forward = {fwd[1]} (one baseline for every drafter); constant_target_forwards = "
                      f"constant_ms / target_forward_ms with a {n_boot}-resample prompt-bootstrap interval "
                      "(both terms resampled together)")
@@ -409,6 +446,22 @@ def _round_cost_one(R, fwd_cost, n_boot, seed, level, notes, tag):
     return pd.DataFrame(rows)
 
 
+def _frame_targets(frame) -> list[str]:
+    """The targets a baseline frame names (its ``target`` column; [] without one)."""
+    return targets(frame) if isinstance(frame, pd.DataFrame) else []
+
+
+def _of_target(frame, target: str, base_named: list[str]):
+    """The rows of ``frame`` of ``target``: by its ``target`` column; a frame without one is
+    the baseline's only target's (None where the baseline holds several)."""
+    if not isinstance(frame, pd.DataFrame):
+        return None
+    if "target" not in frame.columns:
+        return frame if base_named == [target] else None
+    t = frame["target"].astype(object).where(frame["target"].notna(), UNKNOWN_TARGET).astype(str)
+    return frame.loc[t == target]
+
+
 def _forward_cost(baseline_rounds, baseline_prompts, notes):
     """Mean ms per target forward from the baseline arm, with per-row values for the bootstrap."""
     if baseline_rounds is not None and "round_ms" in baseline_rounds.columns:
@@ -422,8 +475,8 @@ def _forward_cost(baseline_rounds, baseline_prompts, notes):
                     br[["task", "prompt_id"]].astype(str).reset_index(drop=True), v, np.ones(len(v)))
     if baseline_prompts is not None and {"decode_ms", "new_tokens"} <= set(baseline_prompts.columns):
         bp = E.with_arm_labels(baseline_prompts)
-        if "drafter" in bp.columns and (bp["drafter"] == "ar").any():
-            bp = bp.loc[bp["drafter"] == "ar"]
+        if "drafter" in bp.columns and (plain_drafter(bp["drafter"]) == "ar").any():
+            bp = bp.loc[plain_drafter(bp["drafter"]) == "ar"]
         bp = bp.loc[bp["decode_ms"].notna() & (bp["new_tokens"] > 0)]
         if len(bp):
             ms = bp["decode_ms"].to_numpy(float)
@@ -457,9 +510,9 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     res = timing_ledger(base_p, cand_p, n_boot=int(getattr(args, "timing_bootstrap", 8000)), seed=seed, level=level)
     out: list[Result] = [res]
     rounds = E.as_frame(logs)
-    base_drafters = set(E.with_arm_labels(base_p)["drafter"])
-    if "drafter" in rounds.columns:
-        rounds = rounds.loc[~rounds["drafter"].astype(str).isin(base_drafters - {"unknown"})]
+    base_drafters = set(plain_drafter(E.with_arm_labels(base_p)["drafter"]))
+    if "drafter" in rounds.columns:    # "ar @ <target>" rounds are the baseline's drafter too
+        rounds = rounds.loc[~plain_drafter(rounds["drafter"]).isin(base_drafters - {"unknown"})]
     need = ("round_ms", "draft_passes", "budget")
     missing = [c for c in need if c not in rounds.columns or rounds[c].isna().all()]
     if missing or not len(rounds):

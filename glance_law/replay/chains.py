@@ -292,7 +292,10 @@ class Replay(Result):
 
 def group_labels(frame: pd.DataFrame, by: str, notes: list) -> np.ndarray:
     """Group label per round: the ``by`` column, prefixed by the drafter when the logs hold
-    several (their trees differ, so they are never pooled)."""
+    several (their trees differ, so they are never pooled); rounds of several target models
+    get the arm label ``drafter @ target`` first (:func:`glance_law.data.arms.label_targets`)."""
+    from glance_law.data.arms import label_targets
+    frame = label_targets(frame)
     g = frame[by].astype(str).to_numpy() if by in frame.columns else np.full(len(frame), "all", object)
     if "drafter" in frame.columns:
         dr = frame["drafter"].astype(str).to_numpy()
