@@ -169,7 +169,9 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
             e = np.exp(-eta)                     # e^-eta: p = 1 / (1 + e), log p = -log1p(e)
         pk = 1.0 / (1.0 + e)
         qk = e * pk                              # 1 - p without cancellation (p near 1: eta > ~15)
-        qk[~np.isfinite(e)] = 1.0
+        eta_min = eta.min()
+        if eta_min < -700.0:                     # e^-eta overflowed to inf there: p = 0, 1 - p = 1
+            qk[np.isinf(e)] = 1.0
         logp = np.log1p(e)
         del e
         np.negative(logp, out=logp)
@@ -191,7 +193,7 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         np.add.at(s11, ck, v)
         del r, v
         # the law's mean, its variance and the log-likelihood (fitted_moments); log(1 + e^eta) = eta - log p
-        sp = eta - logp if eta.min() > -700.0 else np.logaddexp(0.0, eta)
+        sp = eta - logp if eta_min > -700.0 else np.logaddexp(0.0, eta)
         t = ak * eta - ntr * sp                  # s log p + f log(1 - p) = s eta - (s + f) log(1 + e^eta)
         out[sl], sums = _moments_chunk(pk, logp, Lk, t, wk, qk)
         ll, s1, s2, sv = ll + sums[0], s1 + sums[1], s2 + sums[2], sv + sums[3]
