@@ -44,7 +44,7 @@ from .policies import (
     fit_threshold,
 )
 
-__all__ = ["PolicyData", "CostModel", "select_rounds", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
+__all__ = ["PolicyData", "CostModel", "select_rounds", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
            "score_policy", "PolicyTable", "FAMILY_NAMES", "families_for"]
 
 #: built-in families searched per shape ("keyed-paper": the paper's key; "keyed-rescue": corrected)
@@ -390,7 +390,7 @@ def _fixed_grid(d: PolicyData, cost: CostModel):
     return s.astype(np.float64), tok, cost.ms(s)
 
 
-def _interp_up(x, xp, fp):
+def interp_up(x, xp, fp):
     """Interpolate fp at x along non-decreasing xp (ties: the largest fp; beyond: the end)."""
     xp = np.asarray(xp, dtype=np.float64)
     fp = np.asarray(fp, dtype=np.float64)
@@ -404,11 +404,11 @@ def _summaries(w, tok, s, ms, Fs, Ft, Fm):
     sw = w.sum()
     T, S = w @ tok / sw, w @ s / sw
     fs, ft, fm = w @ Fs / sw, w @ Ft / sw, w @ Fm / sw
-    F_eq = _interp_up(S, fs, ft)
+    F_eq = interp_up(S, fs, ft)
     out = {"tokens": T, "mean_shape": S, "fixed_tokens": F_eq, "gain": 100.0 * (T / F_eq - 1.0)}
     if ms is not None:
         C = w @ ms / sw
-        Fc = _interp_up(C, fm, ft)
+        Fc = interp_up(C, fm, ft)
         best = np.nanmin(fm / ft)
         out.update(ms_per_token=C / T, fixed_ms_per_token=C / Fc, speedup=T / Fc, speedup_best_fixed=best / (C / T))
     return out

@@ -33,7 +33,7 @@ from ..errors import GlanceError, MissingColumnError
 from ..replay.runs import ReplayTotals, RunState, RunStreams, replay_depths, run_streams
 from ..stats.cluster import bootstrap_counts, percentile_interval
 from ..stats.survival import run_survival
-from .evaluate import CostModel, PolicyTable, evaluated_on, prompt_folds, select_rounds
+from .evaluate import CostModel, PolicyTable, evaluated_on, interp_up, prompt_folds, select_rounds
 from .policies import (
     ACCEPT_CONTEXTS,
     AcceptKeyedDepthPolicy,
@@ -295,11 +295,6 @@ def _prompt_sums(d: RunData, tot: ReplayTotals, streams: np.ndarray) -> np.ndarr
                      for k in ("rounds", "tokens", "depth", "censored")], axis=1)
 
 
-def _interp(x, xp, fp):
-    keep = np.r_[xp[1:] > xp[:-1], True]
-    return float(np.interp(x, xp[keep], fp[keep]))
-
-
 def run_cost_model(prompts: pd.DataFrame, d: RunData, notes: list | None = None) -> CostModel:
     """Round cost from whole-turn timings: per prompt, ``decode_ms = c_turn * turns + c_round *
     rounds + c_token * drafted tokens`` (OLS over prompts, HC1 errors). A depth-d round then
@@ -383,7 +378,7 @@ def _summary(w, P, F, cost: CostModel | None = None):
     r, t, dep, cen = w @ P
     T, D = t / r, dep / r
     fr, ft, fd = w @ F[0], w @ F[1], w @ F[2]
-    fixed = _interp(D, fd / fr, ft / fr)
+    fixed = interp_up(D, fd / fr, ft / fr)
     out = {"tokens": T, "mean_shape": D, "fixed_tokens": fixed, "gain": 100.0 * (T / fixed - 1.0),
            "censored": cen / r}
     if cost is not None and cost.identified:

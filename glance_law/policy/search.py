@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from ..data.schema import SUPPLIED_BY
 from ..errors import GlanceError, MissingColumnError
 from .evaluate import PolicyData, PolicyTable, evaluate_policies, prepare
@@ -40,7 +42,6 @@ def prepare_for(rounds, *, drafter: str | None = None, shape: str | None = None,
 
 def default_target(data: PolicyData | RunData, budgets: Sequence[int] = (15,)) -> float:
     """The report's target: the first budget for tree budgets, half the median proposal for depths."""
-    import numpy as np
     if isinstance(data, RunData):
         return float(max(1, int(np.median(data.horizon)) // 2))
     return float(budgets[0] if data.shape == "budget" else max(1, int(np.median(data.cap)) // 2))
