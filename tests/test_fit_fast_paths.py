@@ -148,3 +148,53 @@ def test_law_pass_mean_is_accurate_where_p_is_near_one():
         P = 1 / (1 + (-Decimal(eta)).exp())
         true = float(P * (1 - P ** 8) / (1 - P))
         assert M <= 8.0 and abs(M - true) <= 1e-14 * true, (eta, M, true)
+
+
+def _large_sorted_sample(seed, n=150_000, b=(1.2, 0.8), scale=0.9, levels=None, weighted=False):
+    """Sorted entropies (ties when ``levels``), truncated-geometric runs under the law at ``b``,
+    horizons 1..8, optional integer weights."""
+    rng = np.random.default_rng(seed)
+    H = np.sort(rng.gamma(1.6, scale, n))
+    if levels is not None:
+        H = np.round(H * levels) / levels
+    L = rng.integers(1, 9, n).astype(float)
+    a = np.minimum(rng.geometric(1.0 - model.match_prob(H, *b)) - 1, L).astype(float)
+    w = rng.integers(1, 5, n).astype(float) if weighted else None
+    return H, a, L, w
+
+
+@pytest.mark.parametrize("case", [dict(), dict(weighted=True), dict(levels=8), dict(b=(3.0, 2.5), scale=2.5),
+                                  dict(b=(-0.5, 0.2), scale=0.3)])
+def test_binned_start_lies_next_to_the_mle(case):
+    """The moment-expansion start of Newton on sorted entropies is within 1e-10 of the MLE
+    (ties, weights, a steep slope over 0-20 nats, a flat one), so the pass that confirms it is
+    the only pass over the rounds."""
+    H, a, L, w = _large_sorted_sample(11, **case)
+    exact = model.fit_affine_logit(H, a, L, w)[0]      # unsorted path: subsample start, confirmed
+    n_tr = (a + (a < L)) * (1.0 if w is None else w)
+    s = a if w is None else a * w
+    start = model._binned_start(H, n_tr, float(s.sum()), model.dot(s, H))
+    assert start is not None
+    assert np.max(np.abs(start - exact)) < 1e-10 * (1.0 + np.max(np.abs(exact)))
+    got, info, conv = model.fit_affine_logit(H, a, L, w, sorted_h=True, confirm=False)
+    assert info is None and conv is None and np.array_equal(got, start)   # returned unconfirmed
+    assert model.fit_affine_logit(H, a, L, w, sorted_h=True)[0] == pytest.approx(exact, rel=1e-12)
+
+
+@pytest.mark.parametrize("offset", [None, 3e-10, 1e-3, 0.5])
+def test_fit_law_pass_confirms_any_start(monkeypatch, offset):
+    """Whatever the start (none, in Newton's quadratic regime, or far), fit_law_pass ends at the
+    MLE with the clustered sums at it."""
+    H, a, L, w = _large_sorted_sample(12, weighted=True)
+    rng = np.random.default_rng(13)
+    G = 300
+    codes = rng.integers(0, G, H.size)
+    exact = model.fit_affine_logit(H, a, L, w)[0]
+    real = model._binned_start
+    monkeypatch.setattr(model, "_binned_start",
+                        lambda *args: None if offset is None else real(*args) + offset)
+    b, u, info_g, *_ = model.fit_law_pass(H, a, L, codes, G, w, sorted_h=True)
+    assert b == pytest.approx(exact, rel=1e-11)
+    u_ref, info_ref = model.cluster_score_information(exact, H, a, L, codes, G, w)
+    assert info_g == pytest.approx(info_ref, rel=1e-9)
+    assert np.abs(u - u_ref).max() < 1e-6 * np.abs(u_ref).max()
