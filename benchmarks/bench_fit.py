@@ -4,7 +4,7 @@ reference method against the MLE.
 
     nice -n 15 python benchmarks/bench_fit.py               # 10^6 and 10^7 rounds
     nice -n 15 python benchmarks/bench_fit.py --sizes 1e6   # 10^6 only
-    python benchmarks/bench_fit.py --against 96046f3,f34bced --sizes 1e6,1e7  # issue 13 item 6: floor, old, new
+    python benchmarks/bench_fit.py --against 96046f3,e8c5d52 --sizes 1e6,1e7  # issue 13 item 6: floor, old, new
     python benchmarks/bench_fit.py --reference-only          # the bias of the paper's method
 
 Measured (all in one run, so ratios compare like with like):
