@@ -169,3 +169,24 @@ def test_cli_order_on_the_committed_example_log(capsys):
     doc = json.loads(out)["order"]
     assert [r["task"] for r in doc[O.OrderResult.title]] == list(O.DEFAULT_ORDER)
     assert len(doc[O.OrderGaps.title]) == 4
+
+
+def test_an_arm_with_one_task_gets_no_verdict_and_does_not_borrow_gaps():
+    """A drafter present in only one of the ordered tasks keeps its task row, but gets no gap
+    and no verdict (not a vacuous 'ordered'), and the other drafter's verdict reads its own
+    gaps only."""
+    two = simulate_rounds(ORDERED[:2], n_prompts=20, rounds_per_prompt=15, seed=4, horizon=10)
+    one = simulate_rounds(ORDERED[:1], n_prompts=20, rounds_per_prompt=15, seed=5, horizon=10)
+    one["drafter"] = "solo"
+    one["prompt_id"] = one["prompt_id"].astype(str) + "-solo"
+    f = pd.concat([two, one], ignore_index=True)
+    res = O.task_order(f, ["caption", "textvqa"], n_boot=200)
+    rows = res.to_frame()
+    assert set(rows.loc[rows.drafter == "solo", "task"]) == {"caption"}
+    verdict = res.verdict_table().to_frame()
+    assert list(verdict.drafter) == [d for d in verdict.drafter if d != "solo"] and len(verdict) == 1
+    assert "solo" not in set(res.gap_table().to_frame().drafter)
+    assert any("solo: only task caption" in n and "no order verdict" in n for n in res.notes)
+    alone = O.task_order(two, ["caption", "textvqa"], n_boot=200).verdict_table().to_frame()
+    cols = ["means_ordered", "gaps_exclude_zero", "kendall_tau_means"]
+    assert verdict[cols].to_numpy().tolist() == alone[cols].to_numpy().tolist()

@@ -221,6 +221,10 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
             cnts = np.bincount(codes, minlength=G).astype(float)
             per[task] = dict(row=row, sums=sums, cnts=cnts, prompt_means=sums / cnts)
             trows.append({**arm_key, "task": task, **{k: v for k, v in row.items() if not k.startswith("_")}})
+        if len(tasks_here) < 2:  # one task: its row stands, but there is no gap and no order to judge
+            notes.append(f"{E.fmt_group(arm_key)}: only task {tasks_here[0]} of the order is "
+                         "present; no gap and no order verdict for this arm")
+            continue
         # prompt-level bootstrap of every task's mean (independent across tasks)
         boot = {}
         for task in tasks_here:
