@@ -447,3 +447,18 @@ def test_report_policy_section_keeps_targets_apart(tmp_path):
     rounds = {n: int(pd.read_csv(out / "tables" / n)["rounds"].iloc[0]) for n in names}
     want = {len(read_logs([str(p)]).frame) for p in (SPS, qwen)}
     assert set(rounds.values()) == want
+
+
+@need_real
+def test_drafted_horizon_note_counts_the_selected_drafters_rounds_only():
+    """With two drafters in the logs, the note on output-ending rounds replayed at their drafted
+    horizon counts the replayed drafter's rounds, re-derived from the raw frame."""
+    logs = read_logs([str(SPS), str(MEDUSA)])
+    f = logs.frame
+    cut = f["drafted_horizon"].notna() & (f["drafted_horizon"] != f["horizon"])
+    for name in ("sps-68m", "medusa"):
+        d = prepare_runs(logs, drafter=name)
+        want = int((cut & (f["drafter"].astype(str) == name)).sum())
+        assert 0 < want < int(cut.sum())
+        assert any(n.startswith(f"{want} output-ending round(s) replayed at their drafted horizon")
+                   for n in d.notes), d.notes

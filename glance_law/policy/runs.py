@@ -115,17 +115,21 @@ def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = 
     for c in ("prompt_id", "accepted", "horizon"):
         if c not in frame.columns:
             raise MissingColumnError(f"the column {c}", "the run-length policy replay")
-    pre: list[str] = []
+    cut_col = "\0drafted_horizon_used"  # a name no log can carry, dropped after the selection
     if "drafted_horizon" in frame.columns:
         dh = pd.to_numeric(frame["drafted_horizon"], errors="coerce")
         cut = dh.notna() & (dh != frame["horizon"])
         if cut.any():
             # an importer cuts an output-ending round's horizon to its accepted run; the decoder drafted more
-            frame = frame.assign(horizon=dh.where(dh.notna(), frame["horizon"]))
-            pre.append(f"{int(cut.sum())} output-ending round(s) replayed at their drafted horizon (drafted_horizon), "
-                       "not the horizon cut to their accepted run")
+            # (restored before the selection, which would read a horizon cut to 0 as a round without a draft)
+            frame = frame.assign(horizon=dh.where(dh.notna(), frame["horizon"]), **{cut_col: cut})
     frame, drafter, notes = select_rounds(frame, drafter=drafter, condition=condition, task=task, keep_undrafted=True)
-    notes = pre + notes
+    if cut_col in frame.columns:
+        n_cut = int(frame[cut_col].sum())
+        frame = frame.drop(columns=cut_col)
+        if n_cut:
+            notes.insert(0, f"{n_cut} output-ending round(s) replayed at their drafted horizon (drafted_horizon), "
+                         "not the horizon cut to their accepted run")
     a = pd.to_numeric(frame["accepted"], errors="coerce").to_numpy(dtype=np.float64)
     h = pd.to_numeric(frame["horizon"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(a) | ~np.isfinite(h) | (a < 0) | (a > h) | (a != np.floor(a)) | (h != np.floor(h))
