@@ -462,3 +462,25 @@ def test_drafted_horizon_note_counts_the_selected_drafters_rounds_only():
         assert 0 < want < int(cut.sum())
         assert any(n.startswith(f"{want} output-ending round(s) replayed at their drafted horizon")
                    for n in d.notes), d.notes
+
+
+def test_glance_extended_rounds_keep_their_horizon_in_the_replay(tmp_path):
+    """A GLANCE round extended past its block (accepted > drafted_horizon) keeps horizon =
+    accepted: only horizons cut below the drafted depth are restored (with_drafted_horizons)."""
+    from glance_law.data.importers import import_logs
+    from glance_law.data.selection import with_drafted_horizons
+    rows = [{"task": "docvqa", "prompt": f"doc-{i // 4}", "entropy": 0.3, "accept_len": a, "block_size": 5}
+            for i, a in enumerate([4, 2, 7, 1, 0, 4, 3, 9])]
+    f = tmp_path / "round_log.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = import_logs(f).rounds
+    assert r["extended"].tolist() == [False, False, True, False, False, False, False, True]
+    out, restored = with_drafted_horizons(r)
+    assert not restored.any() and out["horizon"].tolist() == r["horizon"].tolist()
+    d = prepare_runs(r)
+    assert d.rounds == len(rows)
+    # a cut horizon (below the drafted depth) is restored
+    cut = r.assign(horizon=r["horizon"].where(r.index != 1, 2))
+    cut.loc[1, "drafted_horizon"] = 4
+    out, restored = with_drafted_horizons(cut)
+    assert restored.tolist() == [False, True] + [False] * 6 and out["horizon"].tolist()[1] == 4

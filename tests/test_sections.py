@@ -108,6 +108,33 @@ def test_summary_matches_brute_force_and_needs_no_entropy():
     assert s.loc["pooled", "rounds"] == len(f)
 
 
+@pytest.mark.skipif(not REAL.exists(), reason="../shared/realdata not present")
+@pytest.mark.parametrize("name, L", [("bnukh/spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz", 5),
+                                     ("vase/vicuna-7b-v1.3-ssd-float16-temperature-0.0.jsonl.gz", 3)])
+def test_summary_of_real_answers_is_spec_benchs_own_figure(name, L):
+    """tau is the mean over every verification step (Spec-Bench's mean accepted tokens: the last
+    step of a turn too, also when it accepted nothing) and p_full the share of steps that
+    committed L + 1 tokens, re-derived from the raw JSON; task_order agrees."""
+    steps = []
+    with gzip.open(REAL / name, "rt") as fh:
+        for line in fh:
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue                               # the corrupt line the importer skips
+            steps += d["choices"][0]["accept_lengths"]
+    steps = np.array(steps, dtype=float)
+    logs = read_logs([str(REAL / name)], skip_bad=True)
+    s = group_summary(logs).to_frame().set_index("task").loc["pooled"]
+    assert s["rounds"] == steps.size
+    assert s["tau"] == pytest.approx(steps.mean(), rel=1e-12)
+    assert s["p_full"] == pytest.approx(np.mean(steps == L + 1), rel=1e-12)
+    assert s["horizon"] == L
+    order = task_order(logs, n_boot=0).to_frame()
+    assert order["rounds"].sum() == steps.size
+    assert (order["rounds"] * order["tau"]).sum() == pytest.approx(steps.sum(), rel=1e-12)
+
+
 def test_summary_low_entropy_share():
     f = sim()
     s = group_summary(f).to_frame().set_index("task")

@@ -19,7 +19,7 @@ from glance_law.errors import GlanceError, MissingColumnError
 from .keys import cluster_codes
 
 __all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "compact_counts", "cluster_ids", "prepare", "no_draft_causes",
-           "output_ending"]
+           "output_ending", "with_drafted_horizons", "DRAFTED_NOTE"]
 
 POOLED = "pooled"
 
@@ -129,6 +129,33 @@ def no_draft_causes(frame: pd.DataFrame, mask: np.ndarray) -> str:
         parts.append(f"{int(np.count_nonzero(mask & drafting & (d == name)))} round(s) in which drafter {name} "
                      "proposed no draft")
     return ", ".join(parts)
+
+
+#: What :func:`with_drafted_horizons` did, for an analysis's notes (``{n}``: the rounds restored).
+DRAFTED_NOTE = ("{n} output-ending round(s) read at their drafted horizon (drafted_horizon), not the horizon cut to "
+                "their accepted run: every verification round counts (a last round that accepted 0 too), and one "
+                "counts as a full draft only if it reached the drafted depth")
+
+
+def with_drafted_horizons(frame: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """``frame`` with each round's ``horizon`` set back to the depth the drafter drafted, where an
+    importer cut it to the accepted run at the end of an output and kept the drafted depth in
+    ``drafted_horizon`` (docs/your-logs.md); and the mask of the rounds so restored.
+
+    For statistics of the verification rounds as they happened (tau, P(a = L), replays of the
+    drafted depths), not for the run-length likelihoods, which read a cut round as a run known to
+    reach at least ``accepted``. Without a ``drafted_horizon`` column (or nothing to restore) the
+    frame is returned as it is."""
+    none = np.zeros(len(frame), dtype=bool)
+    if "drafted_horizon" not in frame.columns or not len(frame):
+        return frame, none
+    dh = pd.to_numeric(frame["drafted_horizon"], errors="coerce")
+    # only a horizon cut below the drafted depth; a GLANCE round extended past its block keeps its
+    # horizon = accepted > drafted_horizon (a run of at least that length)
+    cut = (dh.notna() & (dh > pd.to_numeric(frame["horizon"], errors="coerce"))).to_numpy()
+    if not cut.any():
+        return frame, none
+    return frame.assign(horizon=frame["horizon"].where(~cut, dh)), cut
 
 
 def output_ending(frame: pd.DataFrame) -> np.ndarray | None:

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from glance_law.data.selection import DRAFTED_NOTE, with_drafted_horizons
 from glance_law.data.tasks import GROUNDING_ORDER
 from glance_law.errors import GlanceError
 from glance_law.results.base import Result, TableResult
@@ -102,6 +103,11 @@ class OrderResult(Result):
         return v.iloc[0].to_dict()
 
 
+#: a column no log can carry: the horizon the slope's likelihood reads where with_drafted_horizons
+#: restored a cut one (the cut horizon, = accepted)
+_LAW_HORIZON = "\0law_horizon"
+
+
 def _share_name(ge: int | None) -> str:
     return "p_full" if ge is None else f"p_ge{ge}"
 
@@ -127,6 +133,8 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int | None, notes: list[str],
     if not entropy:
         row.update(b0=np.nan, b0_lo=np.nan, b0_hi=np.nan, b1=np.nan, b1_lo=np.nan, b1_hi=np.nan, _b1_se=np.nan)
         return row
+    if _LAW_HORIZON in sub.columns:
+        L = sub[_LAW_HORIZON].to_numpy(float)
     try:
         b, cov, _, _ = E.law_fit(H, a, L, codes, G, cov="cr3")
         se = np.sqrt(np.diag(cov))
@@ -176,6 +184,11 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
     E.require(frame, ["accepted", "horizon"], ANALYSIS)
     entropy = "root_entropy" in frame.columns and bool(frame["root_entropy"].notna().any())
     notes: list[str] = []
+    frame, restored = with_drafted_horizons(frame)   # means and P(a = L) over every verification round
+    if restored.any():
+        notes.append(DRAFTED_NOTE.format(n=int(restored.sum())))
+        if entropy:  # the slope's likelihood keeps the cut horizon (a run known to reach `accepted`)
+            frame = frame.assign(**{_LAW_HORIZON: frame["horizon"].where(~restored, frame["accepted"])})
     if not entropy:
         notes.append("no root_entropy in the logs: tasks ordered by mean accepted length (tau) only; entropy and "
                      "slope columns empty (recorded by glance-log)")

@@ -15,7 +15,11 @@ group (per drafter when the logs hold several, then a pooled row per drafter):
   share of rounds whose root entropy is below :data:`LOW_ENTROPY` nats (the spread the
   law's slope is fitted on: see :mod:`glance_law.results.explain`); empty otherwise.
 
-Only drafted rounds (horizon > 0) of the matched condition enter; exclusions are noted.
+Only drafted rounds (horizon > 0) of the matched condition enter; exclusions are noted. A round
+whose horizon an importer cut to its accepted run at the end of an output (Spec-Bench's last
+step of a turn) is read at the depth it drafted (``drafted_horizon``), so tau is the mean over
+every verification round, as Spec-Bench reports it, and P(a = L) counts a round as full only
+if it reached the drafted depth (:func:`glance_law.data.selection.with_drafted_horizons`).
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.arms import label_targets
+from glance_law.data.selection import DRAFTED_NOTE, with_drafted_horizons
 from glance_law.errors import GlanceError
 from glance_law.results.base import TableResult
 from glance_law.stats.cluster import clustered_mean, t_crit
@@ -101,6 +106,9 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
         frame = label_targets(frame, notes)       # several target models: arm = drafter @ target
     frame = E.as_frame(frame)
     E.require(frame, ("task", "prompt_id") + NEEDS, ANALYSIS)
+    frame, restored = with_drafted_horizons(frame)   # every verification round, at the depth it drafted
+    if restored.any():
+        notes.append(DRAFTED_NOTE.format(n=int(restored.sum())))
     frame = E.with_arm_labels(E.speculative_rounds(frame, notes))
     if not len(frame):
         raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..data.arms import label_targets
 from ..data.keys import cluster_codes
+from ..data.selection import with_drafted_horizons
 from ..errors import GlanceError, MissingColumnError
 from ..replay.runs import ReplayTotals, RunState, RunStreams, replay_depths, run_streams
 from ..stats.cluster import bootstrap_counts, percentile_interval
@@ -115,14 +116,12 @@ def prepare_runs(rounds, *, drafter: str | None = None, condition: str | None = 
     for c in ("prompt_id", "accepted", "horizon"):
         if c not in frame.columns:
             raise MissingColumnError(f"the column {c}", "the run-length policy replay")
+    # an importer cuts an output-ending round's horizon to its accepted run; the decoder drafted more
+    # (restored before the selection, which would read a horizon cut to 0 as a round without a draft)
     cut_col = "\0drafted_horizon_used"  # a name no log can carry, dropped after the selection
-    if "drafted_horizon" in frame.columns:
-        dh = pd.to_numeric(frame["drafted_horizon"], errors="coerce")
-        cut = dh.notna() & (dh != frame["horizon"])
-        if cut.any():
-            # an importer cuts an output-ending round's horizon to its accepted run; the decoder drafted more
-            # (restored before the selection, which would read a horizon cut to 0 as a round without a draft)
-            frame = frame.assign(horizon=dh.where(dh.notna(), frame["horizon"]), **{cut_col: cut})
+    frame, cut = with_drafted_horizons(frame)
+    if cut.any():
+        frame = frame.assign(**{cut_col: cut})
     frame, drafter, notes = select_rounds(frame, drafter=drafter, condition=condition, task=task, keep_undrafted=True)
     if cut_col in frame.columns:
         n_cut = int(frame[cut_col].sum())
