@@ -136,7 +136,7 @@ def classify(rec) -> str | None:
         rec = rec["data"]
     ch = rec.get("choices")
     if (isinstance(ch, list) and ch and isinstance(ch[0], dict)
-            and any(k in ch[0] for k in ("accept_lengths", "idxs", "decoding_steps"))):
+            and any(k in ch[0] for k in ("accept_lengths", "accept_lengths:", "idxs", "decoding_steps"))):
         return "spec-bench"
     if "question_id" in rec and "turns" in rec and "choices" not in rec:
         return QUESTIONS

@@ -46,6 +46,7 @@ from glance_law.data.tables import LogError
 #: horizon). Sources (file @ commit) in docs/your-logs.md; :data:`HINTS` says why each None is None.
 METHODS: dict = {
     "vanilla": 0,            # autoregressive baseline
+    "baseline": 0,           # the same arm in EAGLE's gen_baseline_answer_*.py (model_id default "...-baseline")
     "eagle": 5,              # EAGLE-1 static tree mc_sim_7b_63 (Spec-Bench model/eagle/choices.py): depth 5
     "eagle2": 6,             # EAGLE-2 dynamic tree, Spec-Bench default --depth 5: at most depth + 1 = 6 draft tokens
     "eagle3": 6,             # EAGLE-3, same drafting loop and default --depth 5: at most 6
@@ -54,8 +55,9 @@ METHODS: dict = {
     "recycling": 6,          # Token Recycling static tree template "2.2.2" (model/recycling/tree_template_.py): depth 6
     "ssd": 3,                # CTC drafter (delsiiin/VASE)
     "sps": "hf-heuristic",   # a small draft model, HF schedule: start 5, +2 after a full accept, else -1 (>= 1)
-    "pld": None, "lookahead": None, "lade": None, "rest": None, "space": None, "samd": None, "ctc": None,
-    "clover": None, "kangaroo": None,
+    "space": 5,              # SPACE (Spec-Bench inference_space.py space_forward: MASK_NUM=5, a chain of 5 candidates)
+    "pld": None, "lookahead": None, "lade": None, "rest": None, "samd": None, "ctc": None,
+    "clover": None, "kangaroo": None, "swift": None,
 }
 #: Why a method has no fixed horizon, and what to pass instead (in its refusal).
 HINTS: dict = {
@@ -65,7 +67,8 @@ HINTS: dict = {
     "lookahead": "lookahead decoding verifies n-grams of LEVEL - 1 tokens (LEVEL in the model_id, e.g. "
                  "lade-level-5); rounds with no candidate draft nothing, and the per-round length is not logged",
     "rest": "REST drafts a trie of retrieved continuations whose depth varies per round and is not logged",
-    "space": "SPACE's semi-autoregressive draft length is set by the trained model's mask count, not by the log",
+    "swift": "SWIFT (self-speculative layer skipping) stops drafting early on low confidence: its draft length "
+             "varies per round and is not logged",
     "samd": "SAM-Decoding switches between suffix-automaton and tree drafts of varying depth per round",
     "eagle2": "", "eagle3": "",
 }
@@ -90,6 +93,11 @@ def parse_model_id(model_id: str) -> tuple[str, str | None, str]:
             if i == 0:
                 return "-".join(core[1:]) or core[0], core[0].lower(), core[0].lower()
             return "-".join(core[:i]), core[i].lower(), "-".join(core[i:]).lower()
+    # no method before the settings: EAGLE's baseline ids put it after the dtype
+    # (``ess-vicuna-70b-fp16-baseline-temperature-0.0``)
+    later = next((t.lower() for t in toks[cut:] if t.lower() in METHODS), None)
+    if later is not None:
+        return "-".join(core), later, later
     return "-".join(core), None, core[-1].lower() if core else "unknown"
 
 
@@ -165,20 +173,24 @@ def _nums(x) -> list:
     return list(x) if isinstance(x, list) else [x]
 
 
-def split_turns(al, ds: list, nt: list, n_turns: int):
+def split_turns(al, ds: list, nt: list, n_turns: int, idxs: list | None = None):
     """The per-step values of one answer and their split into turns: (values, lengths per
     turn, how) or None when no split is consistent. ``al``: a flat list over all turns, or one
     list per turn; ``ds``: decoding_steps; ``nt``: new_tokens; ``n_turns``: the turns in the
-    answer. ``how``: ``steps`` (decoding_steps, as Spec-Bench writes them), ``nested`` (one
-    list per turn), ``single`` (one turn: the whole list), ``new_tokens`` (cut where the
-    running sum meets each turn's new_tokens), ``steps+1`` (every turn one step more than
-    decoding_steps says: Token Recycling's counter skips the final step)."""
+    answer; ``idxs``: the per-turn loop index of the last step (Spec-Bench before April 2024
+    wrote it instead of decoding_steps). ``how``: ``steps`` (decoding_steps, as Spec-Bench
+    writes them), ``nested`` (one list per turn), ``idxs`` (idx + 1 steps per turn),
+    ``single`` (one turn: the whole list), ``new_tokens`` (cut where the running sum meets
+    each turn's new_tokens), ``steps+1`` (every turn one step more than decoding_steps says:
+    Token Recycling's counter skips the final step)."""
     if al and all(isinstance(t, list) for t in al):
         vals = [v for t in al for v in _ints(t)]
         return vals, [len(t) for t in al], "nested"
     vals = _ints(al)
     if ds and sum(ds) == len(vals):
         return vals, ds, "steps"
+    if not ds and idxs and all(i >= 0 for i in idxs) and sum(idxs) + len(idxs) == len(vals):
+        return vals, [i + 1 for i in idxs], "idxs"
     if max(n_turns, len(ds), len(nt)) <= 1:
         return vals, [len(vals)], "single"
     if nt and len(nt) == max(n_turns, len(ds)) and sum(nt) == sum(vals):
@@ -199,6 +211,52 @@ def split_turns(al, ds: list, nt: list, n_turns: int):
     if ds and sum(ds) + len(ds) == len(vals):
         return vals, [d + 1 for d in ds], "steps+1"
     return None
+
+
+#: keys that hold the per-step accepted lengths: Spec-Bench's, and the typo its per-method
+#: scripts of March 2024 wrote (inference_pld/sps/lookahead.py @ bc8a422: ``"accept_lengths:"``)
+ACCEPT_KEYS = ("accept_lengths", "accept_lengths:")
+
+
+def _read_choice(c: dict):
+    """One choice: (values | None, steps per turn, how, new_tokens, wall_time, turn texts,
+    1 if the misspelt key was read else 0), or a string saying why it is left out
+    (``empty``, ``mismatch``, or the reason)."""
+    try:
+        nt = _ints(c.get("new_tokens"))
+        ds = _ints(c.get("decoding_steps"))
+    except ValueError as exc:
+        return f"new_tokens/decoding_steps: {exc}"
+    wt = _nums(c.get("wall_time"))
+    turns = c.get("turns")
+    turns = turns if isinstance(turns, list) else ([] if turns is None else [turns])
+    try:
+        idxs = _ints(c.get("idxs")) if "idxs" in c else None
+    except ValueError as exc:
+        return f"idxs: {exc}"
+    key = next((k for k in ACCEPT_KEYS if k in c), None)
+    if key is None:
+        if ds:                                  # step counts without the per-step lengths
+            return None, ds, "steps-only", nt, wt, turns, 0
+        if idxs is not None:
+            if any(i < 0 for i in idxs):
+                return "idxs: negative"
+            return None, [i + 1 for i in idxs], "idxs-only", nt, wt, turns, 0
+        return "neither accept_lengths nor idxs"
+    al = c.get(key)
+    if not al:
+        return "empty"
+    try:
+        got = split_turns(al if isinstance(al, list) else [al], ds, nt, len(turns), idxs)
+    except ValueError as exc:
+        return f"accept_lengths: {exc}"
+    if got is None:
+        return "mismatch"
+    vals, lens, how = got
+    v = array("q", vals)
+    if min(v) < 1:
+        return "accept_lengths below 1"
+    return v, lens, how, nt, wt, turns, int(key != "accept_lengths")
 
 
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
@@ -242,8 +300,9 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     seen: Counter = Counter()
     empty, mismatch, badval, multi, idx_only, nan_wall, tok_mismatch = [], [], [], 0, 0, 0, 0
     no_qid, no_cat, hows, why_bad = 0, 0, Counter(), Counter()
+    colon_key, error_turns, error_only, error_kept, steps_only = 0, [], [], 0, 0
 
-    answers = []     # (run k, qid, task, values | None, steps per turn, new_tokens, wall, line)
+    answers = []     # ((run k, choice), qid, task, values | None, steps per turn, turn ids, new_tokens, wall, line)
     for lineno, r in recs:
         q = r.get("question_id")
         if q is None:
@@ -255,59 +314,52 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         ch = r["choices"]
         if len(ch) > 1:
             multi += 1
-        c = ch[0] if ch and isinstance(ch[0], dict) else {}
         cat = r.get("category")
         if cat is None:
             cat = qcat.get(qid)
         if cat is None:
             no_cat += 1
         tsk = str(cat) if cat is not None else (task or "unknown")
-        try:
-            nt = _ints(c.get("new_tokens"))
-            ds = _ints(c.get("decoding_steps"))
-        except ValueError as exc:
-            badval.append(qid)
-            why_bad[f"new_tokens/decoding_steps: {exc}"] += 1
-            continue
-        wt = _nums(c.get("wall_time"))
-        turns = c.get("turns")
-        n_turns = len(turns) if isinstance(turns, list) else (1 if turns is not None else 0)
-        if "accept_lengths" not in c:
-            idxs = c.get("idxs")
-            if idxs is not None:
-                try:
-                    steps = [i + 1 for i in _ints(idxs)]
-                except ValueError as exc:
+        for ci, c in enumerate(ch or [{}]):
+            got = _read_choice(c if isinstance(c, dict) else {})
+            if isinstance(got, str):          # why the choice is left out
+                if got == "empty":
+                    empty.append(qid)
+                elif got == "mismatch":
+                    mismatch.append(qid)
+                else:
                     badval.append(qid)
-                    why_bad[f"idxs: {exc}"] += 1
-                    continue
-                idx_only += 1
-                answers.append((k, qid, tsk, None, steps, nt, wt, lineno))
+                    why_bad[got] += 1
                 continue
-            badval.append(qid)
-            why_bad["neither accept_lengths nor idxs"] += 1
-            continue
-        al = c.get("accept_lengths")
-        if not al:
-            empty.append(qid)
-            continue
-        try:
-            got = split_turns(al if isinstance(al, list) else [al], ds, nt, n_turns)
-        except ValueError as exc:
-            badval.append(qid)
-            why_bad[f"accept_lengths: {exc}"] += 1
-            continue
-        if got is None:
-            mismatch.append(qid)
-            continue
-        vals, lens, how = got
-        hows[how] += 1
-        v = array("q", vals)
-        if min(v) < 1:
-            badval.append(qid)
-            why_bad["accept_lengths below 1"] += 1
-            continue
-        answers.append((k, qid, tsk, v, lens, nt, wt, lineno))
+            v, lens, how, nt, wt, turns, colon = got
+            colon_key += colon
+            if v is None:
+                if how == "idxs-only":
+                    idx_only += 1
+                else:
+                    steps_only += 1
+            else:
+                hows[how] += 1
+            # a turn whose text is "ERROR": the benchmark caught an exception there and logged stale numbers
+            tids = list(range(len(lens)))
+            err = [t for t, x in enumerate(turns) if isinstance(x, str) and x.strip() == "ERROR"]
+            if err:
+                if len(turns) != len(lens):
+                    error_kept += 1
+                else:
+                    keep = [t for t in tids if t not in err]
+                    error_turns.append(qid)
+                    if not keep:
+                        error_only.append(qid)
+                        continue
+                    if v is not None:
+                        starts = np.concatenate([[0], np.cumsum(lens)]).tolist()
+                        v = array("q", [x for t in keep for x in v[starts[t]:starts[t + 1]]])
+                    nt = [nt[t] for t in keep] if len(nt) == len(lens) else nt
+                    wt = [wt[t] for t in keep] if len(wt) == len(lens) else wt
+                    lens = [lens[t] for t in keep]
+                    tids = keep
+            answers.append(((k, ci), qid, tsk, v, lens, tids, nt, wt, lineno))
 
     if empty:
         notes.append(f"{path}: {len(empty)} answer(s) with empty accept_lengths (no decoding steps; the run "
@@ -324,13 +376,29 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                                  "the whole list read as that turn"),
                       ("new_tokens", "have decoding_steps that disagree with accept_lengths: turns split where "
                                      "the running sum of accept_lengths meets each turn's new_tokens"),
+                      ("idxs", "give per-turn idxs (the loop index of each turn's last step; Spec-Bench before "
+                               "April 2024) instead of decoding_steps: turns of idx + 1 steps"),
                       ("steps+1", "count one decoding step fewer per turn than accept_lengths holds (Token "
                                   "Recycling's step counter skips the last step): turns of decoding_steps + 1")):
         n = hows.get(how, 0)
         if n:
             notes.append(f"{path}: {n} answer(s) {what}")
+    if colon_key:
+        notes.append(f"{path}: {colon_key} answer(s) name the per-step lengths 'accept_lengths:' (the misspelt key of "
+                     "Spec-Bench's March 2024 PLD/SpS/lookahead scripts): read as accept_lengths")
+    if error_turns:
+        notes.append(f"{path}: {len(error_turns)} answer(s) hold turns whose text is 'ERROR' (the benchmark caught an "
+                     "exception there, and Spec-Bench's eval.py then logs the previous turn's steps, tokens, time and "
+                     "accept_lengths again): those turns left out"
+                     + (f" ({len(error_only)} answer(s) had no other turn)" if error_only else "")
+                     + f": question_id {ids_list(error_turns)}")
+    if error_kept:
+        notes.append(f"{path}: {error_kept} answer(s) hold an 'ERROR' turn but turns that do not align with their "
+                     "step counts: kept as logged (their numbers may repeat the previous turn's)")
     if multi:
-        notes.append(f"{path}: {multi} answer(s) hold several choices; only choices[0] is read")
+        notes.append(f"{path}: {multi} answer(s) hold several choices (independent decodes of the question, "
+                     "Spec-Bench's --num-choices): every choice imported as a repeated decode of its question "
+                     f"(run_id {base}#choice<i> for choices[i], i >= 1; one cluster per question)")
     if no_qid:
         notes.append(f"{path}: {no_qid} answer(s) without a question_id: prompt_id 'line-<line number>' (each its "
                      "own cluster, unpaired in the timing ledger)")
@@ -340,15 +408,24 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                      + f"): task '{task or 'unknown'}'" + ("" if task else " (pass --task NAME)"))
     if not answers:
         raise LogError(path, f"no usable answers ({len(empty)} with empty accept_lengths, {len(mismatch)} with "
-                             f"step counts that disagree, {len(badval)} unreadable)",
+                             f"step counts that disagree, {len(badval)} unreadable"
+                             + (f", {len(error_only)} with only 'ERROR' turns" if error_only else "") + ")",
                        "nothing to import from this file; rerun the benchmark for it or leave it out")
     runs = max(seen.values())
     if runs > 1:
-        sizes = Counter(a[0] for a in answers)
+        sizes = Counter(a[0][0] for a in answers)
         notes.append(f"{path}: question ids repeat ({len(recs)} answers for {len(seen)} questions): split by "
                      f"order of appearance into {runs} runs ("
                      + ", ".join(f"{base}{'' if k == 1 else f'#run{k}'}: {sizes[k]}" for k in sorted(sizes))
                      + " answers)")
+
+    # --- idxs that count tokens, not steps --------------------------------------------
+    pairs = [(d, n) for a in answers if a[3] is None and len(a[6]) == len(a[4]) for d, n in zip(a[4], a[6])]
+    if spec != 0 and method is not None and len(pairs) >= 3 and all(d == n for d, n in pairs):
+        raise LogError(path, f"every turn's idx + 1 equals its new_tokens ({len(pairs)} turns), a tau of exactly 1 "
+                             f"for the speculative method '{method}': these idxs count tokens, not decoding steps "
+                             "(Spec-Bench's early PLD and baseline scripts wrote idx = new_token - 1)",
+                       "the file holds no step counts; import a run that logged accept_lengths or decoding_steps")
 
     # --- horizon ---------------------------------------------------------------------
     rounds_level = [a for a in answers if a[3] is not None]
@@ -380,13 +457,13 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     # --- rows (vectorised over the file) ---------------------------------------------------
     P = {k: [] for k in ("run_id", "prompt_id", "task", "new_tokens", "decode_ms", "rounds", "turns")}
     flat, lens, tturn, ans_of_turn, tok_want = array("q"), [], [], [], []
-    for j, (k, qid, tsk, v, ds, nt, wt, _lineno) in enumerate(answers):
-        run_id = base if k == 1 else f"{base}#run{k}"
+    for j, ((k, ci), qid, tsk, v, ds, tids, nt, wt, _lineno) in enumerate(answers):
+        run_id = base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
         try:
             wsum = math.fsum(wt)
-        except TypeError:                     # a null wall_time
+        except (TypeError, OverflowError):    # a null wall_time; inf + -inf
             wsum = math.nan
-        wall_ok = bool(wt) and wsum == wsum
+        wall_ok = bool(wt) and math.isfinite(wsum)
         if wt and not wall_ok:
             nan_wall += 1
         P["run_id"].append(run_id)
@@ -399,12 +476,12 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         if v is None:
             continue
         flat.extend(v)
-        for t, d in enumerate(ds):
+        for i, (t, d) in enumerate(zip(tids, ds)):
             if d:
                 lens.append(d)
                 tturn.append(t)
                 ans_of_turn.append(j)
-                tok_want.append(int(nt[t]) if t < len(nt) else -1)
+                tok_want.append(int(nt[i]) if i < len(nt) else -1)
     n_total = int(sum(lens))
     sched_bad = []
     if n_total:
@@ -439,7 +516,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                     h = h + 2 if a == h else (h - 1 if h > 1 else 1)
                 if bad >= 0:
                     ans = answers[ans_of_turn[i]]
-                    sched_bad.append((ans[1], tturn[i], bad, al[s0 + bad], hl[s0 + bad], ans[7]))
+                    sched_bad.append((ans[1], tturn[i], bad, al[s0 + bad], hl[s0 + bad], ans[8]))
             hor = np.asarray(hl, dtype=np.int64)
         else:
             hor = np.full(n_total, int(spec), dtype=np.int64)
@@ -454,8 +531,14 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     if idx_only:
         notes.append(f"{path}: {idx_only} answer(s) carry per-turn idxs and no per-step accept_lengths (the "
                      "EAGLE/Medusa repositories' own format): prompt rows only (rounds = idx + 1 per turn)")
+    if steps_only:
+        notes.append(f"{path}: {steps_only} answer(s) carry decoding_steps and no per-step accept_lengths: prompt "
+                     "rows only (rounds = decoding_steps)")
+    if (idx_only or steps_only) and method is None:
+        notes.append(f"{path}: no known method in model_id '{model_id}' (EAGLE's own scripts name none): its prompt "
+                     f"rows are labelled drafter '{drafter}' on target '{target}'")
     if nan_wall:
-        notes.append(f"{path}: {nan_wall} answer(s) with a NaN wall_time: decode_ms left null")
+        notes.append(f"{path}: {nan_wall} answer(s) with a NaN, infinite or null wall_time: decode_ms left null")
     if tok_mismatch:
         notes.append(f"{path}: {tok_mismatch} turn(s) whose new_tokens differ from the sum of their accept_lengths "
                      "(rounds kept as logged)")
