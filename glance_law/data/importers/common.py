@@ -198,6 +198,8 @@ def detect_format(path, raw: bytes | None = None) -> str:
                     first = arr[0]
                 break
             continue                     # a corrupt line: judge by the others
+        if isinstance(rec, list) and rec:    # a JSON array on one line (json.dump of a list): its elements
+            rec = next((x for x in rec if isinstance(x, dict)), rec[0])
         if first is None:
             first = rec
         fmt = classify(rec)
