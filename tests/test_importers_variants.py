@@ -375,6 +375,8 @@ def test_cli_ingest_fit_policy_on_variants(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert policy([str(d), "--budget", "3", "--drafter", "sps-68m", "--bootstrap", "20", "--folds", "3"]) == 0
+    err = capsys.readouterr().err                # the importers' notes are shown by policy too
+    assert "note:" in err and "read as accept_lengths" in err and "idx + 1 steps" in err
     # a refusal is one line on stderr, exit 2
     recs = real(EAGLE_SB, 3)
     for r in recs:
@@ -386,6 +388,9 @@ def test_cli_ingest_fit_policy_on_variants(tmp_path, capsys):
         assert cli(argv) == 2
         lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
         assert len(lines) == 1 and str(bad) in lines[0] and "--horizon" in lines[0], lines
+    assert policy([str(d), str(bad), "--budget", "3", "--drafter", "sps-68m", "--bootstrap", "0", "--folds", "3",
+                   "--skip-bad"]) == 0
+    assert f"skipped {bad}" in capsys.readouterr().err
 
 
 def test_cli_report_on_variants(tmp_path, capsys):

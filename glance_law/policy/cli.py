@@ -63,6 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--constant-ms", type=float, default=None, help="ms per round constant (overrides the regression)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the best policy as JSON to FILE")
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="table format (default text)")
+    p.add_argument("--skip-bad", action="store_true",
+                   help="skip corrupt lines and unreadable log files (each listed in a note) instead of stopping")
     return p
 
 
@@ -119,13 +121,20 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
 def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
     from ..data.io import read_logs
 
-    logs = read_logs(list(paths))
+    skip_bad = bool(getattr(args, "skip_bad", False))
+    logs = read_logs(list(paths), skip_bad=skip_bad)
+    for note in logs.notes:                 # what the reader / importers did with each oddity
+        print(f"{PROG}: note: {' '.join(str(note).split())}", file=sys.stderr)
+    for path, why in logs.skipped:
+        if any(str(path) in str(n) for n in logs.notes):
+            continue
+        print(f"{PROG}: note: skipped {path}: {' '.join(str(why).split())}", file=sys.stderr)
     fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
     data = prepare_for(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
     prompts = None
     if isinstance(data, RunData):          # accepted runs only: the turns' timings give the round cost
         try:
-            prompts = read_logs(list(paths), kind="prompts").frame
+            prompts = read_logs(list(paths), kind="prompts", skip_bad=skip_bad).frame
         except GlanceError:
             prompts = None
     res = policy_table(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
