@@ -5,7 +5,11 @@ One JSON object per answered question: ``question_id``, ``category``, ``model_id
 ``wall_time`` (seconds, prefill included) and one flat ``accept_lengths`` over all turns
 (tokens committed per verification step, bonus included: accepted = value - 1). The EAGLE
 and Medusa repositories' own scripts write ``idxs`` (the loop index of each turn's last
-step) instead of per-step lengths: those files give prompt rows only.
+step) instead of per-step lengths: those files give prompt rows only. Spec-Bench's earlier
+scripts write ``idxs`` beside the lengths (turns split by idx + 1), or the key
+``"accept_lengths:"``. A turn whose text is ``"ERROR"`` repeats the previous turn's numbers
+(eval.py's stale variables) and is left out; every choice of an answer is imported (choice
+i >= 1 as run ``<run>#choice<i>``).
 
 Rounds: one per ``accept_lengths`` entry, split into turns by ``decoding_steps``;
 ``prompt_id`` = ``question_id`` (both turns of a question are one cluster, ``turn`` an
