@@ -118,17 +118,17 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
     return pol, fit
 
 
-def search(paths: Sequence[str], args) -> tuple[PolicyTable, Policy, dict]:
+def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[PolicyTable, Policy, dict]:
+    """The policy table, the policy to export and its fit record; ``notes`` (a list) receives
+    what the reader and importers did with each oddity of the logs, one line each."""
     from ..data.io import read_logs
 
     skip_bad = bool(getattr(args, "skip_bad", False))
     logs = read_logs(list(paths), skip_bad=skip_bad)
-    for note in logs.notes:                 # what the reader / importers did with each oddity
-        print(f"{PROG}: note: {' '.join(str(note).split())}", file=sys.stderr)
-    for path, why in logs.skipped:
-        if any(str(path) in str(n) for n in logs.notes):
-            continue
-        print(f"{PROG}: note: skipped {path}: {' '.join(str(why).split())}", file=sys.stderr)
+    if notes is not None:                   # what the reader / importers did with each oddity
+        notes.extend(' '.join(str(n).split()) for n in logs.notes)
+        notes.extend(f"skipped {p}: {' '.join(str(why).split())}" for p, why in logs.skipped
+                     if not any(str(p) in str(n) for n in logs.notes))
     fams = None if args.families is None else [f.strip() for f in args.families.split(",") if f.strip()]
     data = prepare_for(logs, drafter=args.drafter, shape=args.shape, n_max=args.n_max, feature=args.feature)
     prompts = None
@@ -153,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise GlanceError("--folds must be >= 2 (held-out evaluation)")
         if args.bootstrap < 0 or not 0 < args.level < 1:
             raise GlanceError("--bootstrap must be >= 0 and --level strictly between 0 and 1")
-        res, pol, fit = search(args.paths, args)
+        notes: list[str] = []
+        res, pol, fit = search(args.paths, args, notes)
+        for note in notes:                     # printed once the search succeeded (a refusal stays one line)
+            print(f"{PROG}: note: {note}", file=sys.stderr)
         sys.stdout.write(res.summary(args.format))
         if not res.summary(args.format).endswith("\n"):
             sys.stdout.write("\n")
