@@ -183,7 +183,7 @@ def test_several_choices_are_repeated_decodes(tmp_path):
     assert runs == {"": len(merged), "choice1": len(merged)}
     assert imp.prompts["prompt_id"].nunique() == len(merged)
     assert any("several choices" in n for n in imp.notes)
-    assert any("runs in one file" in n for n in imp.notes)
+    assert any(n.startswith("runs: ") and "2 runs of several choices per answer are pooled" in n for n in imp.notes)
 
 
 # --------------------------------------------------------------------------

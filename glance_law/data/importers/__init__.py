@@ -297,9 +297,12 @@ def _separate_runs(data: list, notes: list) -> list:
         runs = sorted({str(x) for t in (r.rounds, r.prompts) if t is not None and "run_id" in t.column_names
                        for x in t.column("run_id").unique().to_pylist()})
         if len(runs) > 1 and any("#run" in x or "#choice" in x for x in runs):
-            notes.append(f"{RUNS_NOTE}{run_base(r.path)}: {len(runs)} runs in one file (appended runs: question ids "
-                         "repeat; several choices per answer) are pooled as repeated decodes of the same questions: "
-                         "one cluster per question, the timing ledger takes total ms / total tokens per question")
+            how = " and ".join(w for w, tag in (("appended in one file (question ids repeat)", "#run"),
+                                                 ("of several choices per answer", "#choice"))
+                               if any(tag in x for x in runs))
+            notes.append(f"{RUNS_NOTE}{run_base(r.path)}: {len(runs)} runs {how} are pooled as repeated decodes of "
+                         "the same questions: one cluster per question, the timing ledger takes total ms / total "
+                         "tokens per question")
     owners: dict = {}
     for i, r in enumerate(data):
         for arm in _arms(r):
