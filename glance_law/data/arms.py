@@ -191,12 +191,13 @@ def renaming_notes(drafters: dict[str, str], target_values: Iterable[str] = ()) 
     return out
 
 
-def _split_values(values: pd.Series) -> tuple[list, list]:
-    codes, uniq = _factor(values)
-    parts = [parse_label(u) if isinstance(u, str) else (u, None) for u in uniq] + [(None, None)]
-    d = [parts[c][0] for c in codes]
-    t = [parts[c][1] for c in codes]
-    return d, t
+def _per_label(labels: pd.Series, f, missing, name=None) -> pd.Series:
+    """``f`` of each distinct arm label (as a string), spread over the rows (``missing`` where null)."""
+    codes, uniq = _factor(labels)
+    out = np.empty(len(uniq) + 1, dtype=object)
+    out[:-1] = [f(str(u)) for u in uniq]
+    out[-1] = missing
+    return pd.Series(out[codes], index=labels.index, name=labels.name if name is None else name, dtype=object)
 
 
 def split_labels(frame: pd.DataFrame) -> pd.DataFrame:
@@ -206,11 +207,11 @@ def split_labels(frame: pd.DataFrame) -> pd.DataFrame:
     if "drafter" not in frame.columns or TARGET in frame.columns or not len(frame):
         return frame
     s = frame["drafter"].astype(object)
-    d, t = _split_values(s)
+    t = _per_label(s, lambda u: parse_label(u)[1], None).tolist()
     if all(x is None for x in t):
         return frame
     out = frame.copy()
-    out["drafter"] = [v if tt is None else dd for dd, tt, v in zip(d, t, s)]
+    out["drafter"] = [v if tt is None else parse_label(v)[0] for tt, v in zip(t, s)]
     out.insert(list(out.columns).index("drafter"), TARGET, t)
     return out
 
@@ -240,27 +241,21 @@ def run_targets(runs) -> list[str | None]:
 def plain_drafter(labels: pd.Series) -> pd.Series:
     """The drafter names of arm labels (``"ssd @ llama2-7b-chat"`` -> ``"ssd"``; plain names as
     is; :func:`parse_label`)."""
-    codes, uniq = _factor(labels.astype(str))
-    names = np.array([parse_label(u)[0] for u in uniq] + ["nan"], dtype=object)
-    return pd.Series(names[codes], index=labels.index, name=labels.name, dtype=object)
+    return _per_label(labels, lambda u: parse_label(u)[0], "nan")
 
 
 def target_values(labels: pd.Series) -> pd.Series:
     """The ``target`` column that arm labels were made from (None for a plain drafter name or
     :data:`UNKNOWN_TARGET`; a quoted name unquoted): the inverse of :func:`target_name`, so a
     frame of labels given this column is taken as labelled by :func:`label_targets`."""
-    codes, uniq = _factor(labels.astype(str))
-    vals = []
-    for u in uniq:
+    def value(u):
         t = parse_label(u)[1]
-        vals.append(None if t is None or t == UNKNOWN_TARGET else
-                    t[1:-1] if len(t) > 1 and t[0] == t[-1] == "'" and _RESERVED.fullmatch(t[1:-1]) else t)
-    names = np.array(vals + [None], dtype=object)
-    return pd.Series(names[codes], index=labels.index, name=TARGET, dtype=object)
+        if t is None or t == UNKNOWN_TARGET:
+            return None
+        return t[1:-1] if len(t) > 1 and t[0] == t[-1] == "'" and _RESERVED.fullmatch(t[1:-1]) else t
+    return _per_label(labels, value, None, TARGET)
 
 
 def arm_target(labels: pd.Series) -> pd.Series:
     """The targets of arm labels (``""`` for a plain drafter name; :func:`parse_label`)."""
-    codes, uniq = _factor(labels.astype(str))
-    names = np.array([parse_label(u)[1] or "" for u in uniq] + [""], dtype=object)
-    return pd.Series(names[codes], index=labels.index, name=labels.name, dtype=object)
+    return _per_label(labels, lambda u: parse_label(u)[1] or "", "")
