@@ -27,15 +27,17 @@ POOLED = "pooled"
 LAW_INPUT = ("root_entropy", "accepted", "horizon")
 
 
-def as_frame(rounds):
+def as_frame(rounds, notes: list | None = None):
+    """(frame, skipped) of a rounds DataFrame or LogSet, with the arm labels of
+    :func:`glance_law.data.arms.label_targets` (its notes go to ``notes``)."""
     from .arms import label_targets
     from .io import LogSet  # type only; no I/O happens here
     if isinstance(rounds, LogSet):
         if rounds.kind != "rounds":
             raise GlanceError(f"the law needs round logs, got a LogSet of kind {rounds.kind!r}")
-        return label_targets(rounds.frame), tuple(rounds.skipped)
+        return label_targets(rounds.frame, notes), tuple(rounds.skipped)
     if isinstance(rounds, pd.DataFrame):
-        return label_targets(rounds), ()   # several target models: arm = drafter @ target (data.arms)
+        return label_targets(rounds, notes), ()   # several target models: arm = drafter @ target (data.arms)
     raise GlanceError("the law expects a rounds DataFrame or a LogSet from glance_law.read_logs")
 
 

@@ -23,14 +23,14 @@ from glance_law.stats.cluster import cluster_codes, cluster_sums, clustered_cova
 GROUP_ALL = "pooled"
 
 
-def as_frame(rounds) -> pd.DataFrame:
+def as_frame(rounds, notes: list | None = None) -> pd.DataFrame:
     """A rounds DataFrame from a DataFrame or a :class:`glance_law.io.LogSet`; rounds of several
     target models get the arm label ``drafter @ target`` (:func:`glance_law.data.arms.label_targets`),
-    so every analysis that keeps drafters apart keeps targets apart too."""
+    so every analysis that keeps drafters apart keeps targets apart too (its notes go to ``notes``)."""
     frame = getattr(rounds, "frame", rounds)
     if not isinstance(frame, pd.DataFrame):
         raise GlanceError("expected a rounds DataFrame or a LogSet from glance_law.read_logs")
-    return label_targets(frame)
+    return label_targets(frame, notes)
 
 
 def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:

@@ -274,11 +274,11 @@ def _prepare(rounds, by, need_match: bool = True, need_entropy: bool = True) -> 
     matches are derived from its accepted run (:func:`derived_matches`); a tree's are not.
     Without ``root_entropy`` (and ``need_entropy=False``) every round gets H = 0 and the
     analyses use one bin."""
-    frame = E.as_frame(rounds)
+    notes: list[str] = []
+    frame = E.as_frame(rounds, notes)
     E.require(frame, ["accepted", "horizon"], ANALYSIS)
     if need_entropy:
         E.require(frame, ["root_entropy"], ANALYSIS)
-    notes: list[str] = []
     frame = E.speculative_rounds(frame, notes)
     if not len(frame):
         raise GlanceError(f"{ANALYSIS} found no drafted rounds (horizon > 0) in the matched condition")

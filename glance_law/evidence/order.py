@@ -180,10 +180,10 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
     >>> type(res).__name__
     'OrderResult'
     """
-    frame = E.as_frame(rounds)
+    notes: list[str] = []
+    frame = E.as_frame(rounds, notes)
     E.require(frame, ["accepted", "horizon"], ANALYSIS)
     entropy = "root_entropy" in frame.columns and bool(frame["root_entropy"].notna().any())
-    notes: list[str] = []
     frame, restored = with_drafted_horizons(frame)   # means and P(a = L) over every verification round
     if restored.any():
         notes.append(DRAFTED_NOTE.format(n=int(restored.sum())))

@@ -133,7 +133,7 @@ def pair_conditions(rounds, notes: list[str] | None = None, extra: Sequence[str]
     x = mismatched) plus ``{col}_m``/``{col}_x`` for every column in ``extra``.
     """
     notes = [] if notes is None else notes
-    frame = E.as_frame(rounds)
+    frame = E.as_frame(rounds, notes)
     E.require(frame, ["root_entropy", "accepted", "horizon"], ANALYSIS)
     if "condition" not in frame.columns or not (frame["condition"].astype(str) == MISMATCHED).any():
         raise MissingColumnError("rounds in condition 'mismatched'", ANALYSIS, SUPPLIED_BY["condition=mismatched"])
@@ -421,13 +421,13 @@ def signal_effect(rounds, column: str, *, by="task", n_bins: int = 10, control: 
     """
     if control not in ("deciles", "linear"):
         raise GlanceError("control must be 'deciles' or 'linear'")
-    frame = E.as_frame(rounds)
+    notes: list[str] = []
+    frame = E.as_frame(rounds, notes)
     analysis = f"the signal analysis of '{column}'"
     E.require(frame, ["root_entropy", "accepted", "horizon"], analysis)
     if column not in frame.columns:
         raise MissingColumnError(f"the '{column}' column", analysis,
                                  "the logger hook that records it (any extra column of the round files is read)")
-    notes: list[str] = []
     frame = E.speculative_rounds(frame, notes, conditions=(condition,))
     v_all = pd.to_numeric(frame[column], errors="coerce")
     bad = v_all.isna().to_numpy()

@@ -43,11 +43,11 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.arms import (
-    SEP,
     UNKNOWN_TARGET,
-    arm_target,
     label_targets,
+    parse_label,
     plain_drafter,
+    target_names,
     targets,
 )
 from glance_law.data.schema import SUPPLIED_BY
@@ -78,7 +78,7 @@ def per_prompt_cost(prompts: pd.DataFrame, notes: list[str], arm: str) -> pd.Dat
                                      "glance-log (recorded by default)")
     P = E.with_arm_labels(prompts)
     if "target" in P.columns and P["target"].notna().any():
-        P["target"] = P["target"].astype(object).where(P["target"].notna(), UNKNOWN_TARGET).astype(str)
+        P["target"] = target_names(P["target"])      # none -> unknown; a target named so is quoted (data.arms)
     else:
         P["target"] = ""
     n0 = len(P)
@@ -321,7 +321,7 @@ def round_cost(rounds: pd.DataFrame, *, baseline_rounds: pd.DataFrame | None = N
         if c not in rounds.columns or rounds[c].isna().all():
             raise MissingColumnError(f"the '{c}' column", "the round-cost regression", SUPPLIED_BY.get(c, "glance-log"))
     named = targets(rounds)
-    rounds = label_targets(rounds)      # several target models: one regression per drafter @ target
+    rounds = label_targets(rounds, notes)      # several target models: one regression per drafter @ target
     R = E.speculative_rounds(rounds, notes)
     base_named = sorted(set(_frame_targets(baseline_rounds)) | set(_frame_targets(baseline_prompts)))
     per_target = len(named) > 1 or len(base_named) > 1 or bool(named and base_named and named != base_named)
@@ -340,8 +340,8 @@ def round_cost(rounds: pd.DataFrame, *, baseline_rounds: pd.DataFrame | None = N
         tag = f"{drafter}: " if drafter is not None else ""
         arm_fwd = fwd
         if fwd is None:         # the forward cost of this arm's own target, never another target's
-            tgt = arm_target(pd.Series([drafter]))[0] if drafter is not None and SEP in drafter else \
-                (named[0] if len(named) == 1 else UNKNOWN_TARGET)
+            tgt = parse_label(drafter)[1] if drafter is not None else None
+            tgt = tgt if tgt is not None else (named[0] if len(named) == 1 else UNKNOWN_TARGET)
             arm_fwd = _forward_cost(_of_target(baseline_rounds, tgt, base_named),
                                     _of_target(baseline_prompts, tgt, base_named), notes)
             if arm_fwd[0] is None:
@@ -458,8 +458,7 @@ def _of_target(frame, target: str, base_named: list[str]):
         return None
     if "target" not in frame.columns:
         return frame if base_named == [target] else None
-    t = frame["target"].astype(object).where(frame["target"].notna(), UNKNOWN_TARGET).astype(str)
-    return frame.loc[t == target]
+    return frame.loc[(target_names(frame["target"]) == target).to_numpy()]
 
 
 def _forward_cost(baseline_rounds, baseline_prompts, notes):

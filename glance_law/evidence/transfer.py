@@ -164,9 +164,9 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
     >>> list(res.to_frame()["task"])
     ['docvqa']
     """
-    frame = E.as_frame(rounds)
-    E.require(frame, ["root_entropy", "accepted", "horizon", by], ANALYSIS)
     notes: list[str] = []
+    frame = E.as_frame(rounds, notes)
+    E.require(frame, ["root_entropy", "accepted", "horizon", by], ANALYSIS)
     frame = E.speculative_rounds(frame, notes)
     vals = frame[by].astype(str)
     present = sorted(set(vals))

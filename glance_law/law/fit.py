@@ -82,9 +82,10 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
     if int(bins) < 2 or int(ceiling_bins) < 2:
         raise GlanceError("bins and ceiling_bins must be >= 2")
-    frame, skipped = _sel.as_frame(rounds)
+    arm_notes: list[str] = []           # several targets, or drafter names altered to label arms
+    frame, skipped = _sel.as_frame(rounds, arm_notes)
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
-                        for path, reason in skipped]
+                        for path, reason in skipped] + arm_notes
     data = _sel.prepare(frame, by, condition, weight, cluster, notes, native=True)
     # once: the pooled group's prompts then need no relabelling (nor counting, with one drafter)
     data["cl"], G_all, counts_all = _sel.compact_counts(data["cl"])

@@ -27,6 +27,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from glance_law.data.arms import parse_label, target_values
 from glance_law.data.selection import POOLED
 from glance_law.errors import GlanceError
 from glance_law.law.fit import fit_law
@@ -75,6 +76,16 @@ def two_point(n, sh, sh2, lo, hi):
     return h1, n * q1, h2, n * (1.0 - q1)
 
 
+def _with_targets(cols: dict) -> dict:
+    """Cells keyed by ``drafter @ target`` (several targets): the ``target`` column their labels
+    were made from, so :func:`glance_law.data.arms.label_targets` takes them as labelled."""
+    d = cols["drafter"]
+    cats = d.cat.categories if isinstance(d.dtype, pd.CategoricalDtype) else pd.unique(d.astype(str))
+    if any(parse_label(x)[1] is not None for x in cats):
+        cols["target"] = target_values(d).to_numpy()
+    return cols
+
+
 def law_frame(reduced: Reduced, quadrature: bool = True, cells: pd.DataFrame | None = None) -> pd.DataFrame:
     """Weighted rounds for :func:`glance_law.law.fit_law` (columns task, drafter, bucket, root_entropy,
     accepted, horizon, weight): each cell (of ``cells``, default the reduction's) as its two-point
@@ -83,6 +94,7 @@ def law_frame(reduced: Reduced, quadrature: bool = True, cells: pd.DataFrame | N
     n = c["n"].to_numpy(dtype=np.float64)
     base = {k: c[k].to_numpy() if k not in ("task", "drafter") else c[k].reset_index(drop=True)
             for k in ("task", "drafter", "bucket", "accepted", "horizon")}
+    base = _with_targets(base)
     if not quadrature:
         mean = np.where(c["hbin"].to_numpy() < 0, np.nan, c["sum_h"].to_numpy() / n)
         return pd.DataFrame({**base, "root_entropy": mean, "weight": n})
@@ -311,12 +323,12 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
     K = len(marg)
     two = np.flatnonzero(w2 > 0)
     mt, md = marg["task"].cat, marg["drafter"].cat
-    atoms = pd.DataFrame({"task": pd.Categorical.from_codes(np.r_[mt.codes, mt.codes.to_numpy()[two]], mt.categories),
-                          "drafter": pd.Categorical.from_codes(np.r_[md.codes, md.codes.to_numpy()[two]],
-                                                               md.categories),
-                          "root_entropy": np.r_[h1, h2[two]],
-                          "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
-                          "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]]})
+    atoms = pd.DataFrame(_with_targets({
+        "task": pd.Categorical.from_codes(np.r_[mt.codes, mt.codes.to_numpy()[two]], mt.categories),
+        "drafter": pd.Series(pd.Categorical.from_codes(np.r_[md.codes, md.codes.to_numpy()[two]], md.categories)),
+        "root_entropy": np.r_[h1, h2[two]],
+        "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
+        "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]]}))
     atoms["_atom"] = np.arange(len(atoms))
     atom_m = np.r_[np.arange(K), two]
     base = fit_law(atoms, by=by, method=method, level=level, n_boot=0, seed=seed, condition=None, weight="weight",

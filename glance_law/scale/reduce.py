@@ -55,7 +55,7 @@ from glance_law.data import schema as S
 from glance_law.errors import GlanceError
 from glance_law.results.base import Result
 
-__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge",
+__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge", "plain_drafters",
            "reduce_frame",
            "read_reduced", "write_reduced", "check_buckets", "normalize_condition", "normalize_cells", "cells_digest"]
 
@@ -325,6 +325,7 @@ class Reduced(Result):
         if len(tg) > 1:
             out.append(f"the reduced rounds hold {len(tg)} target models ({', '.join(tg)}): cells are keyed by "
                        "drafter @ target, never pooling one method's rounds across targets")
+        out.extend(info.get("arm_notes", []))     # drafter or target names altered to label arms
         src = info.get("sources", [])
         if len(src) > 1:
             out.append(f"merged from {len(src)} reductions; prompts are summed over them (a prompt seen by "
@@ -378,6 +379,7 @@ METADATA_RULES: dict = {
                 "a list of [path, reason] pairs"),
     "sources": (lambda v: isinstance(v, list) and all(isinstance(x, Mapping) for x in v), "a list of objects"),
     "targets": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of target names"),
+    "arm_notes": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
 }
 
 
@@ -411,7 +413,7 @@ def merge(items: Sequence[Reduced]) -> Reduced:
                               f"{r.condition}); reduce the logs again with one --condition")
     if len(items) == 1:
         return first
-    items, names = _keep_targets_apart(items)
+    items, names, arm_notes = _keep_targets_apart(items)
     info: dict = {"condition": first.condition}
     for key in ("rounds_read", "excluded_horizon0", "excluded_conditions", "filled", "prompts"):
         acc: dict | int = {} if isinstance(first.info.get(key), Mapping) else 0
@@ -423,38 +425,71 @@ def merge(items: Sequence[Reduced]) -> Reduced:
     info["sources"] = [s for r in items for s in r.info.get("sources", [{}])]
     if names:
         info["targets"] = names
+    arm_notes = list(dict.fromkeys([a for r in items for a in r.info.get("arm_notes", [])] + arm_notes))
+    if arm_notes:
+        info["arm_notes"] = arm_notes
     cells = normalize_cells(pd.concat([r.cells for r in items], ignore_index=True))
     return Reduced(cells, first.grid, first.buckets, info)
 
 
-def _keep_targets_apart(items: list) -> tuple[list, list]:
+def plain_drafters(red: Reduced) -> Reduced:
+    """A reduction of one target whose cells are keyed by plain drafter names (the out-of-core
+    engines'), with any name that would not split back as an arm label altered as
+    :func:`glance_law.data.arms.drafter_names` does, and a note; otherwise ``red`` itself."""
+    from glance_law.data.arms import drafter_names, renaming_notes
+    names = set(red.cells["drafter"].astype(str)) | {str(d) for d in red.info.get("prompts", {})}
+    rename = drafter_names(sorted(names))
+    moved = {d: n for d, n in rename.items() if d != n}
+    if not moved or len(red.info.get("targets", [])) > 1:
+        return red
+    cells = red.cells.copy()
+    cells["drafter"] = cells["drafter"].astype(str).map(rename)
+    info = {**red.info, "prompts": {rename[str(d)]: v for d, v in red.info.get("prompts", {}).items()},
+            "arm_notes": list(red.info.get("arm_notes", [])) + renaming_notes(moved)}
+    return Reduced(normalize_cells(cells), red.grid, red.buckets, info)
+
+
+def _keep_targets_apart(items: list) -> tuple[list, list, list]:
     """Reductions of different target models: each one's plain drafter labels become
-    ``drafter @ target`` (its recorded target; ``unknown`` where it records none, e.g. a file
-    written before targets were recorded), so the merged cells keep the targets apart as the
-    in-memory path does (glance_law.data.arms). Returns the items and the merged target list
-    ([] when none records a target: those merge exactly as before)."""
-    from glance_law.data.arms import SEP, UNKNOWN_TARGET, arm_label
+    ``drafter @ target`` (its recorded target, as :func:`glance_law.data.arms.targets` names it;
+    ``unknown`` where it records none, e.g. a file written before targets were recorded), so the
+    merged cells keep the targets apart as the in-memory path does (glance_law.data.arms; drafter
+    names that would not split back are altered as there, and said in the merged notes). Returns
+    the items, the merged target list ([] when none records a target: those merge exactly as
+    before) and the notes on the names altered."""
+    from glance_law.data.arms import (
+        UNKNOWN_TARGET,
+        arm_label,
+        drafter_names,
+        parse_label,
+        renaming_notes,
+    )
     recorded = [[str(t) for t in r.info.get("targets", [])] for r in items]
     if not any(recorded):
-        return items, []
+        return items, [], []
     names = sorted({t for ts in recorded for t in ts} | ({UNKNOWN_TARGET} if not all(recorded) else set()))
     if len(names) < 2:
-        return items, names
+        return items, names, []
+    tgts = [None if len(ts) > 1 else ts[0] if ts else UNKNOWN_TARGET for ts in recorded]
+    plain = [None if t is None or all(parse_label(d)[1] == t for d in r.cells["drafter"].astype(str).unique())
+             else set(r.cells["drafter"].astype(str)) | {str(d) for d in r.info.get("prompts", {})}
+             for r, t in zip(items, tgts)]
+    rename = drafter_names(d for ds in plain if ds for d in sorted(ds))   # one renaming over every plain item
+    moved = {d: n for d, n in rename.items() if d != n}
     out = []
-    for r, ts in zip(items, recorded):
-        if len(ts) > 1:        # already keyed by drafter @ target (reduce_frame of several targets, a merge)
+    for r, tgt, ds in zip(items, tgts, plain):
+        if ds is None:      # already keyed by drafter @ target (several targets, a merge, a relabelled frame)
             out.append(r)
             continue
-        tgt = ts[0] if ts else UNKNOWN_TARGET
 
         def lab(d, tgt=tgt):
-            return d if SEP in str(d) else arm_label(str(d), tgt)
+            return arm_label(rename[str(d)], tgt)
 
         cells = r.cells.copy()
         cells["drafter"] = cells["drafter"].astype(str).map(lab)
         prompts = {lab(d): v for d, v in r.info.get("prompts", {}).items()}
         out.append(Reduced(normalize_cells(cells), r.grid, r.buckets, {**r.info, "prompts": prompts}))
-    return out, names
+    return out, names, renaming_notes(moved)
 
 
 def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = None,
@@ -489,10 +524,12 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     grid = grid if grid is not None else Grid()
     B = check_buckets(buckets)
     cond = normalize_condition(condition)
-    from glance_law.data.arms import label_targets, targets
+    from glance_law.data.arms import RENAMED_NOTE, label_targets, targets
     frame = rounds.frame if isinstance(rounds, LogSet) else rounds
     names = targets(frame)            # recorded in info: merges keep reductions of other targets apart
-    frame = label_targets(frame)      # several target models: cells keyed by drafter @ target
+    arm_notes: list[str] = []
+    frame = label_targets(frame, arm_notes)      # several target models: cells keyed by drafter @ target
+    arm_notes = [a for a in arm_notes if a.startswith(RENAMED_NOTE)]    # names altered to label arms
     need = ("task", "prompt_id", "root_entropy", "accepted", "horizon")
     missing = [c for c in need if c not in frame.columns]
     if missing:
@@ -529,6 +566,8 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
             "skipped": [], "sources": [{"engine": "pandas", "files": 0, "rounds_read": int(n)}]}
     if names:
         info["targets"] = names
+    if arm_notes:
+        info["arm_notes"] = arm_notes
     return Reduced(normalize_cells(cells), grid, B, info)
 
 

@@ -499,8 +499,9 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         raise GlanceError(f"quantile must lie in (0, 1] (got {quantile})")
     if threshold is not None and not (np.isfinite(float(threshold)) and float(threshold) >= 0):
         raise GlanceError(f"threshold must be a finite entropy >= 0 nats (got {threshold})")
-    frame, skipped = as_frame(rounds)
-    notes: list[str] = [f"skipped {p}: {r}" if str(p) not in r else f"skipped {r}" for p, r in skipped]
+    arm_notes: list[str] = []           # several targets, or drafter names altered to label arms
+    frame, skipped = as_frame(rounds, arm_notes)
+    notes: list[str] = [f"skipped {p}: {r}" if str(p) not in r else f"skipped {r}" for p, r in skipped] + arm_notes
     whole = "root_entropy" not in frame.columns or not frame["root_entropy"].notna().any()
     if whole:  # no entropy measured: the regime is the whole log (every drafted round), no law, no cap
         frame = frame.assign(root_entropy=np.zeros(len(frame), dtype=np.float32))

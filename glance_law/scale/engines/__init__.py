@@ -33,6 +33,7 @@ from glance_law.scale.reduce import (
     merge,
     normalize_cells,
     normalize_condition,
+    plain_drafters,
     read_reduced,
 )
 
@@ -146,7 +147,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
         if names:      # recorded: a merge with reductions of other targets keeps them apart
             info["targets"] = names
         if info["rounds_read"]:
-            parts.append(Reduced(normalize_cells(cells), grid, B, info))
+            parts.append(plain_drafters(Reduced(normalize_cells(cells), grid, B, info)))   # ' @ ' in a name
     if reduced:
         red = read_reduced([s.path for s in reduced], skip_bad=skip_bad)
         if not rounds and red.condition != cond:
@@ -171,12 +172,13 @@ def _one_target(sources) -> list[str]:
     import pyarrow.parquet as pq
 
     from glance_law.data import uri
-    from glance_law.data.arms import run_targets
+    from glance_law.data.arms import run_targets, target_name
     names = {t for t in run_targets([s.run for s in sources]) if t is not None}
     for s in sources:
         if "target" in s.columns and not uri.is_uri(str(s.path)):
             col = pq.read_table(str(s.path), columns=["target"]).column("target")
             names |= {str(x) for x in pc.unique(col).to_pylist() if x is not None}
+    names = {target_name(t) for t in names if t != ""}    # as arm labels name them (a target 'unknown' quoted)
     if len(names) > 1:
         raise GlanceError(f"the rounds files hold {len(names)} target models ({', '.join(sorted(names))}) and the "
                           "out-of-core reduction would pool one method's rounds across them; reduce each target's "
