@@ -69,6 +69,12 @@ def test_parse_model_id_and_method_table():
     assert parse_model_id("llama2-7b-chat-ssd-float16-temperature-0.0") == ("llama2-7b-chat", "ssd", "ssd")
     assert parse_model_id("Qwen2.5-7B-Instruct-vanilla-float16-temp-0.0")[1] == "vanilla"
     assert parse_model_id("my-model-foo")[1] is None
+    # the Medusa repository's repeat runs: the index after the version or size is not the target's
+    for i in ("1", "2"):
+        mid = f"medusa-vicuna-13b-v1.3-{i}-temperature-0.0-posterior_threshold-0.09-posterior_alpha-0.3"
+        assert parse_model_id(mid) == ("vicuna-13b-v1.3", "medusa", "medusa")
+    assert parse_model_id("medusa-vicuna-13b-v1.3-temperature-0.0")[0] == "vicuna-13b-v1.3"
+    assert parse_model_id("llama-2-eagle-float16")[0] == "llama-2"          # a number after a word is a name
     assert METHODS["eagle"] == 5 and METHODS["medusa"] == 4 and METHODS["hydra"] == 4 and METHODS["ssd"] == 3
 
 

@@ -25,6 +25,7 @@ horizon kept in ``drafted_horizon``. ``vanilla`` files are the autoregressive ar
 from __future__ import annotations
 
 import math
+import re
 from array import array
 from collections import Counter
 from pathlib import Path
@@ -79,6 +80,7 @@ HINTS: dict = {
 HINTS["lade"] = HINTS["lookahead"]
 SPS_START = 5
 
+_RUN_AFTER = re.compile(r"v\d+(\.\d+)*|\d+(\.\d+)?[bBmM]")  # a version (v1.3) or a size (13b, 68m)
 _DTYPES = {"float16", "bfloat16", "float32", "float64", "fp16", "bf16", "fp32", "half", "int8", "int4", "fp8"}
 
 
@@ -92,6 +94,11 @@ def parse_model_id(model_id: str) -> tuple[str, str | None, str]:
     cut = next((j for j, t in enumerate(toks) if j and (t.lower() in _DTYPES or t.lower() in ("temp", "temperature"))),
                len(toks))
     core = toks[:cut]
+    # a repeat-run index after the target's version or size (the Medusa repository's
+    # ``medusa-vicuna-13b-v1.3-1-temperature-...``) is not part of the target's name
+    # (``llama-2`` keeps its 2: a number after a plain word is a name)
+    if len(core) >= 3 and core[-1].isdigit() and _RUN_AFTER.fullmatch(core[-2]):
+        core = core[:-1]
     for i in range(len(core) - 1, -1, -1):
         if core[i].lower() in METHODS:
             if i == 0:
