@@ -234,15 +234,53 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
 RUNS_NOTE = "runs: "
 
 
+def _distinct(table, names) -> set:
+    """The distinct tuples of the columns ``names`` over the rows of an Arrow table (None for a
+    null, or for a column the table lacks), from the columns' dictionary codes: no Python
+    object per row."""
+    import math
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    have = [n for n in names if n in table.column_names]
+    out: set = set()
+    for b in table.select(have).to_batches():
+        if not b.num_rows:
+            continue
+        codes, values = [], []
+        for n in names:
+            if n not in have or pa.types.is_null(b.schema.field(n).type):
+                codes.append(np.zeros(b.num_rows, np.int64))
+                values.append([None])
+                continue
+            a = b.column(n)
+            if not pa.types.is_dictionary(a.type):
+                a = a.dictionary_encode()
+            vals = a.dictionary.to_pylist() + [None]
+            codes.append(pc.fill_null(a.indices, len(vals) - 1).to_numpy(zero_copy_only=False).astype(np.int64))
+            values.append(vals)
+        sizes = [len(v) for v in values]
+        if math.prod(sizes) < 1 << 62:        # one integer per row (mixed radix); counted where the span is small
+            key = np.ravel_multi_index(codes, sizes)
+            span = math.prod(sizes)
+            found = np.flatnonzero(np.bincount(key, minlength=span)) if span <= 4 * b.num_rows + 4096 \
+                else np.unique(key)
+            rows = np.stack(np.unravel_index(found, sizes), axis=1)
+        else:
+            rows = np.unique(np.stack(codes, axis=1), axis=0)
+        for row in rows.tolist():
+            out.add(tuple(v[c] for v, c in zip(values, row)))
+    return out
+
+
 def _arms(res: FileResult) -> set:
     """The (target, drafter) pairs of one file's rows (target None where not named)."""
     out: set = set()
     for t in (res.rounds, res.prompts):
         if t is None or "drafter" not in t.column_names:
             continue
-        d = t.column("drafter").to_pylist()
-        tg = t.column("target").to_pylist() if "target" in t.column_names else [None] * len(d)
-        out |= set(zip(tg, d))
+        out |= _distinct(t, ("target", "drafter"))
     return out
 
 
@@ -274,11 +312,8 @@ def _prompt_keys(res: FileResult, target, drafter: str) -> set:
     for t in (res.prompts, res.rounds):
         if t is None or not {"drafter", "prompt_id"} <= set(t.column_names):
             continue
-        d = t.column("drafter").to_pylist()
-        tg = t.column("target").to_pylist() if "target" in t.column_names else [None] * len(d)
-        tk = t.column("task").to_pylist() if "task" in t.column_names else [None] * len(d)
-        q = t.column("prompt_id").to_pylist()
-        return {(str(a), str(b)) for a, b, x, y in zip(tk, q, d, tg) if x == drafter and y == target}
+        return {(str(a), str(b)) for a, b, x, y in _distinct(t, ("task", "prompt_id", "drafter", "target"))
+                if x == drafter and y == target}
     return set()
 
 
