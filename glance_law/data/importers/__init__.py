@@ -251,15 +251,23 @@ def _distinct(table, names) -> set:
         codes, values = [], []
         for n in names:
             if n not in have or pa.types.is_null(b.schema.field(n).type):
-                codes.append(np.zeros(b.num_rows, np.int64))
+                codes.append(None)
                 values.append([None])
                 continue
             a = b.column(n)
             if not pa.types.is_dictionary(a.type):
                 a = a.dictionary_encode()
             vals = a.dictionary.to_pylist() + [None]
+            if len(vals) == 2 and not a.null_count:          # one value on every row (an importer's constant)
+                codes.append(None)
+                values.append(vals[:1])
+                continue
             codes.append(pc.fill_null(a.indices, len(vals) - 1).to_numpy(zero_copy_only=False).astype(np.int64))
             values.append(vals)
+        if all(c is None for c in codes):
+            out.add(tuple(v[0] for v in values))
+            continue
+        codes = [np.zeros(b.num_rows, np.int64) if c is None else c for c in codes]
         sizes = [len(v) for v in values]
         if math.prod(sizes) < 1 << 62:        # one integer per row (mixed radix); counted where the span is small
             key = np.ravel_multi_index(codes, sizes)
@@ -290,8 +298,17 @@ def _relabel(table, old: str, new: str):
     import pyarrow.compute as pc
     if table is None or "drafter" not in table.column_names:
         return table
-    col = table.column("drafter").cast(pa.string())
-    col = pc.if_else(pc.equal(col, old), pa.scalar(new, pa.string()), col).dictionary_encode()
+    col = table.column("drafter")
+    if col.num_chunks == 1 and pa.types.is_dictionary(col.type) and col.type.index_type == pa.int32() \
+            and len(col) and not col.null_count and len(col.chunk(0).dictionary) == 1:
+        # one drafter on every row (as an importer writes it): rename the dictionary's one entry
+        # (what encoding the renamed strings would give), not each row
+        (name,) = col.chunk(0).dictionary.to_pylist()
+        col = pa.chunked_array([pa.DictionaryArray.from_arrays(
+            col.chunk(0).indices, pa.array([new if name == old else name], pa.string()))])
+    else:
+        col = col.cast(pa.string())
+        col = pc.if_else(pc.equal(col, old), pa.scalar(new, pa.string()), col).dictionary_encode()
     return table.set_column(table.column_names.index("drafter"), "drafter", col)
 
 
