@@ -458,3 +458,42 @@ def test_sglang_newer_field_names(tmp_path):
     bad = write_jsonl(tmp_path / "bad.jsonl", [{"meta_info": dict(meta, spec_verify_ct="many")}])
     with pytest.raises(LogError, match="line 1: spec_verify_ct or the acceptance histogram is not a number"):
         import_logs(bad)
+
+
+def test_run_separation_helpers_match_a_row_by_row_reading():
+    """_distinct (the arms and prompt keys of a file, from dictionary codes) and _relabel (its
+    one-entry dictionary shortcut) against reading every row as Python values: several chunks
+    with different dictionaries, nulls, plain strings, a null-typed and an absent column."""
+    import numpy as np
+    import pyarrow as pa
+
+    from glance_law.data import importers as imp
+
+    rng = np.random.default_rng(3)
+
+    def strings(n, pool, nulls):
+        return [None if nulls and rng.random() < 0.2 else str(rng.choice(pool)) for _ in range(n)]
+
+    def chunk(n, dict_enc, nulls):
+        cols = {"drafter": strings(n, ["eagle", "medusa", "ar"], nulls), "task": strings(n, ["math", "qa"], nulls),
+                "prompt_id": strings(n, [str(i) for i in range(40)], nulls), "target": [None] * n}
+        t = pa.table({k: pa.array(v, pa.string()) for k, v in cols.items()})
+        if dict_enc:
+            t = pa.table({k: t.column(k).dictionary_encode() for k in t.column_names})
+        return t
+
+    tables = [chunk(50, True, False), pa.concat_tables([chunk(30, True, True), chunk(20, True, False)]),
+              chunk(40, False, True), pa.table({"drafter": pa.array(["x"] * 5).dictionary_encode(),
+                                                "target": pa.nulls(5)})]
+    for t in tables:
+        for names in (("target", "drafter"), ("task", "prompt_id", "drafter", "target"), ("drafter", "absent")):
+            rows = [tuple(t.column(n).to_pylist() if n in t.column_names else [None] * t.num_rows) for n in names]
+            assert imp._distinct(t, names) == set(zip(*rows))
+        for old in ("eagle", "x", "none such"):
+            got = imp._relabel(t, old, "new [run]").column("drafter")
+            assert pa.types.is_dictionary(got.type)
+            assert got.to_pylist() == ["new [run]" if d == old else d for d in t.column("drafter").to_pylist()]
+    const = pa.table({"drafter": pa.DictionaryArray.from_arrays(pa.array(np.zeros(7, np.int32)), pa.array(["eagle"]))})
+    fast = imp._relabel(const, "eagle", "eagle [b]").column("drafter")
+    slow = const.column("drafter").cast(pa.string()).dictionary_encode()      # what re-encoding the rows gives
+    assert fast.type == slow.type and fast.to_pylist() == ["eagle [b]"] * 7 and imp._distinct(const, ("drafter",)) == {("eagle",)}

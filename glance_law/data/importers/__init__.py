@@ -234,15 +234,61 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
 RUNS_NOTE = "runs: "
 
 
+def _distinct(table, names) -> set:
+    """The distinct tuples of the columns ``names`` over the rows of an Arrow table (None for a
+    null, or for a column the table lacks), from the columns' dictionary codes: no Python
+    object per row."""
+    import math
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    have = [n for n in names if n in table.column_names]
+    out: set = set()
+    for b in table.select(have).to_batches():
+        if not b.num_rows:
+            continue
+        codes, values = [], []
+        for n in names:
+            if n not in have or pa.types.is_null(b.schema.field(n).type):
+                codes.append(None)
+                values.append([None])
+                continue
+            a = b.column(n)
+            if not pa.types.is_dictionary(a.type):
+                a = a.dictionary_encode()
+            vals = a.dictionary.to_pylist() + [None]
+            if len(vals) == 2 and not a.null_count:          # one value on every row (an importer's constant)
+                codes.append(None)
+                values.append(vals[:1])
+                continue
+            codes.append(pc.fill_null(a.indices, len(vals) - 1).to_numpy(zero_copy_only=False).astype(np.int64))
+            values.append(vals)
+        if all(c is None for c in codes):
+            out.add(tuple(v[0] for v in values))
+            continue
+        codes = [np.zeros(b.num_rows, np.int64) if c is None else c for c in codes]
+        sizes = [len(v) for v in values]
+        if math.prod(sizes) < 1 << 62:        # one integer per row (mixed radix); counted where the span is small
+            key = np.ravel_multi_index(codes, sizes)
+            span = math.prod(sizes)
+            found = np.flatnonzero(np.bincount(key, minlength=span)) if span <= 4 * b.num_rows + 4096 \
+                else np.unique(key)
+            rows = np.stack(np.unravel_index(found, sizes), axis=1)
+        else:
+            rows = np.unique(np.stack(codes, axis=1), axis=0)
+        for row in rows.tolist():
+            out.add(tuple(v[c] for v, c in zip(values, row)))
+    return out
+
+
 def _arms(res: FileResult) -> set:
     """The (target, drafter) pairs of one file's rows (target None where not named)."""
     out: set = set()
     for t in (res.rounds, res.prompts):
         if t is None or "drafter" not in t.column_names:
             continue
-        d = t.column("drafter").to_pylist()
-        tg = t.column("target").to_pylist() if "target" in t.column_names else [None] * len(d)
-        out |= set(zip(tg, d))
+        out |= _distinct(t, ("target", "drafter"))
     return out
 
 
@@ -252,8 +298,17 @@ def _relabel(table, old: str, new: str):
     import pyarrow.compute as pc
     if table is None or "drafter" not in table.column_names:
         return table
-    col = table.column("drafter").cast(pa.string())
-    col = pc.if_else(pc.equal(col, old), pa.scalar(new, pa.string()), col).dictionary_encode()
+    col = table.column("drafter")
+    if col.num_chunks == 1 and pa.types.is_dictionary(col.type) and col.type.index_type == pa.int32() \
+            and len(col) and not col.null_count and len(col.chunk(0).dictionary) == 1:
+        # one drafter on every row (as an importer writes it): rename the dictionary's one entry
+        # (what encoding the renamed strings would give), not each row
+        (name,) = col.chunk(0).dictionary.to_pylist()
+        col = pa.chunked_array([pa.DictionaryArray.from_arrays(
+            col.chunk(0).indices, pa.array([new if name == old else name], pa.string()))])
+    else:
+        col = col.cast(pa.string())
+        col = pc.if_else(pc.equal(col, old), pa.scalar(new, pa.string()), col).dictionary_encode()
     return table.set_column(table.column_names.index("drafter"), "drafter", col)
 
 
@@ -274,11 +329,8 @@ def _prompt_keys(res: FileResult, target, drafter: str) -> set:
     for t in (res.prompts, res.rounds):
         if t is None or not {"drafter", "prompt_id"} <= set(t.column_names):
             continue
-        d = t.column("drafter").to_pylist()
-        tg = t.column("target").to_pylist() if "target" in t.column_names else [None] * len(d)
-        tk = t.column("task").to_pylist() if "task" in t.column_names else [None] * len(d)
-        q = t.column("prompt_id").to_pylist()
-        return {(str(a), str(b)) for a, b, x, y in zip(tk, q, d, tg) if x == drafter and y == target}
+        return {(str(a), str(b)) for a, b, x, y in _distinct(t, ("task", "prompt_id", "drafter", "target"))
+                if x == drafter and y == target}
     return set()
 
 

@@ -163,12 +163,18 @@ def questions_file(path, lines) -> FileResult:
                        "categories only"])
 
 
+_INT = {int}
+
+
 def _ints(x) -> list:
-    """A list of integers from a scalar or a list (a scalar is one turn); integral floats pass."""
+    """A list of integers from a scalar or a list (a scalar is one turn); integral floats pass.
+    A list of plain ints comes back as itself (not copied: callers do not modify it)."""
     if x is None:
         return []
     if not isinstance(x, list):
         x = [x]
+    if set(map(type, x)) <= _INT:         # every element a plain int (as JSON gives): nothing to check
+        return x
     out = []
     for v in x:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or int(v) != v:
@@ -194,7 +200,7 @@ def split_turns(al, ds: list, nt: list, n_turns: int, idxs: list | None = None):
     ``single`` (one turn: the whole list), ``new_tokens`` (cut where the running sum meets
     each turn's new_tokens), ``steps+1`` (every turn one step more than decoding_steps says:
     Token Recycling's counter skips the final step)."""
-    if al and all(isinstance(t, list) for t in al):
+    if al and isinstance(al[0], list) and all(isinstance(t, list) for t in al):
         vals = [v for t in al for v in _ints(t)]
         return vals, [len(t) for t in al], "nested"
     vals = _ints(al)
@@ -264,9 +270,9 @@ def _read_choice(c: dict):
     if got is None:
         return "mismatch"
     vals, lens, how = got
-    v = array("q", vals)
-    if min(v) < 1:
+    if min(vals) < 1:                   # on the list of ints (faster than on the array)
         return "accept_lengths below 1"
+    v = array("q", vals)
     return v, lens, how, nt, wt, turns, int(key != "accept_lengths")
 
 
@@ -440,7 +446,11 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
 
     # --- horizon ---------------------------------------------------------------------
     rounds_level = [a for a in answers if a[3] is not None]
-    vmax = max((max(a[3]) for a in rounds_level), default=0)
+    flat = array("q")                   # every answer's values, in order
+    for a in rounds_level:
+        flat.extend(a[3])
+    flat_a = np.frombuffer(flat, dtype=np.int64) if flat.itemsize == 8 else np.asarray(flat, dtype=np.int64)
+    vmax = int(flat_a.max()) if flat_a.size else 0
     key = f"{target}-{method}" if method else model_id
     if rounds_level and spec is None:
         why = (f"the method '{method}' has no fixed horizon in the method table" if method
@@ -467,7 +477,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
 
     # --- rows (vectorised over the file) ---------------------------------------------------
     P = {k: [] for k in ("run_id", "prompt_id", "task", "new_tokens", "decode_ms", "rounds", "turns")}
-    flat, lens, tturn, ans_of_turn, tok_want = array("q"), [], [], [], []
+    lens, tturn, ans_of_turn, tok_want = [], [], [], []
     for j, ((k, ci), qid, tsk, v, ds, tids, nt, wt, _lineno) in enumerate(answers):
         run_id = base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
         try:
@@ -486,7 +496,6 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         P["turns"].append(len(ds))
         if v is None:
             continue
-        flat.extend(v)
         for i, (t, d) in enumerate(zip(tids, ds)):
             if d:
                 lens.append(d)
@@ -496,14 +505,13 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     n_total = int(sum(lens))
     sched_bad = []
     if n_total:
-        v = np.frombuffer(flat, dtype=np.int64) if flat.itemsize == 8 else np.asarray(flat, dtype=np.int64)
+        v = flat_a
         lens_a = np.asarray(lens, dtype=np.int64)
         tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
-        turn_of = np.repeat(np.arange(lens_a.size), lens_a)
         acc = v - 1
         csum = np.cumsum(v)
         before = csum - v
-        pos = before - before[tstart][turn_of]
+        pos = before - np.repeat(before[tstart], lens_a)      # rounds are in turn order: per-turn values repeat
         end = np.zeros(n_total, dtype=bool)
         end[tstart + lens_a - 1] = True
         sums = np.add.reduceat(v, tstart)
@@ -512,18 +520,17 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         ans_a = np.asarray(ans_of_turn, dtype=np.int64)
         a_rounds = np.bincount(ans_a, weights=lens_a, minlength=len(answers)).astype(np.int64)
         a_start = np.concatenate([[0], np.cumsum(a_rounds)[:-1]])
-        ans_of_round = ans_a[turn_of]
-        rnd = np.arange(n_total) - a_start[ans_of_round]
+        rnd = np.arange(n_total) - np.repeat(a_start, a_rounds)      # answers in order: per-answer values repeat
         if spec == "hf-heuristic":
-            hl = [0] * n_total
+            hl: list = []
+            put = hl.append
             al = acc.tolist()
             for i, (s0, d) in enumerate(zip(tstart.tolist(), lens)):
                 h, bad = SPS_START, -1
-                for x in range(s0, s0 + d):       # sps_schedule, inlined over the whole file
-                    hl[x] = h
-                    a = al[x]
+                for x, a in enumerate(al[s0:s0 + d]):       # sps_schedule, inlined over the whole file
+                    put(h)                                  # (turns are consecutive: hl[s0 + x] is this round's)
                     if a > h and bad < 0:
-                        bad = x - s0
+                        bad = x
                     h = h + 2 if a == h else (h - 1 if h > 1 else 1)
                 if bad >= 0:
                     ans = answers[ans_of_turn[i]]
@@ -554,11 +561,18 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         notes.append(f"{path}: {tok_mismatch} turn(s) whose new_tokens differ from the sum of their accept_lengths "
                      "(rounds kept as logged)")
 
-    def cat(values, idx):
-        """A dictionary-encoded string column of values[idx] (values: per answer)."""
-        index: dict = {}
-        codes = np.fromiter((index.setdefault(x, len(index)) for x in values), dtype=np.int32, count=len(values))
-        return pa.DictionaryArray.from_arrays(pa.array(codes[idx]), pa.array(list(index), pa.string()))
+    enc: dict = {}
+
+    def cat(name, idx):
+        """A dictionary-encoded string column of P[name] per answer, each repeated ``idx`` times
+        (the codes are made once per column, for the rounds and the prompts alike)."""
+        if name not in enc:
+            values, index = P[name], {}
+            codes = np.fromiter((index.setdefault(x, len(index)) for x in values), dtype=np.int32, count=len(values))
+            enc[name] = (codes, pa.array(list(index), pa.string()))
+        codes, dictionary = enc[name]
+        codes = np.zeros(int(idx.sum()), np.int32) if len(dictionary) == 1 else np.repeat(codes, idx)
+        return pa.DictionaryArray.from_arrays(pa.array(codes), dictionary)
 
     def const(value, n):
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
@@ -566,20 +580,20 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     drafter_name = "ar" if spec == 0 else drafter
     if n_total:
         rounds = pa.table({
-            "run_id": cat(P["run_id"], ans_of_round), "task": cat(P["task"], ans_of_round),
-            "prompt_id": cat(P["prompt_id"], ans_of_round), "round": rnd.astype(np.int32),
+            "run_id": cat("run_id", a_rounds), "task": cat("task", a_rounds),
+            "prompt_id": cat("prompt_id", a_rounds), "round": rnd.astype(np.int32),
             "root_entropy": pa.nulls(n_total, pa.float32()),            # not measured by this format
             "accepted": acc.astype(np.int16), "horizon": np.where(end, acc, hor).astype(np.int16),
             "drafter": const(drafter_name, n_total), "target": const(target, n_total),
-            "position": pos.astype(np.int32), "turn": np.asarray(tturn, dtype=np.int16)[turn_of],
+            "position": pos.astype(np.int32), "turn": np.repeat(np.asarray(tturn, dtype=np.int16), lens_a),
             "ends_output": end, "drafted_horizon": hor.astype(np.int16),
         })
     else:
         rounds = None
-    nall = np.arange(len(P["run_id"]))
+    ones = np.ones(len(P["run_id"]), dtype=np.int64)
     prompts = pa.table({
-        "run_id": cat(P["run_id"], nall), "prompt_id": cat(P["prompt_id"], nall), "task": cat(P["task"], nall),
-        "drafter": const(drafter_name, nall.size), "target": const(target, nall.size), "new_tokens": pa.array(P["new_tokens"], pa.int32()),
+        "run_id": cat("run_id", ones), "prompt_id": cat("prompt_id", ones), "task": cat("task", ones),
+        "drafter": const(drafter_name, ones.size), "target": const(target, ones.size), "new_tokens": pa.array(P["new_tokens"], pa.int32()),
         "decode_ms": pa.array(P["decode_ms"], pa.float32()), "rounds": pa.array(P["rounds"], pa.int32()),
         "turns": pa.array(P["turns"], pa.int16())})
     if spec == "hf-heuristic" and n_total:
