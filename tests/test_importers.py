@@ -497,3 +497,15 @@ def test_run_separation_helpers_match_a_row_by_row_reading():
     fast = imp._relabel(const, "eagle", "eagle [b]").column("drafter")
     slow = const.column("drafter").cast(pa.string()).dictionary_encode()      # what re-encoding the rows gives
     assert fast.type == slow.type and fast.to_pylist() == ["eagle [b]"] * 7 and imp._distinct(const, ("drafter",)) == {("eagle",)}
+
+
+def test_an_accept_length_beyond_64_bits_is_left_out_with_a_note(tmp_path):
+    """A corrupt accept_lengths value of 2^64 makes its answer unreadable (left out and named in
+    a note, like any impossible value), not a bare OverflowError; the file's other answers import."""
+    f = write_jsonl(tmp_path / "a.jsonl", [answer(1, "writing", [2], [3, 2], [5], [0.5]),
+                                           answer(2, "math", [2], [2, 2 ** 64], [6], [0.1])])
+    imp = import_logs(f)
+    assert imp.rounds["prompt_id"].astype(str).tolist() == ["1", "1"]
+    assert imp.rounds["accepted"].tolist() == [2, 1]
+    assert any("1 answer(s) with unreadable or impossible values left out" in n and "beyond any step" in n
+               for n in imp.notes), imp.notes

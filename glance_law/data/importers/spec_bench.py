@@ -272,7 +272,10 @@ def _read_choice(c: dict):
     vals, lens, how = got
     if min(vals) < 1:                   # on the list of ints (faster than on the array)
         return "accept_lengths below 1"
-    v = array("q", vals)
+    try:
+        v = array("q", vals)
+    except OverflowError:                   # beyond 64 bits: no decoder commits that many tokens in a step
+        return "accept_lengths: a value beyond any step's length"
     return v, lens, how, nt, wt, turns, int(key != "accept_lengths")
 
 
