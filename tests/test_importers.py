@@ -75,6 +75,10 @@ def test_parse_model_id_and_method_table():
         assert parse_model_id(mid) == ("vicuna-13b-v1.3", "medusa", "medusa")
     assert parse_model_id("medusa-vicuna-13b-v1.3-temperature-0.0")[0] == "vicuna-13b-v1.3"
     assert parse_model_id("llama-2-eagle-float16")[0] == "llama-2"          # a number after a word is a name
+    # the EAGLE repository scripts' default ids
+    assert parse_model_id("ess-vicuna-70b-fp16-temperature-0.0") == ("vicuna-70b", "eagle", "eagle")
+    assert parse_model_id("ess-vicuna-70b-fp16-baseline-temperature-0.0") == ("vicuna-70b", "baseline", "baseline")
+    assert parse_model_id("essay-model-eagle-fp16") == ("essay-model", "eagle", "eagle")
     assert METHODS["eagle"] == 5 and METHODS["medusa"] == 4 and METHODS["hydra"] == 4 and METHODS["ssd"] == 3
 
 

@@ -220,8 +220,12 @@ def test_eagle_medusa_repo_idxs_only(tmp_path):
     f3 = write(d / "ea.jsonl", strip(med, "ess-vicuna-7b-fp16-temperature-0.0"))
     imp = import_logs([f2, f3])
     arms = set(zip(imp.prompts["target"].astype(str), imp.prompts["drafter"].astype(str)))
-    assert ("ess-vicuna-7b", "ar") in arms                                   # the baseline is the AR arm
-    assert any("no known method in model_id 'ess-vicuna-7b-fp16-temperature-0.0'" in n for n in imp.notes)
+    assert ("vicuna-7b", "ar") in arms                                       # the baseline is the AR arm
+    assert ("vicuna-7b", "eagle") in arms                                    # ess-<target>: EAGLE's scripts
+    assert any("'ess-vicuna-7b-fp16-temperature-0.0' is the EAGLE repository scripts' default id" in n
+               and "the eagle method" in n for n in imp.notes)
+    assert any("'ess-vicuna-7b-fp16-baseline-temperature-0.0' is the EAGLE" in n and "baseline" in n
+               for n in imp.notes)
 
 
 def test_idxs_that_count_tokens_are_refused(tmp_path):

@@ -80,6 +80,11 @@ HINTS: dict = {
 HINTS["lade"] = HINTS["lookahead"]
 SPS_START = 5
 
+#: The first part of the model id the EAGLE repository's answer scripts default to
+#: (``--model-id ess-vicuna-70b-fp16`` in eagle/evaluation/gen_ea_answer_*.py and
+#: gen_baseline_answer_*.py @ cb7e084; "ess" is EAGLE's working name): read as the eagle method
+#: (or the baseline the id names after its dtype), the rest as the target.
+EAGLE_PREFIX = "ess"
 _RUN_AFTER = re.compile(r"v\d+(\.\d+)*|\d+(\.\d+)?[bBmM]")  # a version (v1.3) or a size (13b, 68m)
 _DTYPES = {"float16", "bfloat16", "float32", "float64", "fp16", "bf16", "fp32", "half", "int8", "int4", "fp8"}
 
@@ -107,9 +112,13 @@ def parse_model_id(model_id: str) -> tuple[str, str | None, str]:
     # no method before the settings: EAGLE's baseline ids put it after the dtype
     # (``ess-vicuna-70b-fp16-baseline-temperature-0.0``)
     later = next((t.lower() for t in toks[cut:] if t.lower() in METHODS), None)
+    ess = len(core) > 1 and core[0].lower() == EAGLE_PREFIX   # the EAGLE scripts' default id: ess-<target>
+    name = "-".join(core[1:] if ess else core)
     if later is not None:
-        return "-".join(core), later, later
-    return "-".join(core), None, core[-1].lower() if core else "unknown"
+        return name, later, later
+    if ess:
+        return name, "eagle", "eagle"
+    return name, None, core[-1].lower() if core else "unknown"
 
 
 def sps_schedule(accepted: np.ndarray, start: int = SPS_START) -> tuple[np.ndarray, int]:
@@ -555,6 +564,10 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     if steps_only:
         notes.append(f"{path}: {steps_only} answer(s) carry decoding_steps and no per-step accept_lengths: prompt "
                      "rows only (rounds = decoding_steps)")
+    if model_id.lower().startswith(EAGLE_PREFIX + "-") and method in ("eagle", "baseline"):
+        notes.append(f"{path}: model_id '{model_id}' is the EAGLE repository scripts' default id (ess-<target>): read as "
+                     f"{'the eagle method' if method == 'eagle' else 'its autoregressive baseline'} on target "
+                     f"'{target}'; those scripts keep this id whatever model they ran, so check the target")
     if (idx_only or steps_only) and method is None:
         notes.append(f"{path}: no known method in model_id '{model_id}' (EAGLE's own scripts name none): its prompt "
                      f"rows are labelled drafter '{drafter}' on target '{target}'")
