@@ -405,12 +405,11 @@ def greedy_reference(target, prompt, max_new_tokens: int, eos_ids: Sequence[int]
     """Plain greedy decoding through the model's own forward (one token per pass, the
     library's default masks and positions): the audit's reference. Returns
     (tokens, margins) with the top-1 minus top-2 logit margin of every step."""
+    from transformers import DynamicCache
+
     eos = set(target.eos_ids if eos_ids is None else eos_ids)
-    cache = target.new_cache()
-    if target.is_vlm:
-        inner = getattr(target.model, "model", None)
-        if inner is not None and hasattr(inner, "rope_deltas"):
-            inner.rope_deltas = None
+    cache = DynamicCache(config=target.config)      # the library's own cache (sliding layers keep their window)
+    target.adapter.before_prefill(target.model)
     out = target._call(cache, **prompt.inputs, logits_to_keep=1)
     logits = out.logits[0, -1]
     tokens, margins = [], []

@@ -12,6 +12,9 @@ decoder needs:
   VL models, ``past + depth + rope_delta`` on all three M-RoPE axes);
 * :meth:`Target.commit` - gathers the cache down to the committed path.
 
+What differs between model families (the mask per layer type for sliding-window models, the
+cache layout, M-RoPE positions) lives in the model's adapter (:mod:`glance_log.adapters`).
+
 The final hidden state is read by a forward pre-hook on the output embedding
 (``lm_head``), so it is the exact input of the logits on every architecture.
 """
@@ -26,6 +29,8 @@ from typing import Any
 import torch
 
 from glance_law.errors import GlanceError
+
+from . import adapters
 
 __all__ = ["Target", "PromptInputs", "load_target", "resolve_device", "resolve_dtype", "cache_kwarg",
            "eos_token_ids", "needs_remote_code", "check_remote_code"]
@@ -197,9 +202,9 @@ class Target:
             raise GlanceError(f"{self.name}: attention implementation {impl!r} cannot take the 4D tree mask; "
                               "load the model with attn_implementation='sdpa' or 'eager'")
         self.image_processor = None
+        self.adapter = adapters.adapter_for(model)
         self._hidden: torch.Tensor | None = None
         self._hook = model.get_output_embeddings().register_forward_pre_hook(self._capture)
-        self._rope_delta = None
         self._eos = eos_token_ids(model, tokenizer)
 
     # -- plumbing ---------------------------------------------------------------
@@ -214,9 +219,7 @@ class Target:
         return self._eos
 
     def new_cache(self):
-        from transformers import DynamicCache
-        cache = DynamicCache(config=self.config)
-        return cache
+        return self.adapter.new_cache()
 
     @staticmethod
     def cache_len(cache) -> int:
@@ -304,45 +307,27 @@ class Target:
     @torch.inference_mode()
     def prefill(self, prompt: PromptInputs, cache) -> tuple[torch.Tensor, torch.Tensor]:
         """Run the prompt into ``cache``; returns (logits (V,), hidden (d,)) of the last row."""
-        if self.is_vlm:
-            inner = getattr(self.model, "model", None)
-            if inner is not None and hasattr(inner, "rope_deltas"):
-                inner.rope_deltas = None  # stale deltas from the previous prompt must not leak
+        self.adapter.before_prefill(self.model)
         out = self._call(cache, **prompt.inputs, logits_to_keep=1)
-        self._rope_delta = None
-        if self.is_vlm:
-            inner = getattr(self.model, "model", None)
-            rd = getattr(inner, "rope_deltas", None)
-            if rd is not None:
-                self._rope_delta = rd.reshape(-1)[:1].to(self.device)
+        self.adapter.after_prefill(self.model, cache)
         return out.logits[0, -1], self._hidden[0, -1]
 
     def positions(self, past: int, depth: torch.Tensor) -> torch.Tensor:
         """Explicit positions of new tokens at ``depth`` (0 = the pending root) after ``past`` cached ones."""
-        pos = (depth + past).unsqueeze(0)                               # (1, n)
-        if self.is_vlm:
-            if self._rope_delta is not None:
-                pos = pos + self._rope_delta.to(pos.dtype)              # the same delta on t, h, w
-            pos = pos.unsqueeze(0).expand(3, 1, -1)                     # (3, 1, n)
-        return pos
-
-    def tree_mask(self, past: int, ancestors: torch.Tensor) -> torch.Tensor:
-        """4D additive mask (1, 1, n, past + n): 0 where attended, dtype-min elsewhere."""
-        n = ancestors.shape[0]
-        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool, device=ancestors.device), ancestors], dim=1)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=ancestors.device)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[None, None]
+        return self.adapter.positions(past, depth)
 
     @torch.inference_mode()
     def verify(self, cache, tokens: torch.Tensor, depth: torch.Tensor, ancestors: torch.Tensor):
         """One target pass over ``tokens`` (n,) = root then tree nodes (parents first).
 
         ``depth`` (n,) long: 0 for the root; ``ancestors`` (n, n) bool: [i, j] when j is i or
-        an ancestor of i. Returns (logits (n, V), hidden (n, d)); the cache grows by n.
+        an ancestor of i. Every node attends to the cached keys its layer type lets it see from
+        its own position (``past + depth``) and to its ancestors. Returns (logits (n, V),
+        hidden (n, d)); the cache grows by n.
         """
         past = self.cache_len(cache)
-        out = self._call(cache, input_ids=tokens[None], attention_mask=self.tree_mask(past, ancestors),
+        mask = self.adapter.masks(cache, past, depth, ancestors, self.dtype)
+        out = self._call(cache, input_ids=tokens[None], attention_mask=mask,
                          position_ids=self.positions(past, depth))
         return out.logits[0], self._hidden[0]
 
@@ -354,35 +339,16 @@ class Target:
         anc = torch.ones(n, n, dtype=torch.bool, device=tokens.device).tril()
         return self.verify(cache, tokens, depth, anc)
 
-    @staticmethod
     @torch.inference_mode()
-    def commit(cache, past: int, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
+    def commit(self, cache, past: int, rows: list[int], rows_dev: torch.Tensor | None = None) -> None:
         """Keep cache rows ``past + rows`` (rows ascending, rows[0] == 0 the root) and drop the rest
         of the block: the committed path moves to ``past .. past + len(rows) - 1``."""
-        keep = len(rows)
-        if int(cache.get_seq_length()) < past + rows[-1] + 1:
-            raise RuntimeError("commit: the cache is shorter than the verified block")
-        contiguous = rows == list(range(keep))
-        src = None
-        for layer in cache.layers:
-            if getattr(layer, "is_sliding", False):
-                raise GlanceError("sliding-window cache layers are not supported by the tree verifier")
-            if not getattr(layer, "is_initialized", True) or layer.keys is None or layer.keys.numel() == 0:
-                continue
-            if not contiguous:
-                if src is None or src.device != layer.keys.device:
-                    src = rows_dev if rows_dev is not None else torch.tensor(rows)
-                    src = src.to(layer.keys.device) + past
-                layer.keys[..., past:past + keep, :] = layer.keys.index_select(-2, src)
-                layer.values[..., past:past + keep, :] = layer.values.index_select(-2, src)
-            layer.keys = layer.keys[..., :past + keep, :]
-            layer.values = layer.values[..., :past + keep, :]
+        self.adapter.commit(cache, past, rows, rows_dev)
 
     @staticmethod
     def crop_to(cache, length: int) -> None:
-        drop = int(cache.get_seq_length()) - int(length)
-        if drop > 0:
-            cache.crop(-drop)
+        """Drop every cached key past ``length`` (a draft cache's speculative tail)."""
+        adapters.crop(cache, length)
 
 
 def model_info(path) -> dict:

@@ -44,8 +44,9 @@ def make_tokenizer(path: Path, extra_special=()):
 
 
 def make_llama(path: Path, seed: int = 0, layers: int = 2, hidden: int = 64, init: float = 0.3,
-               family: str = "llama"):
-    """A tiny random causal LM (llama / qwen2 / qwen3) with its tokenizer, saved to ``path``."""
+               family: str = "llama", **extra):
+    """A tiny random causal LM (llama / qwen2 / qwen3 / mistral / gemma3_text ...) with its tokenizer,
+    saved to ``path``; ``extra`` config keys (e.g. ``sliding_window``, ``layer_types``) are passed on."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = Path(path)
@@ -55,8 +56,9 @@ def make_llama(path: Path, seed: int = 0, layers: int = 2, hidden: int = 64, ini
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
               initializer_range=init, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
               tie_word_embeddings=False)
-    if family == "qwen3":
+    if family in ("qwen3", "gemma3_text"):
         kw["head_dim"] = hidden // 4
+    kw.update(extra)
     cfg = AutoConfig.for_model(family, **kw)
     model = AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(path)
