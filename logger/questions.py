@@ -46,13 +46,13 @@ FOLDER_NAMES = ("question.jsonl", "question.jsonl.gz")
 
 @dataclass(frozen=True)
 class Question:
-    """One question of a question file: its turns (asked in one conversation) and the
-    optional per-turn references (``None`` where the file gives none)."""
+    """One question of a question file: its turns (asked in one conversation) and, per turn,
+    the tuple of its reference texts (empty where the file gives none)."""
 
     question_id: str
     category: str
     turns: tuple[str, ...]
-    references: tuple[str | None, ...]
+    references: tuple[tuple[str, ...], ...]
     where: str = ""
 
     @property
@@ -140,16 +140,32 @@ def _question(rec: dict, where: str) -> Question:
     for i, t in enumerate(turns):
         if not isinstance(t, str) or not t.strip():
             raise GlanceError(f"{where}: field 'turns'[{i}] must be a non-empty string, got {t!r:.40}")
-    ref = rec.get("reference")
-    if ref is None:
-        refs = (None,) * len(turns)
-    elif isinstance(ref, str):
-        refs = (ref,) + (None,) * (len(turns) - 1)
-    elif isinstance(ref, list) and all(r is None or isinstance(r, str) for r in ref):
-        refs = tuple(ref[:len(turns)]) + (None,) * max(0, len(turns) - len(ref))
-    else:
-        raise GlanceError(f"{where}: field 'reference' must be a string or a list of strings (one per turn)")
+    refs = _references(rec.get("reference"), len(turns), where)
     return Question(str(qid), cat, tuple(turns), refs, where)
+
+
+def _references(ref, n_turns: int, where: str) -> tuple:
+    """Per turn, the tuple of its reference texts: ``reference`` is a string (turn 1's), or a list
+    with one entry per turn, each a string, a list of acceptable strings (Spec-Bench's rag) or null."""
+    if ref is None:
+        return ((),) * n_turns
+    if isinstance(ref, str):
+        ref = [ref]
+    bad = GlanceError(f"{where}: field 'reference' must be a string or a list with one entry per turn, "
+                      "each a string, a list of strings or null")
+    if not isinstance(ref, list):
+        raise bad
+    out = []
+    for r in ref[:n_turns]:
+        if r is None:
+            out.append(())
+        elif isinstance(r, str):
+            out.append((r,))
+        elif isinstance(r, list) and all(isinstance(x, str) for x in r):
+            out.append(tuple(r))
+        else:
+            raise bad
+    return tuple(out) + ((),) * (n_turns - len(out))
 
 
 def read_questions(path) -> list[Question]:

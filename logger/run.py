@@ -571,7 +571,7 @@ def _log_conversation(arm: _Arm, q) -> None:
             return
         tokens = arm.outputs.get(pid) if pid in done else None
         if tokens is None:
-            refs = [r for r in (q.references[t], *turns, *answers) if r]
+            refs = [r for r in (*q.references[t], *turns, *answers) if r]
             encode = partial(Q.encode_conversation, turns=turns, answers=list(answers))
             tokens = _decode_prompt(arm, pid, q.category, prompt, encode, refs, log=pid not in done).tokens
         answers.append(Q.answer_text(arm.target.tokenizer, tokens))
