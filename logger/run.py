@@ -33,7 +33,7 @@ from .drafters import make_drafter
 from .models import load_target, model_info
 from .record import RoundLogger
 
-__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts"]
+__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts", "logged_outputs"]
 
 LOGGER_VERSION = "1"
 

@@ -358,3 +358,16 @@ def test_cli_unknown_category_is_one_line(env, tmp_path, capsys):
 def test_synthetic_task_names_still_checked_for_other_data(tmp_path):
     with pytest.raises(GlanceError, match="unknown task 'writing'"):
         R.run(R.RunConfig(task="writing", out=str(tmp_path / "o"), progress=False))
+
+
+def test_a_vision_language_target_reads_questions_as_text(tmp_path):
+    """A Qwen2-VL target with a question file: text-only conversations through its chat
+    template (no image tokens), decoded losslessly (the audit)."""
+    from _logger_fixtures import make_qwen2_vl
+
+    vl = make_qwen2_vl(tmp_path / "vl")
+    q = Q.Question("4", "qa", TURNS, ((), ()))
+    s = R.run(_cfg(vl, tmp_path / "o", items=[q], max_new_tokens=6, audit=True))
+    P = _rows(tmp_path / "o", "prompts")
+    assert sorted(P["prompt_id"]) == ["q4-t1", "q4-t2"] and P["greedy_match"].all()
+    assert s["arms"][0]["prompts"] == 2 and set(P["task"]) == {"qa"}
