@@ -86,6 +86,7 @@ MODULES = (
     ("glance_log.models", "Loading targets (HF causal LMs and VLMs).", None),
     ("glance_log.hooks", "Hooks for other decoders.", None),
     ("glance_log.run", "One logging run (what `glance-log` does).", None),
+    ("glance_log.questions", "Spec-Bench / MT-bench question files: multi-turn questions, their prompts.", None),
     ("glance_log.default", "The embedded default model and block head (package data).", None),
 )
 

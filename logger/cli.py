@@ -24,7 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="glance-log",
         description="Decode a task with a speculative tree-verify decoder and log every round "
                     "(Parquet, the glance round-log contract).")
-    p.add_argument("--task", required=True, help=f"task family: {', '.join(TASKS)}")
+    p.add_argument("--task", required=True,
+                   help=f"task family: {', '.join(TASKS)}; with a question file as --data, one of its categories "
+                        "or 'all'")
     p.add_argument("--model", default=None,
                    help="target model folder (default: the embedded target shipped in the package; "
                         "$GLANCE_MODELS/target when that is set)")
@@ -45,10 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a draft policy JSON (python -m glance_law.policy --out) choosing each round's budget or "
                         "depth from the live root statistics (overrides --budget)")
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--n", type=int, default=20, help="number of prompts (default 20)")
+    p.add_argument("--n", type=int, default=20,
+                   help="number of prompts (default 20); with a question file, questions per category, each "
+                        "turn one prompt")
     p.add_argument("--data", default=None,
-                   help="local data: a JSONL folder, a datasets save_to_disk folder, or Parquet files "
-                        "(default: the embedded synthetic suite)")
+                   help="local data: a JSONL folder, a datasets save_to_disk folder, Parquet files, or a "
+                        "Spec-Bench/MT-bench question file (question.jsonl or .jsonl.gz: multi-turn questions, "
+                        "their category the task) (default: the embedded synthetic suite)")
     p.add_argument("--out", default="logs", help="output folder for the part files (default logs/)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--device", default="auto", help="auto, cpu or cuda[:i]")
@@ -111,8 +116,10 @@ def main(argv=None) -> int:
         tau = f", tau {arm['tau']:.3f}" if arm["rounds"] else ""
         probe = (f"; mismatched probe: {arm['probed']} prompts, {arm['probe_rounds']} rounds, "
                  f"tau {arm['probe_tau']:.3f}" if arm.get("probe_rounds") else "")
+        ctx = (f"; {arm['context_skipped']} prompts skipped (prompt + --max-new-tokens beyond the model's "
+               f"{arm['context_limit']} positions, e.g. {arm['context_skipped_ids'][0]})" if arm.get("context_skipped") else "")
         print(f"{arm['run_id']}: {arm['prompts']} prompts logged ({arm['skipped']} already there), "
-              f"{arm['rounds']} rounds{tau}{audit}{probe}", file=sys.stderr)
+              f"{arm['rounds']} rounds{tau}{audit}{probe}{ctx}", file=sys.stderr)
     print(f"logs in {summary['out']}/ - next: python -m glance_law.fit {summary['out']}/*.parquet", file=sys.stderr)
     return 0
 

@@ -233,6 +233,7 @@ class RoundLogger:
         self.reduce_rounds = int(reduce_rounds)
         self.reduce_bytes = int(reduce_bytes)
         self._prompt_id: str | None = None
+        self._task = task
         self._reference = ""
         self._audit = None
         self.n_prompts = 0
@@ -241,10 +242,12 @@ class RoundLogger:
         self.last_prompt: dict = {}
 
     # -- per prompt -----------------------------------------------------------
-    def begin_prompt(self, prompt_id: str, reference=None, audit=None) -> None:
+    def begin_prompt(self, prompt_id: str, reference=None, audit=None, task: str | None = None) -> None:
         """Start a prompt. ``reference``: text (or texts) for ``copy_len``; ``audit``: the fp32
-        greedy reference ``(tokens, margins)`` to compare the output with, or None."""
+        greedy reference ``(tokens, margins)`` to compare the output with, or None; ``task``: this
+        prompt's task when it is not the logger's (a question file's category)."""
         self._prompt_id = str(prompt_id)
+        self._task = self.task if task is None else str(task)
         self._reference = encode_reference(self.tokenizer, reference)
         self._audit = audit
         self._pending = []
@@ -342,7 +345,7 @@ class RoundLogger:
             minm = minm if committed else np.nan            # a round that committed nothing
             m0, m1, m2, m3 = ev.marks
             rows.append({
-                "run_id": self.run_id, "task": self.task, "prompt_id": self._prompt_id, "round": ev.round,
+                "run_id": self.run_id, "task": self._task, "prompt_id": self._prompt_id, "round": ev.round,
                 "root_entropy": h, "accepted": ev.accepted, "horizon": L, "condition": self.condition,
                 "drafter": self.drafter or ev.drafter, "position": max(ev.position - ev.position_offset, 0), "root_margin": margin, "root_pmax": pmax,
                 "min_path_margin": minm, "pred_entropy": None if np.isnan(pred_h) else pred_h, "budget": ev.budget, "depth": ev.depth, "draft_passes": ev.draft_passes,
@@ -355,7 +358,7 @@ class RoundLogger:
         prefill_ms = timer.ms(*pev.prefill_marks)
         decode_ms = timer.ms(*pev.decode_marks)
         prow = {
-            "run_id": self.run_id, "prompt_id": self._prompt_id, "task": self.task, "condition": self.condition,
+            "run_id": self.run_id, "prompt_id": self._prompt_id, "task": self._task, "condition": self.condition,
             "drafter": self.drafter or (pending[0].drafter if pending else "unknown"),
             "prompt_tokens": pev.prompt_tokens, "new_tokens": len(pev.tokens), "prefill_ms": prefill_ms,
             "decode_ms": decode_ms, "rounds": pev.rounds, "stop_reason": pev.stop_reason,

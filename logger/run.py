@@ -13,6 +13,7 @@ import sys
 import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
 from glance_law.replay.tree import max_code_bits
 
+from . import questions as Q
 from . import tasks as T
 from .decode import Forced, decode, greedy_reference
 from .default import block_path, target_path
@@ -31,7 +33,7 @@ from .drafters import make_drafter
 from .models import load_target, model_info
 from .record import RoundLogger
 
-__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts"]
+__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts", "logged_outputs"]
 
 LOGGER_VERSION = "1"
 
@@ -92,11 +94,10 @@ def run_id_of(key: dict) -> str:
     return f"{key['task']}-{key['drafter']}-{h}"
 
 
-def logged_prompts(out: Path, run_id: str, condition: str) -> set:
-    """Prompt ids already complete (a prompt row exists) for ``run_id``/``condition`` in ``out``."""
+def _prompt_rows(out, run_id: str, condition: str, columns=()):
+    """The prompt rows (dicts of ``prompt_id`` and ``columns``) of ``run_id``/``condition`` in ``out``."""
     import pyarrow.parquet as pq
 
-    done = set()
     for f in _parts(out, "prompts-"):
         try:
             with _opened(f) as src:
@@ -104,15 +105,29 @@ def logged_prompts(out: Path, run_id: str, condition: str) -> set:
                 md = pf.schema_arrow.metadata or {}
                 if md.get(S.META_KIND, b"").decode() != S.KIND_PROMPTS:
                     continue
-                cols = [c for c in ("run_id", "prompt_id", "condition") if c in pf.schema_arrow.names]
-                tab = pf.read(columns=cols).to_pydict()
+                want = ("run_id", "prompt_id", "condition", *columns)
+                tab = pf.read(columns=[c for c in want if c in pf.schema_arrow.names]).to_pydict()
         except Exception:  # noqa: BLE001 - an unreadable part is left for the reader to report
             continue
         conds = tab.get("condition") or [S.CONDITIONS_DEFAULT] * len(tab["run_id"])
-        for r, p, c in zip(tab["run_id"], tab["prompt_id"], conds):
+        for i, (r, c) in enumerate(zip(tab["run_id"], conds)):
             if r == run_id and (c or S.CONDITIONS_DEFAULT) == condition:
-                done.add(p)
-    return done
+                yield {k: (tab[k][i] if k in tab else None) for k in ("prompt_id", *columns)}
+
+
+def logged_prompts(out: Path, run_id: str, condition: str) -> set:
+    """Prompt ids already complete (a prompt row exists) for ``run_id``/``condition`` in ``out``."""
+    return {r["prompt_id"] for r in _prompt_rows(out, run_id, condition)}
+
+
+def logged_outputs(out: Path, run_id: str, condition: str, prompt_ids) -> dict:
+    """The emitted tokens (the prompt row's ``tokens``) of the logged ``prompt_ids``; a prompt
+    whose row has no tokens is left out."""
+    want = set(prompt_ids)
+    if not want:
+        return {}
+    return {r["prompt_id"]: [int(t) for t in r["tokens"]] for r in _prompt_rows(out, run_id, condition, ("tokens",))
+            if r["prompt_id"] in want and r["tokens"] is not None}
 
 
 def _orphan_rounds(out: Path, run_id: str, condition: str, done: set) -> int:
@@ -313,7 +328,12 @@ def _encode(target, item, other=None):
 def run(cfg: RunConfig) -> dict:
     """Run the configuration; returns a summary dict. Raises GlanceError on user errors,
     after flushing every completed prompt."""
-    T.check_task(cfg.task)
+    conversations = _is_question_run(cfg)
+    if not conversations:
+        T.check_task(cfg.task)      # a question file brings its own task names (its categories)
+    elif cfg.probe:
+        raise GlanceError("--probe mismatched swaps a prompt's image or context block; the questions of a "
+                          "question file have neither")
     if cfg.probe not in (None, "mismatched"):
         raise GlanceError(f"--probe {cfg.probe!r}: the only probe is 'mismatched'")
     if cfg.audit and cfg.temperature > 0:
@@ -329,7 +349,12 @@ def run(cfg: RunConfig) -> dict:
     cfg.model = str(cfg.model or default_model())
     if cfg.drafter == "block" and cfg.draft_model is None:
         cfg.draft_model = str(default_block())
-    items = cfg.items if cfg.items is not None else T.load_items(cfg.task, cfg.data, cfg.n, cfg.seed)
+    if cfg.items is not None:
+        items = cfg.items
+    elif conversations:
+        items = Q.load_questions(cfg.data, cfg.task, cfg.n, cfg.seed)
+    else:
+        items = T.load_items(cfg.task, cfg.data, cfg.n, cfg.seed)
     if cfg.probe and len(items) < 2:
         T.derangement(len(items))
     quiet = _hf_progress_off() if not cfg.progress else None      # --quiet: no model-loading bar either
@@ -338,6 +363,14 @@ def run(cfg: RunConfig) -> dict:
     finally:
         if quiet is not None:
             quiet()
+
+
+def _is_question_run(cfg: RunConfig) -> bool:
+    """Conversations of a question file (``--data question.jsonl[.gz]``, or pre-loaded
+    :class:`~glance_log.questions.Question` items) rather than task items?"""
+    if cfg.items is not None:
+        return bool(cfg.items) and all(isinstance(it, Q.Question) for it in cfg.items)
+    return Q.question_file(cfg.data) is not None
 
 
 def _hf_progress_off():
@@ -397,6 +430,170 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
     return summary
 
 
+@dataclass
+class _Arm:
+    """One arm's logging state: its run, loggers, what ``--out`` already holds, its counts."""
+
+    cfg: RunConfig
+    target: object
+    ref_target: object
+    dr: object
+    name: str
+    rid: str
+    policy: object
+    loggers: dict
+    done: dict
+    prog: Progress
+    stats: dict
+    limit: int | None = None
+    outputs: dict = field(default_factory=dict)     # logged prompt id -> emitted tokens (earlier turns)
+
+
+def _unit_ids(unit) -> list:
+    """The prompt ids one unit logs: a task item's one, or every turn of a question."""
+    return unit.prompt_ids if isinstance(unit, Q.Question) else [unit.prompt_id]
+
+
+def _open_arm(cfg, dr, name, target, ref_target, out, device, policy, items) -> tuple:
+    """Set up one arm: its run id and metadata, the prompts ``out`` already holds (round rows of
+    interrupted prompts removed), its loggers and counters. Returns (arm, indices of the items to do)."""
+    key = _config_key(cfg, name, dr.config(), target.device.type)
+    rid = run_id_of(key)
+    conversations = bool(items) and isinstance(items[0], Q.Question)
+    meta = run_metadata(run_id=rid, target=model_info(cfg.model), vocab_size=target.vocab_size,
+                        drafter=dr.config(), dtype=cfg.dtype,
+                        device=device, temperature=cfg.temperature, seed=cfg.seed, budget=key["budget"],
+                        branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,
+                        data=cfg.data or "embedded-suite", command=cfg.command, policy=key.get("policy"),
+                        prompt_format=Q.prompt_format(target) if conversations else None)
+    conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if cfg.probe and name == cfg.drafter else [])
+    done = {c: logged_prompts(out, rid, c) for c in conditions}
+    removed = sum(_orphan_rounds(out, rid, c, done[c]) for c in conditions)
+    if removed:
+        print(f"glance-log: removed {removed} round rows of prompts without a prompt row (an interrupted "
+              f"write); those prompts are logged again", file=sys.stderr)
+    loggers = {c: RoundLogger(out, run_id=rid, task=cfg.task, run=dict(meta, condition=c), condition=c,
+                              tokenizer=target.tokenizer, drafter=name) for c in conditions}
+    todo = [i for i, it in enumerate(items) if any(p not in done[c] for p in _unit_ids(it) for c in conditions)]
+    ids = [p for it in items for p in _unit_ids(it)]
+    stats = {"run_id": rid, "drafter": name, "skipped": sum(p in done[S.CONDITIONS_DEFAULT] for p in ids),
+             "prompts": 0, "rounds": 0, "accepted": 0, "tokens": 0, "decode_ms": 0.0, "greedy_mismatches": 0,
+             "context_limit": Q.context_limit(target), "context_skipped": 0, "context_skipped_ids": []}
+    prog = Progress(sum(p not in done[S.CONDITIONS_DEFAULT] for i in todo for p in _unit_ids(items[i])),
+                    f"{cfg.task}/{name}", cfg.progress)
+    arm = _Arm(cfg, target, ref_target, dr, name, rid, policy, loggers, done, prog, stats, stats["context_limit"])
+    if conversations:       # earlier turns already logged: their answers open the next turn's prompt
+        arm.outputs = logged_outputs(out, rid, S.CONDITIONS_DEFAULT,
+                                     [p for i in todo for p in _unit_ids(items[i])[:-1]])
+    return arm, todo
+
+
+def _fits(arm: _Arm, prompt_id: str, prompt) -> bool:
+    """Does the prompt leave room for --max-new-tokens in the model's positions? A prompt that
+    does not is skipped and counted (never truncated)."""
+    if Q.fits_context(prompt.n_tokens, arm.cfg.max_new_tokens, arm.limit):
+        return True
+    _skip_context(arm, [prompt_id])
+    return False
+
+
+def _skip_context(arm: _Arm, prompt_ids) -> None:
+    arm.stats["context_skipped"] += len(prompt_ids)
+    arm.stats["context_skipped_ids"].extend(prompt_ids)
+
+
+def _decode_prompt(arm: _Arm, prompt_id: str, task: str, prompt, encode, refs, log: bool):
+    """Decode one prompt with the arm's drafter; when ``log``, audit it (``encode(target)`` gives
+    the prompt for the reference target) and write its rounds under ``task``."""
+    cfg, target = arm.cfg, arm.target
+    lg = arm.loggers[S.CONDITIONS_DEFAULT]
+    t0 = time.perf_counter()
+    if log:
+        audit = None
+        if arm.ref_target is not None:
+            rp = prompt if arm.ref_target is target else encode(arm.ref_target)
+            audit = greedy_reference(arm.ref_target, rp, cfg.max_new_tokens)
+        lg.begin_prompt(prompt_id, refs, audit=audit, task=task)
+    live = decode(target, arm.dr, prompt, budget=cfg.budget, branch_k=cfg.branch_k,
+                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                  generator=_generator(cfg, target.device, prompt_id),
+                  callbacks=[lg] if log else [], policy=arm.policy if arm.name != "ar" else None)
+    if log:
+        st = arm.stats
+        st["prompts"] += 1
+        st["rounds"] += live.rounds
+        st["accepted"] += int(np.sum(live.accepted))
+        st["tokens"] += len(live.tokens)
+        st["decode_ms"] += live.decode_ms
+        if lg.last_prompt.get("greedy_match") is False:
+            st["greedy_mismatches"] += 1
+        arm.prog.update(live, time.perf_counter() - t0)
+    return live
+
+
+def _log_item(arm: _Arm, items, i: int, perm) -> None:
+    """One task item: the matched prompt (unless logged) and its mismatched probe."""
+    cfg, item = arm.cfg, items[i]
+    prompt = _encode(arm.target, item)
+    if not _fits(arm, item.prompt_id, prompt):
+        return
+    live = _decode_prompt(arm, item.prompt_id, cfg.task, prompt, lambda t: _encode(t, item), _ref_texts(item),
+                          log=item.prompt_id not in arm.done[S.CONDITIONS_DEFAULT])
+    if cfg.probe and arm.name == cfg.drafter and item.prompt_id not in arm.done["mismatched"]:
+        mprompt = _encode(arm.target, item, items[perm[i]])
+        lm = arm.loggers["mismatched"]
+        lm.begin_prompt(item.prompt_id, _ref_texts(item))
+        mres = decode(arm.target, arm.dr, mprompt, budget=cfg.budget, branch_k=cfg.branch_k,
+                      max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
+                      generator=_generator(cfg, arm.target.device, item.prompt_id + ":mismatched"),
+                      callbacks=[lm], forced=Forced(live.resolve_stream, live.positions, len(live.tokens)))
+        st = arm.stats
+        st["probed"] = st.get("probed", 0) + 1
+        st["probe_rounds"] = st.get("probe_rounds", 0) + mres.rounds
+        st["probe_accepted"] = st.get("probe_accepted", 0) + int(np.sum(mres.accepted))
+
+
+def _log_conversation(arm: _Arm, q) -> None:
+    """Every turn of one question in one conversation: turn k's prompt holds the earlier turns
+    and this arm's answers to them. A turn already logged is not decoded again: its answer is
+    the ``tokens`` of its prompt row (decoded again, unlogged, only if that row has none).
+    A turn that does not fit the context is skipped and counted, and so are the turns after it."""
+    done = arm.done[S.CONDITIONS_DEFAULT]
+    answers: list = []
+    ids = q.prompt_ids
+    for t in range(len(q.turns)):
+        if all(p in done for p in ids[t:]):
+            return
+        turns, pid = q.turns[:t + 1], ids[t]
+        prompt = Q.encode_conversation(arm.target, turns, answers)
+        if not _fits(arm, pid, prompt):
+            _skip_context(arm, ids[t + 1:])     # each later turn's prompt holds this one
+            return
+        tokens = arm.outputs.get(pid) if pid in done else None
+        if tokens is None:
+            refs = [r for r in (*q.references[t], *turns, *answers) if r]
+            encode = partial(Q.encode_conversation, turns=turns, answers=list(answers))
+            tokens = _decode_prompt(arm, pid, q.category, prompt, encode, refs, log=pid not in done).tokens
+        answers.append(Q.answer_text(arm.target.tokenizer, tokens))
+
+
+def _close_arm(arm: _Arm) -> None:
+    for lg in arm.loggers.values():
+        lg.close()
+    arm.prog.close()
+
+
+def _arm_summary(arm: _Arm, out) -> dict:
+    """The arm's counts, finished: tau, probe tau, the audit over ``out``."""
+    st = arm.stats
+    st["tau"] = (st["accepted"] + st["rounds"]) / st["rounds"] if st["rounds"] else float("nan")
+    if st.get("probe_rounds"):
+        st["probe_tau"] = (st["probe_accepted"] + st["probe_rounds"]) / st["probe_rounds"]
+    if arm.cfg.audit:       # over every audited prompt of the run in --out, this call's and earlier ones
+        st["audited"], st["greedy_mismatches"], _ = _audit_state(out, st["run_id"])
+    return st
+
+
 def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) -> None:
     """Log every arm's prompts into ``out`` (the caller holds the runs' locks)."""
     policy = None
@@ -404,78 +601,20 @@ def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) 
         from glance_law.policy import policy_from_dict
         policy = policy_from_dict(cfg.policy_dict)
     for dr, name in arms:
-        key = _config_key(cfg, name, dr.config(), target.device.type)
-        rid = run_id_of(key)
-        meta = run_metadata(run_id=rid, target=model_info(cfg.model), vocab_size=target.vocab_size,
-                            drafter=dr.config(), dtype=cfg.dtype,
-                            device=device, temperature=cfg.temperature, seed=cfg.seed, budget=key["budget"],
-                            branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,
-                            data=cfg.data or "embedded-suite", command=cfg.command,
-                            policy=key.get("policy"))
-        conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if cfg.probe and name == cfg.drafter else [])
-        done = {c: logged_prompts(out, rid, c) for c in conditions}
-        removed = sum(_orphan_rounds(out, rid, c, done[c]) for c in conditions)
-        if removed:
-            print(f"glance-log: removed {removed} round rows of prompts without a prompt row (an interrupted "
-                  f"write); those prompts are logged again", file=sys.stderr)
-        loggers = {c: RoundLogger(out, run_id=rid, task=cfg.task, run=dict(meta, condition=c), condition=c,
-                                  tokenizer=target.tokenizer, drafter=name) for c in conditions}
-        todo = [i for i, it in enumerate(items) if any(it.prompt_id not in done[c] for c in conditions)]
-        prog = Progress(len(todo), f"{cfg.task}/{name}", cfg.progress)
-        skipped = sum(it.prompt_id in done[S.CONDITIONS_DEFAULT] for it in items)   # matched rows already there
-        arm = {"run_id": rid, "drafter": name, "skipped": skipped, "prompts": 0, "rounds": 0,
-               "accepted": 0, "tokens": 0, "decode_ms": 0.0, "greedy_mismatches": 0}
+        arm, todo = _open_arm(cfg, dr, name, target, ref_target, out, device, policy, items)
+        i = None
         try:
             for i in todo:
-                item = items[i]
-                prompt = _encode(target, item)
-                matched_needed = item.prompt_id not in done[S.CONDITIONS_DEFAULT]
-                t0 = time.perf_counter()
-                lg = loggers[S.CONDITIONS_DEFAULT]
-                if matched_needed:
-                    audit = None
-                    if ref_target is not None:
-                        rp = prompt if ref_target is target else _encode(ref_target, item)
-                        audit = greedy_reference(ref_target, rp, cfg.max_new_tokens)
-                    lg.begin_prompt(item.prompt_id, _ref_texts(item), audit=audit)
-                live = decode(target, dr, prompt, budget=cfg.budget, branch_k=cfg.branch_k,
-                              max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                              generator=_generator(cfg, target.device, item.prompt_id),
-                              callbacks=[lg] if matched_needed else [], policy=policy if name != "ar" else None)
-                if matched_needed:
-                    arm["prompts"] += 1
-                    arm["rounds"] += live.rounds
-                    arm["accepted"] += int(np.sum(live.accepted))
-                    arm["tokens"] += len(live.tokens)
-                    arm["decode_ms"] += live.decode_ms
-                    if lg.last_prompt.get("greedy_match") is False:
-                        arm["greedy_mismatches"] += 1
-                    prog.update(live, time.perf_counter() - t0)
-                if cfg.probe and name == cfg.drafter and item.prompt_id not in done["mismatched"]:
-                    other = items[perm[i]]
-                    mprompt = _encode(target, item, other)
-                    lm = loggers["mismatched"]
-                    lm.begin_prompt(item.prompt_id, _ref_texts(item))
-                    mres = decode(target, dr, mprompt, budget=cfg.budget, branch_k=cfg.branch_k,
-                                  max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
-                                  generator=_generator(cfg, target.device, item.prompt_id + ":mismatched"),
-                                  callbacks=[lm], forced=Forced(live.resolve_stream, live.positions, len(live.tokens)))
-                    arm["probed"] = arm.get("probed", 0) + 1
-                    arm["probe_rounds"] = arm.get("probe_rounds", 0) + mres.rounds
-                    arm["probe_accepted"] = arm.get("probe_accepted", 0) + int(np.sum(mres.accepted))
+                if isinstance(items[i], Q.Question):
+                    _log_conversation(arm, items[i])
+                else:
+                    _log_item(arm, items, i, perm)
         except torch.cuda.OutOfMemoryError:
-            raise GlanceError(f"out of GPU memory on prompt {items[i].prompt_id}; every completed prompt is "
+            raise GlanceError(f"out of GPU memory on prompt {_unit_ids(items[i])[0]}; every completed prompt is "
                               f"saved in {out} (rerun to resume; lower --budget or --max-new-tokens)") from None
         finally:
-            for lg in loggers.values():
-                lg.close()
-            prog.close()
-        arm["tau"] = (arm["accepted"] + arm["rounds"]) / arm["rounds"] if arm["rounds"] else float("nan")
-        if arm.get("probe_rounds"):
-            arm["probe_tau"] = (arm["probe_accepted"] + arm["probe_rounds"]) / arm["probe_rounds"]
-        if cfg.audit:       # over every audited prompt of the run in --out, this call's and earlier ones
-            arm["audited"], arm["greedy_mismatches"], _ = _audit_state(out, arm["run_id"])
-        summary["arms"].append(arm)
+            _close_arm(arm)
+        summary["arms"].append(_arm_summary(arm, out))
 
 
 def _ref_texts(item) -> list:
