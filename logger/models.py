@@ -129,7 +129,8 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
     ``trust_remote_code`` set (the CLI's ``--trust-remote-code``)."""
     from transformers import AutoConfig, AutoTokenizer
 
-    path = Path(path)
+    from .sources import resolve_model
+    path = Path(resolve_model(path))     # a .gguf file or a known name -> its converted folder (cached)
     if not path.exists():
         raise GlanceError(f"model path {path} does not exist; pass --model PATH (a Hugging Face model folder) "
                           "or build the embedded default (see docs/logger.md)")

@@ -32,6 +32,7 @@ from .default import block_path, target_path
 from .drafters import make_drafter
 from .models import load_target, model_info
 from .record import RoundLogger
+from .sources import model_key, model_source, resolve_model
 
 __all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts", "logged_outputs"]
 
@@ -78,7 +79,7 @@ class RunConfig:
 
 def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) -> dict:
     return {
-        "task": cfg.task, "model": str(Path(cfg.model).resolve()), "drafter": drafter,
+        "task": cfg.task, "model": model_key(cfg.model), "drafter": drafter,
         "drafter_config": drafter_cfg, "budget": cfg.budget if drafter != "ar" else 0,
         "branch_k": cfg.branch_k if drafter != "ar" else 0, "max_new_tokens": cfg.max_new_tokens,
         "dtype": cfg.dtype, "device": device, "temperature": cfg.temperature,
@@ -86,6 +87,17 @@ def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) ->
         "logger_version": LOGGER_VERSION,
         **({"policy": cfg.policy_dict} if getattr(cfg, "policy_dict", None) and drafter != "ar" else {}),
     }
+
+
+def _target_info(spec) -> dict:
+    """The run metadata's ``target``: the loaded folder's model type and architectures, and for a
+    .gguf file or a known name its source (path or name, SHA-256; see glance_log.sources)."""
+    src = model_source(spec)
+    if src["source"] == "folder":
+        return model_info(spec)
+    info = model_info(resolve_model(spec))
+    info["folder"] = info.pop("path")       # the converted folder in the cache; "path" is the .gguf file
+    return {**info, **src}
 
 
 def run_id_of(key: dict) -> str:
@@ -460,7 +472,7 @@ def _open_arm(cfg, dr, name, target, ref_target, out, device, policy, items) -> 
     key = _config_key(cfg, name, dr.config(), target.device.type)
     rid = run_id_of(key)
     conversations = bool(items) and isinstance(items[0], Q.Question)
-    meta = run_metadata(run_id=rid, target=model_info(cfg.model), vocab_size=target.vocab_size,
+    meta = run_metadata(run_id=rid, target=_target_info(cfg.model), vocab_size=target.vocab_size,
                         drafter=dr.config(), dtype=cfg.dtype,
                         device=device, temperature=cfg.temperature, seed=cfg.seed, budget=key["budget"],
                         branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,

@@ -377,10 +377,15 @@ def load_examples(task: str, split: str = "heldout", n: int = 20, seed: int = 0)
     return out
 
 
+def cache_root() -> Path:
+    """The user's cache folder: ``$GLANCE_CACHE`` or ``~/.cache/glance-law`` (rendered suite
+    images, converted GGUF models; nothing else is written outside ``--out``)."""
+    return Path(os.environ.get("GLANCE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "glance-law"))
+
+
 def cache_dir() -> Path:
-    """Where rendered context images go: ``$GLANCE_CACHE`` or ``~/.cache/glance-law``."""
-    root = os.environ.get("GLANCE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "glance-law")
-    return Path(root) / f"suite-v{SUITE_VERSION}"
+    """Where rendered context images go: ``cache_root() / suite-v<N>``."""
+    return cache_root() / f"suite-v{SUITE_VERSION}"
 
 
 def load_items(task: str, split: str = "heldout", n: int = 20, seed: int = 0, *,
