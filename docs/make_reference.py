@@ -82,7 +82,7 @@ MODULES = (
      ["main", "build_parser", "read_inputs", "write_artifacts", "render_index"]),
     ("glance_log.record", "The round logger (a decoder callback).", None),
     ("glance_log.decode", "The reference tree-verify decoder.", None),
-    ("glance_log.drafters", "Drafters: block, pld, two_model, ar.", None),
+    ("glance_log.drafters", "Drafters: block, pld, two_model, early_exit, ar.", None),
     ("glance_log.models", "Loading targets (HF causal LMs and VLMs).", None),
     ("glance_log.hooks", "Hooks for other decoders.", None),
     ("glance_log.run", "One logging run (what `glance-log` does).", None),

@@ -41,8 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--branch-k", type=int, default=8,
                    help="top-k per offset offered to the tree builder; 1 = a width-1 chain (default 8)")
     p.add_argument("--draft-len", type=int, default=None,
-                   help="draft horizon for pld (default 10) and two_model (default 5); a block head "
-                        "uses its own")
+                   help="draft horizon for pld (default 10), two_model and early_exit (default 5); a block "
+                        "head uses its own")
+    p.add_argument("--exit-layer", type=int, default=None, metavar="K",
+                   help="--drafter early_exit: the target's first K decoder layers (1 <= K < its "
+                        "num_hidden_layers), then its final norm and LM head, draft; the label is early_exit-K")
     p.add_argument("--policy", default=None, metavar="FILE",
                    help="a draft policy JSON (python -m glance_law.policy --out) choosing each round's budget or "
                         "depth from the live root statistics (overrides --budget)")
@@ -95,7 +98,7 @@ def main(argv=None) -> int:
                     budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
-                    seed=args.seed, draft_len=args.draft_len, policy=args.policy,
+                    seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, policy=args.policy,
                     command="glance-log " + shlex.join(argv),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:

@@ -13,12 +13,16 @@ The candidate tree is always built from ``logq`` by :func:`glance_law.replay.tre
                 tokens; ``k = 1`` and every other token has probability 0.
 * ``two_model`` any smaller HF causal LM or VL model drafting autoregressively with its
                 own cache; its top-k per offset is read along its own greedy chain.
+* ``early_exit`` self-speculation (layer skip, Draft & Verify): the target's first k decoder
+                layers through its final norm and LM head draft autoregressively with their own
+                cache; labelled ``early_exit-<k>`` so two exit layers never pool.
 * ``block``     the project's :class:`glance_log.heads.BlockHead` over the target's last
                 hidden state and the root embedding (one pass), or a DFlash checkpoint
                 through the optional ``dflash`` package.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,9 +31,9 @@ import torch
 from glance_law.errors import GlanceError
 
 __all__ = ["Proposal", "DraftState", "Drafter", "ARDrafter", "PLDDrafter", "TwoModelDrafter",
-           "BlockDrafter", "make_drafter", "DRAFTERS"]
+           "EarlyExitDrafter", "BlockDrafter", "make_drafter", "exit_after", "DRAFTERS"]
 
-DRAFTERS = ("block", "pld", "two_model", "ar")
+DRAFTERS = ("block", "pld", "two_model", "early_exit", "ar")
 
 
 @dataclass
@@ -370,10 +374,99 @@ class TwoModelDrafter(Drafter):
         return {"drafter": self.name, "horizon": self.horizon, "branch_k": self.k, "draft_model": self.path}
 
 
+def _decoder(target):
+    """The target's decoder stack (its config and ``layers``); for a VL model the language model."""
+    dec = target.model.get_decoder() if hasattr(target.model, "get_decoder") else None
+    if dec is None or not hasattr(dec, "layers") or not hasattr(getattr(dec, "config", None), "num_hidden_layers"):
+        raise GlanceError(f"{target.name}: early exit needs a decoder with a 'layers' stack and "
+                          "config.num_hidden_layers (Llama, Qwen2/3, Mistral, Gemma 3 style)")
+    return dec
+
+
+def num_layers(target) -> int:
+    """The number of decoder layers of ``target`` (its text config's ``num_hidden_layers``)."""
+    return len(_decoder(target).layers)
+
+
+@contextmanager
+def exit_after(target, k: int):
+    """Run ``target`` with only its first ``k`` decoder layers (then its final norm and LM head)
+    inside the block, as Hugging Face's ``EarlyExitCandidateGenerator`` does: the decoder's config
+    says ``num_hidden_layers = k`` (the forward runs ``self.layers[: config.num_hidden_layers]``)
+    and is restored in ``finally``. A forward pre-hook on layer ``k`` proves it: an architecture
+    whose forward ignores ``num_hidden_layers`` raises a GlanceError instead of drafting with the
+    full model. A cache created inside the block (:meth:`Target.new_cache`) has ``k`` layers."""
+    dec = _decoder(target)
+    n = int(dec.config.num_hidden_layers)
+    if not 1 <= int(k) < n:
+        raise GlanceError(f"--exit-layer {k}: must be between 1 and {n - 1} ({target.name} has {n} decoder layers)")
+
+    def refuse(module, args):
+        raise GlanceError(f"{target.name}: its forward ran decoder layer {k} with num_hidden_layers = {k}; "
+                          "this architecture does not support early exit")
+
+    handle = dec.layers[int(k)].register_forward_pre_hook(refuse)
+    dec.config.num_hidden_layers = int(k)
+    try:
+        yield dec
+    finally:
+        dec.config.num_hidden_layers = n
+        handle.remove()
+
+
+class EarlyExitDrafter(TwoModelDrafter):
+    """Self-speculative drafting from the target's first ``exit_layer`` decoder layers, its
+    final norm and its LM head (the layer-skip / Draft & Verify family; Hugging Face's
+    ``assistant_early_exit`` is the reference).
+
+    The partial model keeps its own cache (``exit_layer`` layers) and works as
+    :class:`TwoModelDrafter` does: each round one pass catches it up with the committed stream
+    (ending with the root), then ``horizon - 1`` passes draft its own greedy chain, whose
+    conditionals are the per-offset top-k rows (so it feeds trees as well as chains). The first
+    round also prefills the prompt into its cache: ``draft_passes`` is ``horizon`` a round,
+    ``horizon + 1`` in a prompt's first round. Its name, the ``drafter`` column and the run id
+    carry the layer (``early_exit-<k>``)."""
+
+    def __init__(self, target, exit_layer: int, horizon: int = 5, branch_k: int = 8):
+        n = num_layers(target)
+        if exit_layer is None:
+            raise GlanceError(f"--drafter early_exit needs --exit-layer K, the number of decoder layers that "
+                              f"draft (1 <= K < {n}; {target.name} has {n})")
+        if not 1 <= int(exit_layer) < n:
+            raise GlanceError(f"--exit-layer {exit_layer}: must be between 1 and {n - 1} "
+                              f"({target.name} has {n} decoder layers)")
+        super().__init__(target, horizon, branch_k, path=None)
+        self.exit_layer = int(exit_layer)
+        self.n_layers = n
+        self.name = f"early_exit-{self.exit_layer}"
+
+    def start(self, target, prompt):
+        self.draft = target
+        with exit_after(target, self.exit_layer):
+            super().start(target, prompt)
+
+    def propose(self, state):
+        fresh = self._base is None
+        with exit_after(self.draft, self.exit_layer):
+            prop = super().propose(state)
+        prop.passes += int(fresh)                  # the prompt's prefill through the first k layers
+        return prop
+
+    def config(self):
+        return {"drafter": self.name, "horizon": self.horizon, "branch_k": self.k, "exit_layer": self.exit_layer,
+                "num_hidden_layers": self.n_layers, "layer_fraction": self.exit_layer / self.n_layers}
+
+
 def make_drafter(name: str, target, *, draft_model=None, branch_k: int = 8, draft_len: int | None = None,
-                 trust_remote_code: bool = False):
+                 trust_remote_code: bool = False, exit_layer: int | None = None):
     """Build a drafter by name for ``target``. A ``draft_model`` folder that ships its own code
-    (a DFlash checkpoint, custom HF classes) is refused unless ``trust_remote_code`` is set."""
+    (a DFlash checkpoint, custom HF classes) is refused unless ``trust_remote_code`` is set.
+    ``exit_layer``: the decoder layers that draft for ``early_exit`` (required there, refused
+    elsewhere)."""
+    if exit_layer is not None and name != "early_exit":
+        raise GlanceError(f"--exit-layer is for --drafter early_exit, not {name}")
+    if name == "early_exit":
+        return EarlyExitDrafter(target, exit_layer, horizon=draft_len or 5, branch_k=branch_k)
     if name == "ar":
         return ARDrafter()
     if name == "pld":

@@ -69,6 +69,7 @@ class RunConfig:
     probe: str | None = None
     seed: int = 0
     draft_len: int | None = None
+    exit_layer: int | None = None   # --drafter early_exit: the decoder layers that draft (1 <= k < N)
     policy: str | None = None      # a policy JSON file (python -m glance_law.policy --out): shapes every round
     policy_dict: dict | None = field(default=None, repr=False)   # the loaded policy (set by run)
     command: str | None = None
@@ -245,6 +246,11 @@ def _validate(cfg: RunConfig) -> None:
         raise GlanceError(f"--max-new-tokens {cfg.max_new_tokens}: must be >= 1")
     if cfg.draft_len is not None and cfg.draft_len < 1:
         raise GlanceError(f"--draft-len {cfg.draft_len}: must be >= 1")
+    if cfg.exit_layer is not None and cfg.drafter != "early_exit":
+        raise GlanceError(f"--exit-layer is for --drafter early_exit, not {cfg.drafter}")
+    if cfg.drafter == "early_exit" and cfg.exit_layer is None:
+        raise GlanceError("--drafter early_exit needs --exit-layer K, the number of the target's decoder layers "
+                          "that draft (1 <= K < the target's num_hidden_layers)")
     if not (isinstance(cfg.temperature, (int, float)) and math.isfinite(cfg.temperature) and cfg.temperature >= 0):
         raise GlanceError(f"--temperature {cfg.temperature}: must be a finite number >= 0 (0 = greedy)")
 
@@ -406,11 +412,12 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
                               f"but {len(bad)} item(s) (e.g. {bad[0]}) have no 'context' inside their prompt")
     device = str(target.device)
     drafter = make_drafter(cfg.drafter, target, draft_model=cfg.draft_model, branch_k=cfg.branch_k,
-                           draft_len=cfg.draft_len, trust_remote_code=cfg.trust_remote_code)
-    if cfg.drafter in ("block", "two_model") and max_code_bits(drafter.horizon, cfg.branch_k) > 62:
+                           draft_len=cfg.draft_len, trust_remote_code=cfg.trust_remote_code,
+                           exit_layer=cfg.exit_layer)
+    if cfg.drafter in ("block", "two_model", "early_exit") and max_code_bits(drafter.horizon, cfg.branch_k) > 62:
         raise GlanceError(f"--branch-k {cfg.branch_k} with a {drafter.horizon}-offset draft is too wide for exact "
                           "tree codes (horizon x log2(k) must be <= 62); lower --branch-k or --draft-len")
-    arms = [(drafter, cfg.drafter)]
+    arms = [(drafter, drafter.name)]     # the arm label: early_exit carries its layer (early_exit-6)
     if cfg.baseline and cfg.drafter != "ar":
         arms.append((make_drafter("ar", target), "ar"))
     ref_target = None
@@ -478,7 +485,8 @@ def _open_arm(cfg, dr, name, target, ref_target, out, device, policy, items) -> 
                         branch_k=key["branch_k"], max_new_tokens=cfg.max_new_tokens, task=cfg.task,
                         data=cfg.data or "embedded-suite", command=cfg.command, policy=key.get("policy"),
                         prompt_format=Q.prompt_format(target) if conversations else None)
-    conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if cfg.probe and name == cfg.drafter else [])
+    probed = cfg.probe and (name != "ar" or cfg.drafter == "ar")     # the drafter's arm, not the baseline
+    conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if probed else [])
     done = {c: logged_prompts(out, rid, c) for c in conditions}
     removed = sum(_orphan_rounds(out, rid, c, done[c]) for c in conditions)
     if removed:
@@ -551,7 +559,7 @@ def _log_item(arm: _Arm, items, i: int, perm) -> None:
         return
     live = _decode_prompt(arm, item.prompt_id, cfg.task, prompt, lambda t: _encode(t, item), _ref_texts(item),
                           log=item.prompt_id not in arm.done[S.CONDITIONS_DEFAULT])
-    if cfg.probe and arm.name == cfg.drafter and item.prompt_id not in arm.done["mismatched"]:
+    if "mismatched" in arm.loggers and item.prompt_id not in arm.done["mismatched"]:
         mprompt = _encode(arm.target, item, items[perm[i]])
         lm = arm.loggers["mismatched"]
         lm.begin_prompt(item.prompt_id, _ref_texts(item))

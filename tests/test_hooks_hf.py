@@ -159,7 +159,7 @@ def test_early_exit(qwen, tmp_path):
     ids = _ids(tok)
     kw = dict(assistant_early_exit=3, do_sample=False)
     out, rounds, prompt = _run(model, tok, tmp_path, ids, **kw)
-    _check(model, ids, out, rounds, prompt, label="early_exit", passes="L", fused=True, min_accept=False)
+    _check(model, ids, out, rounds, prompt, label="early_exit-3", passes="L", fused=True, min_accept=False)
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,13 @@ torch.
 
 _EXPORTS = {
     "hf_generate_hook": "hf", "HFRoundRecorder": "hf", "GENERATORS": "hf", "generator_kind": "hf",
+    "generator_settings": "hf",
     "GlanceOnRound": "glance",
     "dflash_hook": "dflash",
 }
 
-__all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder", "GENERATORS", "generator_kind"]
+__all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder", "GENERATORS", "generator_kind",
+           "generator_settings"]
 
 
 def __getattr__(name):

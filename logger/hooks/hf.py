@@ -21,7 +21,7 @@ from ..models import eos_token_ids
 from .common import Attachments
 from .common import stop_reason as _stop_reason
 
-__all__ = ["hf_generate_hook", "HFRoundRecorder", "GENERATORS", "generator_kind"]
+__all__ = ["hf_generate_hook", "HFRoundRecorder", "GENERATORS", "generator_kind", "generator_settings"]
 
 # transformers' candidate generator classes (5.24) -> (drafter label, draft passes per round):
 # "count" = the drafting model's forward calls during get_candidates (an autoregressive
@@ -42,11 +42,75 @@ GENERATORS = {
 
 def generator_kind(gen) -> tuple[str, str]:
     """(drafter label, pass rule) of a candidate generator: its class or the nearest known base
-    class; ``("hf", "count")`` for a generator this table does not know."""
+    class; ``("hf", "count")`` for a generator this table does not know. Early exit carries its
+    layer (``early_exit-<k>``, as glance-log labels it), so two exit layers never pool."""
     for cls in type(gen).__mro__:
         if cls.__name__ in GENERATORS:
-            return GENERATORS[cls.__name__]
+            label, rule = GENERATORS[cls.__name__]
+            k = getattr(gen, "assistant_early_exit", None)
+            if label == "early_exit" and k is not None:
+                label = f"{label}-{int(k)}"
+            return label, rule
     return "hf", "count"
+
+
+# generator attribute -> the run metadata's name for it (fixed settings that change what is drafted)
+_SETTINGS = (("assistant_early_exit", "exit_layer"), ("num_output_tokens", "prompt_lookup_num_tokens"),
+             ("max_matching_ngram_size", "max_matching_ngram_size"))
+
+
+def generator_settings(gen) -> dict:
+    """The candidate generator's class and the fixed settings it drafts with, as plain JSON
+    values: early exit's ``exit_layer`` (with the model's ``num_hidden_layers`` and
+    ``layer_fraction``), prompt lookup's ``prompt_lookup_num_tokens`` and
+    ``max_matching_ngram_size``, an assistant's ``num_assistant_tokens_schedule`` and, under the
+    ``constant`` schedule, its ``num_assistant_tokens``. Settings transformers adapts while it
+    generates (the heuristic draft length, the confidence threshold) are not run settings: the
+    rounds' ``horizon`` shows what each round drafted."""
+    out = {"generator": type(gen).__name__}
+    for attr, key in _SETTINGS:
+        v = getattr(gen, attr, None)
+        if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+            out[key] = v
+    gc = getattr(gen, "assistant_generation_config", None)
+    sched = getattr(gc, "num_assistant_tokens_schedule", None)
+    if isinstance(sched, str):
+        out["num_assistant_tokens_schedule"] = sched
+        n = getattr(gen, "num_assistant_tokens", None)
+        if sched == "constant" and isinstance(n, (int, float)):
+            out["num_assistant_tokens"] = n
+    model = getattr(gen, "assistant_model", None)
+    cfg = getattr(model, "config", None)
+    if "exit_layer" in out and cfg is not None:
+        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+        n = getattr(text, "num_hidden_layers", None)
+        if isinstance(n, int) and n > 0:
+            out.update(num_hidden_layers=n, layer_fraction=out["exit_layer"] / n)
+    return out
+
+
+def _record_settings(logger, label: str, settings: dict) -> None:
+    """Write the drafter's label and settings into the run metadata (``drafter``) of the
+    logger's part files; a logger whose run already records other settings is refused (one
+    run, one drafter configuration: rounds of two settings would pool silently)."""
+    for writer in (getattr(logger, "rounds", None), getattr(logger, "prompts", None)):
+        run = getattr(writer, "run", None)
+        if not isinstance(run, dict):
+            continue
+        have = run.get("drafter")
+        want = {"drafter": label, **settings}
+        if isinstance(have, dict):
+            clash = {k: (have[k], v) for k, v in want.items() if k in have and have[k] != v}
+            if clash:
+                raise GlanceError(f"hf_generate_hook: this RoundLogger's run already records drafter settings "
+                                  f"{ {k: a for k, (a, _) in clash.items()} } but this generate call drafts with "
+                                  f"{ {k: b for k, (_, b) in clash.items()} }; log it into another RoundLogger "
+                                  "(its own run_id)")
+            run["drafter"] = {**want, **have}
+        elif have is None:
+            run["drafter"] = want
+        else:
+            run.setdefault("drafter_settings", settings)
 
 
 class _CandidateProxy:
@@ -106,6 +170,7 @@ class HFRoundRecorder:
         label, self.rule = generator_kind(gen)
         if self.drafter is None:
             self.drafter = label
+        _record_settings(self.logger, self.drafter, generator_settings(gen))
 
     def _begin(self, input_ids):
         if self.prompt_len is None:
