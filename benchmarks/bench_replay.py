@@ -91,7 +91,7 @@ def workloads(R: int, seed: int = 0) -> dict:
     f = simulate_tree_rounds(n_prompts=per, rounds_per_prompt=(20, 60), seed=seed)
     f = f.iloc[:R]
     out["sim"] = (np.stack(f["topk_logq"].to_numpy()).reshape(len(f), 15, 8).astype(np.float32),
-                  np.stack(f["target_rank"].to_numpy()).astype(np.int16))
+                  np.stack(f["target_rank"].to_numpy()).astype(np.int32))
     rng = np.random.default_rng(seed)
     for name, conc in (("diffuse", 1.0), ("peaked", 0.1)):
         x = rng.dirichlet(np.ones(40) * conc, size=(R, 15))
@@ -101,7 +101,7 @@ def workloads(R: int, seed: int = 0) -> dict:
         # the target's token drawn from the marginals: its rank under the drafter
         u = rng.random((R, 15, 1))
         rank = (np.cumsum(xs, axis=-1) < u).sum(axis=-1)
-        out[name] = (lq, rank.astype(np.int16))               # >= 8: outside the logged top-k
+        out[name] = (lq, rank.astype(np.int32))               # >= 8: outside the logged top-k
     return out
 
 

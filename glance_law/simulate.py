@@ -208,7 +208,7 @@ def simulate_arrays(tasks: Sequence[TaskSpec] | None = None, n_prompts: int = 40
             match = np.where(offs <= a[:, None], 1, np.where(offs == a[:, None] + 1, 0, after)).astype(np.int8)
             miss_rank = np.where(rng.random((n, L)) < rescue, rng.integers(1, max(k, 2), size=(n, L)),
                                  k + rng.geometric(0.05, size=(n, L)) - 1)
-            rank = np.where(match == 1, 0, np.minimum(miss_rank, 32767)).astype(np.int16)
+            rank = np.where(match == 1, 0, miss_rank).astype(np.int32)
             q1 = special.expit(eta + 0.5)[:, None] * np.ones((1, L))
             logq = np.where(rank == 0, np.log(q1),
                             np.log(np.clip((1.0 - q1) / (1.0 + rank), 1e-12, None))).astype(np.float32)
@@ -406,7 +406,7 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
             "root_margin": margin.astype(np.float32), "root_pmax": pmax.astype(np.float32),
             "min_path_margin": (margin * rng.uniform(0.3, 1.0, size=n)).astype(np.float32),
             "budget": np.full(n, budget, np.int16), "draft_passes": np.ones(n, np.int16),
-            "match": list(match), "target_logq": list(tlogq), "target_rank": list(rank.astype(np.int16)),
+            "match": list(match), "target_logq": list(tlogq), "target_rank": list(rank.astype(np.int32)),
             "topk_logq": list(logq.reshape(n, L * k)),
             "draft_ms": draft_ms.astype(np.float32), "verify_ms": verify_ms.astype(np.float32),
             "round_ms": (draft_ms + verify_ms + rng.gamma(4.0, 0.25, size=n)).astype(np.float32),

@@ -65,7 +65,8 @@ def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tenso
 def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[int | None], *,
                     full_rank: np.ndarray | None = None, full_logq: np.ndarray | None = None,
                     point_mass: bool = False):
-    """Per-offset ``match`` (int8), ``target_rank`` (int16), ``target_logq`` (float32).
+    """Per-offset ``match`` (int8), ``target_rank`` (int32: a rank
+    reaches the vocabulary size), ``target_logq`` (float32).
 
     ``ids``/``logq`` (L, k): the drafter's logged top-k; ``tokens[j-1]``: the target's token
     at offset j or None when unknown; ``full_rank``/``full_logq`` (m,): exact values for the
@@ -74,7 +75,7 @@ def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[int | No
     L = ids.shape[0]
     k = ids.shape[1] if ids.ndim == 2 else 1
     match = np.full(L, -1, np.int8)
-    rank = np.full(L, -1, np.int16)
+    rank = np.full(L, -1, np.int32)
     tlq = np.full(L, np.nan, np.float32)
     m = 0 if full_rank is None else len(full_rank)
     for j in range(L):
@@ -241,6 +242,13 @@ class RoundLogger:
         self.last_rows: list = []
         self.last_prompt: dict = {}
 
+    def run_defaults(self, **fields) -> None:
+        """Run-metadata fields for the files not written yet, where the run metadata does not set
+        them already (a hook adds the target's ``vocab_size``)."""
+        for w in (self.rounds, self.prompts):
+            for k, v in fields.items():
+                w.run.setdefault(k, v)
+
     # -- per prompt -----------------------------------------------------------
     def begin_prompt(self, prompt_id: str, reference=None, audit=None, task: str | None = None) -> None:
         """Start a prompt. ``reference``: text (or texts) for ``copy_len``; ``audit``: the fp32
@@ -252,6 +260,13 @@ class RoundLogger:
         self._audit = audit
         self._pending = []
 
+    def audit_against(self, tokens, margins=()) -> None:
+        """The greedy reference the current prompt's output is compared with (the prompt row's
+        ``greedy_match``, ``first_divergence``, ``divergence_margin``): its tokens and, where known,
+        its top-1 minus top-2 logit margin at every step. Call between :meth:`begin_prompt` and
+        :meth:`on_prompt_end` (a hook that runs the reference after decoding)."""
+        self._audit = (list(tokens), list(margins))
+
     # -- the per-round hook: device work only -------------------------------------
     def on_round(self, ev) -> None:
         """Device work only: copy the rows the statistics need; the statistics themselves are
@@ -261,7 +276,10 @@ class RoundLogger:
         n_commit = len(ev.committed)
         n_rows = max(min(n_commit, ev.accepted + 1), 1)
         self._rows.append(ev.verify_logits.index_select(0, ev.path_rows[:n_rows]))
-        self._pred.append(getattr(ev, "root_logits", None))
+        pred = getattr(ev, "root_logits", None)
+        self._pred.append(pred)
+        if pred is not None:
+            self._rows_bytes += pred.shape[-1] * 4
         self._rows_bytes += n_rows * ev.verify_logits.shape[-1] * 4
         full = False
         if ev.full_logp is not None and ev.horizon > 0:

@@ -116,6 +116,12 @@ def test_glance_on_round_dicts(tmp_path):
     assert f["accepted"].tolist() == [3, 5, 0] and f["horizon"].tolist() == [15, 15, 15]
     assert f["round"].tolist() == [0, 1, 2] and f["budget"].iloc[0] == 62     # tree_size counts the root
     assert f["root_entropy"].iloc[1] == pytest.approx(0.1)
+    assert "pred_entropy" not in f.columns
+    rec = GlanceOnRound(tmp_path / "v", task="chartqa", horizon=15, vocab_size=151_936)
+    rec({"entropy": 0.5, "accept_len": 3, "pred_entropy": 0.25, "prompt_id": "q1"})
+    rec.close()
+    v = gio.read_logs(tmp_path / "v")
+    assert v.frame["pred_entropy"].iloc[0] == pytest.approx(0.25) and v.files[0].run["vocab_size"] == 151_936
     with pytest.raises(GlanceError, match="lacks entropy"):
         GlanceOnRound(tmp_path / "b", task="chartqa")({"entropy": 0.3, "accepted": 1})
     src = tmp_path / "g.jsonl"

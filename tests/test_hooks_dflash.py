@@ -119,6 +119,7 @@ def test_dflash_hook_on_the_real_dflash_generate(target, greedy, tmp_path, kind,
     gen, f, prompt, h = _run(model, draft, ids, tmp_path, tok, **kw)
     assert _attached(model, draft) == CLEAN
     assert h.mode == ("propose" if kind == "dflash2" else "compute_logits")
+    assert {x.run["vocab_size"] for x in gio.read_logs(tmp_path).files} == {model.config.vocab_size}
     assert gen == G[:n]                                            # greedy decoding, unchanged
     assert prompt["stop_reason"] == end.replace("stop_token", "eos") and prompt["new_tokens"] == n
     # the rounds commit exactly the output, token 0 (the prefill's) in none of them
@@ -137,6 +138,8 @@ def test_dflash_hook_on_the_real_dflash_generate(target, greedy, tmp_path, kind,
         p, a, L = int(r["position"]), int(r["accepted"]), int(r["horizon"])
         lp = torch.log_softmax(logits[n0 - 1 + p + 1], -1)       # the row that predicts output token p + 1
         assert r["root_entropy"] == pytest.approx(float(-(lp.exp() * lp).sum()), abs=1e-3)
+        lq = torch.log_softmax(logits[n0 - 1 + p], -1)           # the row that chose the root (token p)
+        assert r["pred_entropy"] == pytest.approx(float(-(lq.exp() * lq).sum()), abs=1e-3)
         top2 = torch.topk(logits[n0 + p], 2).values
         assert r["root_margin"] == pytest.approx(float(top2[0] - top2[1]), abs=1e-3)
         m = np.asarray(r["match"])

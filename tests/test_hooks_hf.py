@@ -7,6 +7,7 @@ a plain forward pass of the target over prompt + output."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -62,8 +63,16 @@ def _run(model, tok, tmp_path, ids, **kw):
         rec.finish(out)
     lg.close()
     assert not hasattr(model, "_glance_hooked") and "_get_candidate_generator" not in vars(model)
-    rounds = gio.read_logs(tmp_path).frame.sort_values("round").reset_index(drop=True)
+    assert not model._forward_hooks and not model._forward_pre_hooks
+    logs = gio.read_logs(tmp_path)
+    assert {f.run["vocab_size"] for f in logs.files} == {model.get_output_embeddings().weight.shape[0]}
+    rounds = logs.frame.sort_values("round").reset_index(drop=True)
     return out, rounds, gio.read_logs(tmp_path, kind="prompts").frame.iloc[0]
+
+
+def _entropy(row) -> float:
+    lp = torch.log_softmax(row, -1)
+    return float(-(lp.exp() * lp).sum())
 
 
 def _check(model, ids, out, rounds, prompt, *, label, passes, fused, greedy=True, kw=None, min_accept=True):
@@ -99,6 +108,10 @@ def _check(model, ids, out, rounds, prompt, *, label, passes, fused, greedy=True
         assert pos[i] == max(done - 1, 0)                              # the root: output token done - 1
         lp = torch.log_softmax(logits[n0 - 1 + done], -1)               # the row after the root
         assert r["root_entropy"] == pytest.approx(float(-(lp.exp() * lp).sum()), abs=1e-3)
+        if done == 0:                        # the root is the prompt's last token: HF shows no row that chose it
+            assert pd.isna(r["pred_entropy"])
+        else:                                # the row that chose the root (output token done - 1)
+            assert r["pred_entropy"] == pytest.approx(_entropy(logits[n0 - 2 + done]), abs=1e-3)
         top2 = torch.topk(logits[n0 - 1 + done], 2).values
         assert r["root_margin"] == pytest.approx(float(top2[0] - top2[1]), abs=1e-3)
         a, h = int(r["accepted"]), int(r["horizon"])
@@ -152,6 +165,108 @@ def test_prompt_lookup_without_a_match_in_the_prompt(qwen, tmp_path):
     assert not np.isnan(prompt["prefill_ms"]) and rounds["position"].iloc[0] == 0
     gen = out[0, ids.shape[1]:].tolist()
     assert [t for c in rounds["committed"] for t in c] == gen[1:]
+
+
+@pytest.mark.parametrize("end", ["max_new_tokens", "eos"])
+def test_plain_generate_is_the_ar_arm(qwen, tmp_path, end):
+    """generate without an assistant: every output token after the first is a round of horizon 0
+    (drafter ar), its statistics those of a plain forward pass; the prefill is the prompt's."""
+    model, _, tok, _ = qwen
+    ids = _ids(tok)
+    n0 = ids.shape[1]
+    G = model.generate(ids, max_new_tokens=NEW, do_sample=False)[0, n0:].tolist()
+    kw = {"do_sample": False}
+    if end == "eos":                                   # a token first seen mid-output stops it
+        k = next(k for k in range(4, NEW) if G[k] not in G[:k])
+        kw["eos_token_id"] = G[k]
+    out, rounds, prompt = _run(model, tok, tmp_path, ids, **kw)
+    gen = out[0, n0:].tolist()
+    assert gen == (G if end == "max_new_tokens" else G[:k + 1])
+    assert set(rounds["drafter"]) == {"ar"} and prompt["drafter"] == "ar"
+    assert len(rounds) == len(gen) - 1 == prompt["rounds"] and prompt["new_tokens"] == len(gen)
+    assert [t for c in rounds["committed"] for t in c] == gen[1:]
+    assert (rounds["position"] == np.arange(len(rounds))).all()
+    for c in ("horizon", "accepted", "budget", "draft_passes"):
+        assert (rounds[c] == 0).all()
+    assert prompt["prefill_ms"] > 0 and prompt["decode_ms"] > 0
+    assert (rounds["verify_ms"] > 0).all() and (rounds["round_ms"] >= rounds["verify_ms"]).all()
+    with torch.no_grad():
+        logits = model(out).logits[0].float()
+    for r, row in rounds.iterrows():                 # root: output token r; it was chosen by the row before
+        assert row["root_entropy"] == pytest.approx(_entropy(logits[n0 + r]), abs=1e-3)
+        assert row["pred_entropy"] == pytest.approx(_entropy(logits[n0 + r - 1]), abs=1e-3)
+        top2 = torch.topk(logits[n0 + r], 2).values
+        assert row["root_margin"] == pytest.approx(float(top2[0] - top2[1]), abs=1e-3)
+
+
+def test_the_ar_arm_is_the_timing_baseline(qwen, tmp_path):
+    """Plain generate and prompt lookup through the hook on the same prompts: the timing ledger
+    pairs them (the report's timing section needs the ar arm)."""
+    from glance_law.evidence.timing import timing_ledger
+
+    model, _, tok, _ = qwen
+    for run_id, kw in (("ar", {}), ("pld", {"prompt_lookup_num_tokens": 4})):
+        lg = RoundLogger(tmp_path, run_id=run_id, task="docvqa", tokenizer=tok)
+        for i, p in enumerate(PROMPTS[:3]):
+            ids = tok(p + " " + p, return_tensors="pt").input_ids
+            with hf_generate_hook(model, lg, f"p{i}") as rec:
+                rec.finish(model.generate(ids, max_new_tokens=NEW, do_sample=False, **kw))
+        lg.close()
+    P = gio.read_logs(tmp_path, kind="prompts").frame
+    assert sorted(P["drafter"].astype(str).unique()) == ["ar", "pld"]
+    res = timing_ledger(P.loc[P["drafter"] == "ar"], P.loc[P["drafter"] == "pld"], n_boot=200).frame
+    row = res.loc[res["task"] == "docvqa"].iloc[0]
+    assert row["prompts"] == 3 and np.isfinite(row["speedup"]) and row["speedup"] > 0
+
+
+@pytest.mark.parametrize("kw", [{"prompt_lookup_num_tokens": 4}, {"assistant": True}, {}],
+                         ids=["pld", "assistant", "ar"])
+def test_audit_against_plain_greedy(qwen, tmp_path, kw):
+    """audit=True: the output equals plain greedy decoding (greedy_match, first_divergence -1); a
+    reference that differs at index 3 is named there, with its margin when the margins are given."""
+    model, draft, tok, _ = qwen
+    ids = _ids(tok)
+    kw = {"assistant_model": draft} if kw.get("assistant") else kw
+    for i, audit in enumerate((True, None, None)):
+        lg = RoundLogger(tmp_path / str(i), run_id="hf", task="docvqa", tokenizer=tok)
+        with hf_generate_hook(model, lg, "p0", audit=audit if audit else False) as rec:
+            out = model.generate(ids, max_new_tokens=NEW, do_sample=False, **kw)
+            gen = out[0, ids.shape[1]:].tolist()
+            wrong = gen[:3] + [(gen[3] + 1) % model.config.vocab_size] + gen[4:]
+            rec.audit = audit if audit else (wrong if i == 1 else (wrong, [0.5] * len(gen)))
+            rec.finish(out)
+        lg.close()
+        assert not model._forward_hooks and "_get_candidate_generator" not in vars(model)
+        row = gio.read_logs(tmp_path / str(i), kind="prompts").frame.iloc[0]
+        rounds = gio.read_logs(tmp_path / str(i)).frame
+        if i == 0:
+            assert bool(row["greedy_match"]) and row["first_divergence"] == -1
+            assert [t for c in rounds.sort_values("round")["committed"] for t in c][-3:] == gen[-3:]
+        else:
+            assert not bool(row["greedy_match"]) and row["first_divergence"] == 3
+            assert pd.isna(row["divergence_margin"]) if i == 1 else row["divergence_margin"] == pytest.approx(0.5)
+
+
+def test_audit_names_a_sampled_divergence(qwen, tmp_path):
+    """A sampled output audited against greedy decoding: the first index where it differs from an
+    independent greedy run, with that run's top-2 margin there."""
+    model, _, tok, _ = qwen
+    ids = _ids(tok)
+    n0 = ids.shape[1]
+    greedy = model.generate(ids, max_new_tokens=NEW, do_sample=False)[0, n0:].tolist()
+    lg = RoundLogger(tmp_path, run_id="hf", task="docvqa", tokenizer=tok)
+    torch.manual_seed(1)
+    with hf_generate_hook(model, lg, "p0", audit=True) as rec:
+        out = model.generate(ids, max_new_tokens=NEW, do_sample=True, top_k=0, top_p=1.0, temperature=1.5)
+        rec.finish(out)
+    lg.close()
+    gen = out[0, n0:].tolist()
+    first = next(i for i, (a, b) in enumerate(zip(gen, greedy)) if a != b)
+    row = gio.read_logs(tmp_path, kind="prompts").frame.iloc[0]
+    assert not bool(row["greedy_match"]) and row["first_divergence"] == first
+    with torch.no_grad():
+        top2 = torch.topk(model(torch.tensor([ids[0].tolist() + greedy])).logits[0, n0 - 1 + first], 2).values
+    assert row["divergence_margin"] == pytest.approx(float(top2[0] - top2[1]), abs=1e-3)
 
 
 def test_early_exit(qwen, tmp_path):

@@ -147,6 +147,28 @@ def test_logwriter_roundtrip_lists_extras_and_metadata(tmp_path):
     assert {"user_note", "user_vec"} <= set(f.columns)
 
 
+def test_int16_target_rank_files_written_before_are_read_as_int32(tmp_path):
+    """Files written while target_rank was list<int16> (before vocabularies beyond 2^15) read unchanged,
+    widened to the contract's list<int32>; a list<int32> of a 262k vocabulary reads as written."""
+    df = small_rounds()
+    known = {c.name: c for c in S.columns("rounds")}
+    old = pa.table({n: _gtables._column_array(n, df[n], known.get(n)) for n in df.columns})
+    i = old.column_names.index("target_rank")
+    old = old.set_column(i, "target_rank", old.column("target_rank").cast(pa.list_(pa.int16())))
+    raw_write(old, tmp_path / "old.parquet")
+    got = gio.read_logs(tmp_path / "old.parquet").frame
+    assert pa.types.is_int16(pq.read_schema(tmp_path / "old.parquet").field("target_rank").type.value_type)
+    assert [list(v) for v in got["target_rank"]] == [list(v) for v in df["target_rank"]]
+    assert all(np.asarray(v).dtype == np.int32 for v in got["target_rank"])
+    big = df.copy()
+    big["target_rank"] = [np.where(np.asarray(v) > 0, np.asarray(v) + 262_000, v).astype(np.int32)
+                          for v in df["target_rank"]]
+    gio.write_table(big, tmp_path / "new" / "big.parquet")
+    back = gio.read_logs(tmp_path / "new").frame
+    assert max(int(np.max(v)) for v in back["target_rank"]) > 262_000
+    assert [list(v) for v in back["target_rank"]] == [list(v) for v in big["target_rank"]]
+
+
 def test_prompts_files_beside_rounds_files(tmp_path):
     df = small_rounds(1)
     gio.write_table(df, tmp_path / "rounds-a-00000.parquet")

@@ -209,6 +209,40 @@ def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
     assert f.loc["ends", "root_margin"] == pytest.approx(gaps[0])
 
 
+@pytest.mark.parametrize("V", [262_144, 2 ** 20])
+def test_ranks_beyond_int16_end_to_end(tmp_path, V):
+    """Gemma 3's 262,144-token vocabulary (and a 2^20 one): exact drafter ranks and token ids past 2^15
+    go from the logger through Parquet to the reader unchanged (int16 overflowed: issue 23)."""
+    from glance_log.decode import PromptEvent, RoundEvent, Timer
+    from glance_log.drafters import topk_rows
+
+    from glance_law.replay.tree import chain_tree
+
+    shift = [V - 7, 3, 11]                    # offset j's drafter row: token shift[j] first, then in id order
+    ar = torch.arange(V)
+    logits = torch.stack([-((ar - s) % V).float() * 1e-4 for s in shift])
+    t1, t2, t3 = V - 7, V - 9, 40_000         # the target's tokens at offsets 1..3
+    rank2 = (t2 - shift[1]) % V               # t2's exact rank under offset 2's row
+    logp, val, idx = topk_rows(logits, 8)
+    verify = torch.randn(4, V)
+    lg = RoundLogger(tmp_path, run_id="big", task="docvqa")
+    lg.begin_prompt("p")
+    lg.on_round(RoundEvent(round=0, position=0, root=0, accepted=1, committed=torch.tensor([t1, t2]), horizon=3,
+                           budget=3, tree=chain_tree(3), logq=val, ids=idx, draft_passes=1, point_mass=False,
+                           verify_logits=verify, path_rows=torch.arange(2), row_tokens=torch.tensor([t1, t2, 0, 0]),
+                           full_logp=logp, marks=(0.0, 0.0, 0.0, 0.0), drafter="two_model"))
+    lg.on_prompt_end(PromptEvent(prompt_tokens=5, tokens=[9, t1, t2, t3], resolve_stream=[9, t1, t2, t3],
+                                 rounds=1, stop_reason="max_new_tokens", prefill_marks=(None, None),
+                                 decode_marks=(0.0, 0.0), timer=Timer(torch.device("cpu"))))
+    lg.close()
+    row = gio.read_logs(tmp_path).frame.iloc[0]
+    assert rank2 > 2 ** 15 and list(row["target_rank"]) == [0, rank2, 8]
+    assert np.asarray(row["target_rank"]).dtype == np.int32
+    assert list(row["match"]) == [1, 0, 0] and list(row["committed"]) == [t1, t2]
+    assert row["target_logq"][1] == pytest.approx(float(logp[1, t2]), abs=1e-5)
+    assert list(gio.read_prompts(tmp_path).iloc[0]["tokens"]) == [9, t1, t2, t3]
+
+
 def test_resolve_offsets_golden():
     ids = np.array([[5, 6], [7, 8], [9, 10]])
     logq = np.array([[-0.1, -2.0], [-0.5, -1.0], [-0.2, -3.0]], np.float32)

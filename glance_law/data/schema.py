@@ -161,10 +161,11 @@ ROUND_COLUMNS: tuple[Column, ...] = (
        "Per offset 1..L: the drafter's log-probability of the target's token "
        "(NaN unknown: past the end of generation, or outside the logged top-k where "
        "only the top-k was kept).", "nats", nullable=True, hi=0, neg_inf=True, length="L"),
-    _c("target_rank", pa.list_(pa.int16()), LIST_INT, False,
+    _c("target_rank", pa.list_(pa.int32()), LIST_INT, False,
        "Per offset 1..L: 0-based rank of the target's token under the drafter. Values "
        "below k index the row of topk_logq; values >= k mean outside the logged top-k; "
-       "-1 unknown.", "", nullable=True, lo=-1, length="L"),
+       "-1 unknown. int32: a rank reaches the vocabulary size (262,144 for Gemma 3); files "
+       "written with int16 lists are read too.", "", nullable=True, lo=-1, length="L"),
     _c("topk_logq", pa.list_(pa.float32()), LIST_FLOAT, False,
        "The drafter's top-k log-probabilities per offset, row-major L x k, each row "
        "sorted descending (k = len / horizon).", "nats", nullable=True, hi=0,

@@ -1,11 +1,11 @@
 """What the hooks share: attaching to other libraries' objects so that everything attached
-comes off again (also when attaching, decoding or the hook itself fails), and the stop
-reason of an output."""
+comes off again (also when attaching, decoding or the hook itself fails), the stop
+reason of an output, and the target's vocabulary size for the run metadata."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-__all__ = ["Attachments", "stop_reason"]
+__all__ = ["Attachments", "stop_reason", "vocab_size", "record_vocab_size"]
 
 _MISSING = object()
 
@@ -56,3 +56,25 @@ def stop_reason(tokens: list, stop_ids: Iterable[int]) -> str:
     (glance-log's names)."""
     stop = {int(t) for t in stop_ids}
     return "eos" if tokens and int(tokens[-1]) in stop else "max_new_tokens"
+
+
+def vocab_size(model) -> int | None:
+    """The target's vocabulary size: the rows of its output head (what its logits span, as
+    glance-log records it), else its (text) config's ``vocab_size``; None when neither is there."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    weight = getattr(head, "weight", None)
+    if weight is not None and getattr(weight, "ndim", 0) == 2:
+        return int(weight.shape[0])
+    cfg = getattr(model, "config", None)
+    text = cfg.get_text_config() if callable(getattr(cfg, "get_text_config", None)) else cfg
+    v = getattr(text, "vocab_size", None)
+    return int(v) if isinstance(v, int) else None
+
+
+def record_vocab_size(logger, model) -> None:
+    """Put the target's vocabulary size in the run metadata of ``logger``'s files (the Fano section
+    reads it) unless the run metadata already names one."""
+    v = vocab_size(model)
+    if v is not None and callable(getattr(logger, "run_defaults", None)):
+        logger.run_defaults(vocab_size=v)

@@ -15,7 +15,7 @@ from glance_law.replay.tree import chain_tree
 from ..decode import PromptEvent, RoundEvent, Timer
 from ..drafters import topk_rows
 from ..models import eos_token_ids
-from .common import Attachments, stop_reason
+from .common import Attachments, record_vocab_size, stop_reason
 
 __all__ = ["dflash_hook"]
 
@@ -57,6 +57,7 @@ class dflash_hook:
         self._draft_out = None
         self._rounds: list = []
         self._t0 = None
+        self._prefill_row = None                # (V,) the prefill's last row: it chose round 0's root
         self.logged = self.skipped = 0          # rounds written / blocks verified after the output was complete
 
     def __enter__(self):
@@ -82,6 +83,7 @@ class dflash_hook:
                                       "its target")
                 self.mode = "lm_head"
                 att.hook(head.register_forward_hook(lambda *a: self._on_head(*a)))
+            record_vocab_size(self.logger, self.target)
             self.logger.begin_prompt(self.prompt_id, self.reference)
         except BaseException:
             att.remove()
@@ -112,6 +114,7 @@ class dflash_hook:
         if self._t0 is None:                                 # the prefill call
             self._t0 = self.timer.mark()
             self._prompt_len = int(ids.shape[1])
+            self._prefill_row = output.logits[0, -1].clone()
             return
         m = self.timer.mark()
         logits = output.logits[0]                            # (bs, V): row 0 = root
@@ -142,13 +145,14 @@ class dflash_hook:
         reason = stop_reason(gen, stop)
         t1 = self.timer.mark()
         self.timer.resolve()
-        events, prev, nxt = [], self._t0, 0
+        events, prev, nxt, pred = [], self._t0, 0, self._prefill_row
         for r, (block, logits, pos, dl, L, m) in enumerate(self._rounds):
             position = int(pos) - num_input_tokens if pos is not None else nxt     # the root's output index
             post = torch.argmax(logits, dim=-1)
             draft = block[1:]
             run = int((draft == post[:-1]).long().cumprod(0).sum()) if L else 0   # dflash's acceptance
             nxt = position + run + 1
+            root_row, pred = pred, logits[run]               # the row that chose the next block's root
             if position >= n - 1:
                 continue                                     # the output was complete: adds nothing
             a = min(run, n - 1 - position)                   # the accepted run inside the output
@@ -169,7 +173,7 @@ class dflash_hook:
                                      draft_passes=1 if L else 0, point_mass=logp is None and L > 0,
                                      verify_logits=logits, path_rows=torch.arange(a + 1, device=logits.device),
                                      row_tokens=post.clone(), full_logp=logp, marks=(prev, None, None, m),
-                                     drafter="block"))
+                                     drafter="block", root_logits=root_row))
             prev = m
         for ev in events:
             self.logger.on_round(ev)

@@ -21,7 +21,9 @@ class GlanceOnRound:
     ``acceptance_length``, or ``tau`` = accepted + 1; ``tree_size``/``budget``/``num_nodes``;
     ``horizon``/``depth``/``block_size`` - a block size B gives horizon B - 1). Rows carry
     only what the dictionaries carry: no per-offset vectors, no margins unless present.
-    Call :meth:`next_prompt` between prompts (or pass ``prompt_id`` in the dictionary)."""
+    Call :meth:`next_prompt` between prompts (or pass ``prompt_id`` in the dictionary).
+    ``pred_entropy`` (the entropy of the row that chose the round's root) is logged where the
+    dictionary carries it; ``vocab_size=`` (the target's) goes into the run metadata."""
 
     ALIASES = {
         "root_entropy": ("root_entropy", "entropy", "H", "ent"),
@@ -34,13 +36,17 @@ class GlanceOnRound:
         "root_margin": ("root_margin", "margin"),
         "root_pmax": ("root_pmax", "pmax", "max_prob"),
         "round_ms": ("round_ms", "time_ms"),
+        "pred_entropy": ("pred_entropy", "prev_entropy"),
     }
 
     def __init__(self, out_dir, *, task: str, run_id: str = "glance", horizon: int | None = None,
-                 drafter: str = "block", run: dict | None = None, flush_rows: int = 4096):
+                 drafter: str = "block", run: dict | None = None, flush_rows: int = 4096,
+                 vocab_size: int | None = None):
         self.task, self.run_id, self.horizon, self.drafter = task, run_id, horizon, drafter
-        self.writer = LogWriter(out_dir, S.KIND_ROUNDS, run=run or run_metadata(run_id=run_id, source="glance"),
-                                stem=f"{run_id}-glance", flush_rows=flush_rows)
+        run = dict(run or run_metadata(run_id=run_id, source="glance"))
+        if vocab_size is not None:
+            run.setdefault("vocab_size", int(vocab_size))     # the Fano section reads it
+        self.writer = LogWriter(out_dir, S.KIND_ROUNDS, run=run, stem=f"{run_id}-glance", flush_rows=flush_rows)
         self._prompt = 0
         self._round = 0
         self.skipped = 0
@@ -81,7 +87,7 @@ class GlanceOnRound:
         size = self._get(d, "tree_size")
         if size is not None:
             row["budget"] = int(size) - 1          # GLANCE's tree size counts the root
-        for name in ("budget", "root_margin", "root_pmax", "round_ms"):
+        for name in ("budget", "root_margin", "root_pmax", "round_ms", "pred_entropy"):
             v = self._get(d, name)
             if v is not None:
                 row[name] = v
