@@ -92,7 +92,6 @@ def test_lossless_against_generate(models):
         assert r.tokens == gen
 
 
-@pytest.mark.xfail(strict=False, reason="needs the sliding-window decoder")
 def test_lossless_gemma3_sliding_window(tmp_path):
     path = make_gemma3(tmp_path / "gemma3")
     t = load_target(path, device=DEVICE)
