@@ -391,11 +391,14 @@ def num_layers(target) -> int:
 @contextmanager
 def exit_after(target, k: int):
     """Run ``target`` with only its first ``k`` decoder layers (then its final norm and LM head)
-    inside the block, as Hugging Face's ``EarlyExitCandidateGenerator`` does: the decoder's config
-    says ``num_hidden_layers = k`` (the forward runs ``self.layers[: config.num_hidden_layers]``)
-    and is restored in ``finally``. A forward pre-hook on layer ``k`` proves it: an architecture
-    whose forward ignores ``num_hidden_layers`` raises a GlanceError instead of drafting with the
-    full model. A cache created inside the block (:meth:`Target.new_cache`) has ``k`` layers."""
+    inside the block. As Hugging Face's ``EarlyExitCandidateGenerator`` does, the decoder's config
+    says ``num_hidden_layers = k`` (Llama, Qwen2/3, Mistral, Gemma 3 run
+    ``self.layers[: config.num_hidden_layers]``); the decoder's ``layers`` is also the list of its
+    first ``k`` layers, for the forwards that loop over every layer (Qwen2-VL, Qwen2.5-VL and
+    Qwen3-VL, where HF's early exit silently runs the full model). Both are restored in
+    ``finally``. A forward pre-hook on layer ``k`` proves it: a forward that still reaches that
+    layer raises a GlanceError instead of drafting with the full model. A cache created inside
+    the block (:meth:`Target.new_cache`) has ``k`` layers."""
     dec = _decoder(target)
     n = int(dec.config.num_hidden_layers)
     if not 1 <= int(k) < n:
@@ -405,11 +408,14 @@ def exit_after(target, k: int):
         raise GlanceError(f"{target.name}: its forward ran decoder layer {k} with num_hidden_layers = {k}; "
                           "this architecture does not support early exit")
 
-    handle = dec.layers[int(k)].register_forward_pre_hook(refuse)
+    layers = dec.layers
+    handle = layers[int(k)].register_forward_pre_hook(refuse)
     dec.config.num_hidden_layers = int(k)
+    dec.layers = torch.nn.ModuleList(list(layers)[:int(k)])
     try:
         yield dec
     finally:
+        dec.layers = layers
         dec.config.num_hidden_layers = n
         handle.remove()
 

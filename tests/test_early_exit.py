@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from _logger_fixtures import PROMPTS, make_llama, make_tokenizer  # noqa: E402
+from _logger_fixtures import PROMPTS, make_image, make_llama, make_qwen2_vl, make_tokenizer  # noqa: E402
 from glance_log.cli import main  # noqa: E402
 from glance_log.decode import decode, greedy_reference  # noqa: E402
 from glance_log.drafters import DraftState, make_drafter  # noqa: E402
@@ -90,6 +90,20 @@ def test_lossless_against_generate(models):
         r = decode(t, make_drafter("early_exit", t, exit_layer=2, branch_k=kw["branch_k"]), pr,
                    max_new_tokens=MAX_NEW, **kw)
         assert r.tokens == gen
+
+
+def test_lossless_vlm_with_image(tmp_path):
+    """A Qwen2-VL target (2 text layers), whose language model loops over every layer (not
+    ``layers[: num_hidden_layers]``): it exits after layer 1; the drafter's prefill runs the
+    image through the vision tower again and the M-RoPE delta is unchanged."""
+    t = load_target(make_qwen2_vl(tmp_path / "vl"), device=DEVICE)
+    pr = t.encode(None, image=str(make_image(tmp_path / "0.png", seed=0, size=56)), question=PROMPTS[0])
+    ref, _ = greedy_reference(t, pr, MAX_NEW)
+    for kw in SHAPES.values():
+        r = decode(t, make_drafter("early_exit", t, exit_layer=1, branch_k=kw["branch_k"]), pr,
+                   max_new_tokens=MAX_NEW, **kw)
+        assert r.tokens == ref
+    assert t.text_config.num_hidden_layers == 2
 
 
 def test_lossless_gemma3_sliding_window(tmp_path):
@@ -209,9 +223,11 @@ def test_an_architecture_that_ignores_num_hidden_layers_is_refused(models):
 
     t = load_target(models["llama"], device=DEVICE)
     dec = t.model.get_decoder()
+    layers = dec.layers
     with pytest.raises(GlanceError, match="does not support early exit"), exit_after(t, 2):
-        dec.layers[2](torch.zeros(1, 1, 64))                    # the pre-hook refuses before the layer runs
-    assert dec.config.num_hidden_layers == 4 and not dec.layers[2]._forward_pre_hooks
+        assert len(dec.layers) == 2 and dec.config.num_hidden_layers == 2
+        layers[2](torch.zeros(1, 1, 64))                        # the pre-hook refuses before the layer runs
+    assert dec.config.num_hidden_layers == 4 and dec.layers is layers and not layers[2]._forward_pre_hooks
 
 
 def _hf_run(model, tok, out, ids, k, **kw):
