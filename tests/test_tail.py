@@ -472,7 +472,7 @@ def test_cli_tail_section(tmp_path):
     assert rc == 0, err
     doc = json.loads(out)
     tables = list(doc["tail"].values())
-    rows = tables[0]
+    rows = tables[0]["rows"]
     assert [r["task"] for r in rows] == ["caption", "docvqa"]
     assert list(rows[0])[:16] == list(tail.TailFit.__module__ and
                                       ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup",
