@@ -67,8 +67,8 @@ from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
 from glance_law.data.outputs import write_file
+from glance_law.data.selection import LAW_INPUT
 from glance_law.errors import GlanceError
-from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
 
 PROG = "python -m glance_law.fit"
@@ -215,6 +215,8 @@ def load(args, modules: Sequence = ()) -> LogSet:
 
 def law_result(logs: LogSet, args):
     """The law table for the logs (the step a reduced-table reader plugs into)."""
+    # scipy: imported when the law runs, not when the command starts
+    from glance_law.law.fit import fit_law
     return fit_law(logs, by=args.by, method=args.method, level=args.level, n_boot=args.bootstrap,
                    seed=args.seed, condition=_conditions(args))
 
