@@ -111,7 +111,9 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
     p.add_argument("--method", choices=("mle", "nls"), default="mle",
                    help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
                         "squares of the conditional mean, for comparison")
-    p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("--format", choices=_fmt.FORMATS, default="text",
+                   help="output format (default: text); json: one versioned document of the same shape for every "
+                        "input, {section: {table title: {rows, notes}}} (docs/cli.md)")
     p.add_argument("--out", metavar="FILE",
                    help="write the output to FILE instead of stdout (through a fresh temporary file in FILE's "
                         "folder, renamed onto FILE: a link at FILE is replaced, not written through)")
@@ -269,6 +271,12 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
 
 #: Version of the ``--format json`` document (:func:`json_document`); raised when its shape changes.
 JSON_VERSION = 1
+#: The shape of the ``--format json`` document (printed in docs/cli.md).
+JSON_SHAPE = """{"version": 1,
+ "summary": {"<table title>": {"rows": [{"<column>": value, ...}, ...], "notes": ["...", ...]}},
+ "law":     {"<table title>": {"rows": [...], "notes": [...]}},
+ "<section>": {"<table title>": {"rows": [...], "notes": [...]}, "<table title 2>": {...}},
+ "skipped": {"sections not run": {"rows": [{"section": "...", "reason": "..."}], "notes": []}}}"""
 #: Title of the table that lists the sections not run, under the ``skipped`` key of the JSON document.
 SKIPPED_TITLE = "sections not run"
 

@@ -109,7 +109,7 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
     frame, restored = with_drafted_horizons(frame)   # every verification round, at the depth it drafted
     if restored.any():
         notes.append(DRAFTED_NOTE.format(n=int(restored.sum())))
-    frame = E.with_arm_labels(E.speculative_rounds(frame, notes))
+    frame = E.with_arm_labels(E.speculative_rounds(frame, notes), categorical=True)
     if not len(frame):
         raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")
     if by is not None and by not in frame.columns:
@@ -120,7 +120,8 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
         notes.append(f"{n} round(s) without a root entropy: mean_entropy and low_entropy_share use the others")
     rows = []
     for drafter, dsub in frame.groupby("drafter", sort=True, observed=True):
-        parts = [] if by is None else list(dsub.groupby(dsub[by].astype(str), sort=True, observed=True))
+        keys = None if by is None else dsub[by] if by in E.KEY_COLUMNS else dsub[by].astype(str)
+        parts = [] if keys is None else list(dsub.groupby(keys, sort=True, observed=True))
         for label, sub in parts + [(E.GROUP_ALL, dsub)]:
             codes, G = E.clusters(sub)
             a = sub["accepted"].to_numpy(np.float64)
