@@ -730,6 +730,8 @@ def _concat(tables: list[pa.Table]) -> tuple[pd.DataFrame, np.ndarray]:
     tables.clear()  # drop the per-file references so self_destruct can free memory
     frame = table.to_pandas(split_blocks=True, self_destruct=True)
     del table
+    pa.default_memory_pool().release_unused()   # the tables' freed buffers go back to the system now, not
+    # after the analyses have stacked their own arrays on top of them (the command's peak at 10^7 rounds)
     file_idx = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     return frame, file_idx
 

@@ -75,8 +75,12 @@ def string_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     categorical is read from its codes (no string is written per row)."""
     if isinstance(s.dtype, pd.CategoricalDtype):
         labels = np.array([str(c) for c in s.cat.categories] + ["nan"], dtype=object)
-        codes = s.cat.codes.to_numpy().astype(np.int64)
-        return np.where(codes < 0, len(labels) - 1, codes), labels
+        codes = s.cat.codes.to_numpy()                  # narrow (int8/int16/...): 1-2 bytes a row
+        if codes.size and int(codes.min()) < 0:
+            codes = np.where(codes < 0, len(labels) - 1, codes).astype(np.int64)
+        elif len(labels) > np.iinfo(codes.dtype).max:   # the "nan" label's code must fit too
+            codes = codes.astype(np.int64)
+        return codes, labels
     codes, uniq = pd.factorize(s.astype(str).to_numpy(), sort=False, use_na_sentinel=False)
     return codes.astype(np.int64), np.asarray(uniq, dtype=object)
 
