@@ -158,3 +158,23 @@ def test_json_has_one_shape_for_every_input(tmp_path, capsys):
     assert "order" in docs["section"] and len(docs["section"]["order"]) == 3
     assert [r["task"] for r in cli.json_rows(docs["pooled"])] == ["pooled"]
     assert docs["reduced"]["summary"] == {} and cli.json_rows(docs["reduced"])[-1]["task"] == "pooled"
+
+
+# ----------------------------------------------------------------- the README and the hint say what the logs show
+
+def test_readme_and_hint_match_the_committed_logs():
+    import glance_law as gl
+    law = gl.fit_law(gl.read_rounds(LOGS)).to_frame()
+    tasks = sorted(set(law["task"]) - {"pooled"})
+    readme = (ROOT / "README.md").read_text()
+    words = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+    assert f"all {words[len(tasks)]} tasks ({', '.join(tasks)})" in readme
+    pooled = law[law["task"] == "pooled"]
+    assert (pooled["b1_lo"] > 0).all()                                      # the contrast across tasks
+    row = law[(law["task"] == "caption") & (law["drafter"] == "block")].iloc[0]
+    assert row["b1_lo"] < 0 < row["b1_hi"]                                  # no slope inside caption
+    block = law[law["drafter"] == "block"].set_index("task")
+    assert block.loc["caption", "mean_entropy"] > block.loc["docvqa", "mean_entropy"]
+    assert block.loc["caption", "mean_accepted"] < block.loc["docvqa", "mean_accepted"]
+    hint = explain._contrast(law, "block", "docvqa", {})
+    assert "pooled row's slope" in hint and "not identified" in hint

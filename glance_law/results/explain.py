@@ -83,8 +83,8 @@ def _contrast(law_table, drafter: str, task: str, checks) -> str:
         return f"; {', '.join(shown)} {'shows' if len(shown) == 1 else 'show'} the contrast"
     return ("; to see the contrast, log a more open task too (for example glance-log --task caption) and fit "
             "both together: on the committed example logs caption sits at higher root entropy and accepts fewer "
-            "draft tokens than the grounded tasks, which the pooled row's slope shows, while inside caption alone "
-            "the slope is not identified")
+            "draft tokens than the grounded tasks, which the pooled row's slope shows, while inside caption alone the "
+            "block drafter's slope is not identified")
 
 
 def _signed(x, d: int = 2) -> str:
