@@ -18,6 +18,12 @@ Measured (all in one run, so ratios compare like with like):
                peak RSS (includes interpreter start and imports);
 * ``cli-read2`` a fresh process that only imports pyarrow and reads the two columns.
 
+With ``--against`` the command itself is then timed too (issue 24, item 7): ``python -m glance_law.fit
+LOGS`` of this checkout and of each REF in fresh processes (interpreter start included) against the
+command floor, a fresh process that reads root_entropy and accepted and argsorts the entropies; the
+tables each command computed (summary, law, sections) are compared frame by frame (identical or
+not); and ``import glance_law.fit`` against importing numpy, pandas and pyarrow.parquet.
+
 With ``--against REF[,REF...]`` (issue 13, item 6) each size is instead timed in fresh processes, side by
 side in one run: the *floor* (pyarrow reads root_entropy and accepted, then one argsort of the
 entropies), ``fit_law`` of this checkout and ``fit_law`` of each commit REF (extracted with
@@ -127,6 +133,8 @@ def bench_size(n: int, repeat: int, tmp: Path, ref_dirs: list[str] | None = None
           f"(simulated in {time.perf_counter() - t:.0f} s)")
     if ref_dirs:
         against(paths, ref_dirs, repeat)
+        here = str(Path(__file__).resolve().parents[1])
+        commands(paths, [("this checkout", here)] + [(Path(d).name, d) for d in ref_dirs])
         for p in paths:
             p.unlink()
         return
@@ -228,6 +236,86 @@ def against(paths, ref_dirs: list[str], repeat: int) -> None:
                   f"{max_relative_difference(dumps[mine], dumps[label]):.1e} (table and curves)")
     for f in dumps.values():
         Path(f).unlink(missing_ok=True)
+
+
+# The command as users run it, at a checkout (sys.argv[1]); the tables it computed are pickled to
+# $BENCH_FIT_DUMP (summary, law and sections' frames) for the comparison across commits.
+_CMD_CHILD = """
+import os, pickle, runpy, sys
+root = sys.argv[1]
+sys.path.insert(0, root)
+sys.argv = ['glance_law.fit'] + sys.argv[2:]
+import glance_law.cli.fit as _m
+_orig = _m.run_analyses
+def _dump(*a, **k):
+    out = _orig(*a, **k)
+    summary, law, _, sections, _ = out
+    frames = {'summary': summary.to_frame(), 'law': None if law is None else law.to_frame()}
+    for name, results in sections:
+        for i, r in enumerate(results):
+            frames[name + ':' + str(i)] = r.to_frame()
+    with open(os.environ['BENCH_FIT_DUMP'], 'wb') as fh:
+        pickle.dump(frames, fh)
+    return out
+_m.run_analyses = _dump
+runpy.run_module('glance_law.fit', run_name='__main__')
+"""
+_CMD_FLOOR = ("import sys\nimport numpy as np\nimport pyarrow.parquet as pq\n"
+              "cols = [pq.read_table(p, columns=['root_entropy', 'accepted']) for p in sys.argv[1:]]\n"
+              "H = np.concatenate([t.column(0).to_numpy() for t in cols])\n"
+              "a = np.concatenate([t.column(1).to_numpy() for t in cols])\n"
+              "o = np.argsort(H)\n")
+
+
+def commands(paths, roots: list[tuple[str, str]]) -> None:
+    """``python -m glance_law.fit LOGS`` (text, as users run it) of each checkout in a fresh process
+    against the command floor (a fresh process that reads the two columns and sorts the entropies);
+    then ``import glance_law.fit`` against importing numpy, pandas and pyarrow.parquet. Wall s, CPU s,
+    peak RSS MB; the tables of each checkout are compared with the first's (identical or not)."""
+    import pickle
+    floor = process([str(p) for p in paths], code=_CMD_FLOOR)
+    print(f"  command floor (read 2 columns + argsort)  {floor[0]:6.2f} s wall / {floor[1]:6.2f} s CPU / "
+          f"{floor[2]:6.0f} MB peak")
+    tables = {}
+    for label, root in roots:
+        dump = Path(paths[0]).parent / f"cmd-{len(tables)}.pkl"
+        os.environ["BENCH_FIT_DUMP"] = str(dump)
+        try:
+            r = process([root] + [str(p) for p in paths], code=_CMD_CHILD)
+        finally:
+            os.environ.pop("BENCH_FIT_DUMP", None)
+        print(f"  command ({label:18s})  {r[0]:6.2f} s wall / {r[1]:6.2f} s CPU / {r[2]:6.0f} MB peak   "
+              f"x{r[0] / floor[0]:.1f} floor wall, x{r[1] / floor[1]:.1f} CPU")
+        if dump.exists():
+            tables[label] = pickle.loads(dump.read_bytes())
+            dump.unlink()
+    first = next(iter(tables), None)
+    for label in list(tables)[1:]:
+        print(f"  tables of {first} vs {label}: {frames_identical(tables[first], tables[label])}")
+    imp_floor = process([], code="import numpy, pandas, pyarrow.parquet\n")
+    print(f"  import floor (numpy, pandas, pyarrow.parquet)  {imp_floor[0]:6.2f} s wall / {imp_floor[1]:6.2f} s CPU")
+    for label, root in roots:
+        imp = process([], code=f"import sys\nsys.path.insert(0, {root!r})\nimport glance_law.fit\n")
+        print(f"  import glance_law.fit ({label:18s})  {imp[0]:6.2f} s wall / {imp[1]:6.2f} s CPU   "
+              f"x{imp[0] / imp_floor[0]:.1f} floor wall, x{imp[1] / imp_floor[1]:.1f} CPU")
+
+
+def frames_identical(a: dict, b: dict) -> str:
+    """"identical" when both runs computed the same tables with the same values (NaN = NaN), else which differ."""
+    import pandas as pd
+    if a.keys() != b.keys():
+        return f"different tables: {sorted(a)} vs {sorted(b)}"
+    bad = []
+    for k in a:
+        x, y = a[k], b[k]
+        if (x is None) != (y is None) or (x is not None and not (x.shape == y.shape and list(x.columns) ==
+                                                                  list(y.columns) and x.equals(y))):
+            try:
+                pd.testing.assert_frame_equal(x, y, check_exact=False, rtol=1e-12, check_dtype=False)
+                bad.append(f"{k} (equal to 1e-12, not bit for bit)")
+            except (AssertionError, TypeError, AttributeError):
+                bad.append(k)
+    return "identical" if not bad else "differ: " + ", ".join(bad)
 
 
 def max_relative_difference(mine: str, ref: str) -> float:

@@ -123,6 +123,13 @@ def cli_md() -> str:
     for cmd, module, how, text in COMMANDS:
         help_text = parser_for(module, how).format_help().rstrip()
         out += [f"## {cmd}", "", text, "", "```", help_text, "```", ""]
+        shape = getattr(importlib.import_module(module), "JSON_SHAPE", None)
+        if shape:
+            mod = importlib.import_module(module)
+            out += [f"`--format json` prints one document of this shape for every input (version "
+                    f"{mod.JSON_VERSION}; `summary`, `law` and `skipped` are always there, a part that did not run "
+                    "maps to `{}` and has a row under `skipped`; each table keeps every column, intervals as "
+                    "`x, x_lo, x_hi`, missing numbers as null, and all of its notes):", "", "```", shape, "```", ""]
     out += ["The training scripts of the embedded default (`python -m glance_log.train.target`, "
             "`python -m glance_log.train.block`, `python -m glance_log.train.evaluate`) document their options "
             "with `--help`.", ""]

@@ -18,6 +18,7 @@ import pandas as pd
 import pytest
 
 import glance_law as gl
+from glance_law.cli.fit import json_rows as fit_json_rows
 from glance_law.cli.fit import main as fit_main
 from glance_law.data import arms
 from glance_law.data.io import write_table
@@ -168,7 +169,7 @@ def test_fit_law_and_the_fit_cli_keep_such_arms_apart_and_print_them(tmp_path, c
     for fmt in FORMATS:
         assert fit_main([str(tmp_path), "--format", fmt, "--wide"]) == 0
         out[fmt] = capsys.readouterr().out
-    rows = [r for r in json.loads(out["json"]) if "target" in r]
+    rows = [r for r in fit_json_rows(json.loads(out["json"])) if "target" in r]
     assert {(r["target"], r["drafter"]) for r in rows} >= want
     csv = pd.read_csv(io.StringIO(out["csv"].split("\n\n")[0]), keep_default_na=False)
     assert set(zip(csv["target"], csv["drafter"])) == want

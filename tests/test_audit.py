@@ -299,9 +299,9 @@ def test_cli_audit_every_format_and_labels_the_planted_divergences(example, caps
                       [A.AuditResult.title, A.AuditDivergences.title])
     rc, out, _ = run_cli([folder / "*.parquet", "--audit", "--format", "json"], capsys)
     doc = json.loads(out)["audit"]
-    labels = {r["prompt_id"]: r["label"] for r in doc[A.AuditDivergences.title]}
+    labels = {r["prompt_id"]: r["label"] for r in doc[A.AuditDivergences.title]["rows"]}
     assert labels == {"caption-0000": "near-tie", "caption-0001": "wide"}
-    verdict = {r["task"]: r["verdict"] for r in doc[A.AuditResult.title]}
+    verdict = {r["task"]: r["verdict"] for r in doc[A.AuditResult.title]["rows"]}
     assert verdict == {"caption": "NOT lossless", "docvqa": "lossless", "textvqa": "lossless"}
 
 
@@ -315,7 +315,7 @@ def test_cli_audit_token_comparison_with_the_baseline_folder(example, capsys, tm
     write_logs(tmp_path, ex["rounds"], P, stem="block")
     rc, out, err = run_cli([tmp_path, folder / "baseline", "--audit", "--format", "json"], capsys)
     assert rc == 0, err
-    rows = json.loads(out)["audit"][A.AuditResult.title]
+    rows = json.loads(out)["audit"][A.AuditResult.title]["rows"]
     assert all(r["verdict"] == "lossless" and r["audited"] == 6 for r in rows)
 
 
@@ -387,12 +387,12 @@ def test_cli_auditor_repro_two_glance_log_runs_in_one_input(capsys, tmp_path, sp
     rc, out, err = run_cli([tmp_path, "--audit", "--format", "json"], capsys)
     assert rc == 0, err
     doc = json.loads(out)["audit"]
-    rows = {r["run_id"]: r for r in doc[A.AuditResult.title]}
+    rows = {r["run_id"]: r for r in doc[A.AuditResult.title]["rows"]}
     assert rows.keys() == {"docvqa-block-5d840b7a5f", "docvqa-block-budget31"}
     assert rows["docvqa-block-5d840b7a5f"]["verdict"] == "lossless"
     assert rows["docvqa-block-5d840b7a5f"]["audited"] == rows["docvqa-block-5d840b7a5f"]["equal"] == len(P1)
     assert rows["docvqa-block-budget31"]["verdict"] == "NOT lossless"
     assert rows["docvqa-block-budget31"]["audited"] == len(P2) and rows["docvqa-block-budget31"]["wide"] == 1
-    (d,) = doc[A.AuditDivergences.title]
+    (d,) = doc[A.AuditDivergences.title]["rows"]
     assert (d["run_id"], d["prompt_id"], d["first_divergence"]) == ("docvqa-block-budget31", pid, k)
     assert d["margin"] == 4.0 and d["label"] == "wide"

@@ -96,8 +96,9 @@ def test_every_bad_input_stops_with_one_line_and_skip_bad_fits_the_rest(name, tm
         assert rc == 0, err
         assert f"skipped {bad}" in err
         if fmt == "json":
-            rows = json.loads(out)
-            assert isinstance(rows, list) and [r["task"] for r in rows] == ["t", "pooled"]
+            doc = json.loads(out)
+            rows = cli.json_rows(doc)
+            assert doc["version"] == cli.JSON_VERSION and [r["task"] for r in rows] == ["t", "pooled"]
             assert rows[0]["rounds"] == len(rounds(1))
         elif fmt == "csv":
             table = pd.read_csv(io.StringIO(out))
@@ -130,7 +131,7 @@ def test_example_log_text_and_all_formats(capsys):
         rc, out2, _ = run([EXAMPLE, "--format", fmt], capsys)
         assert rc == 0 and "chartqa" in out2
     rc, out, _ = run([EXAMPLE, "--format", "json"], capsys)
-    rows = json.loads(out)
+    rows = cli.json_rows(json.loads(out))
     assert [r["task"] for r in rows] == ["caption", "chartqa", "docvqa", "infovqa", "textvqa", "pooled"]
     for r in rows:
         assert list(r)[:len(LAW_COLUMNS)] == list(LAW_COLUMNS)
@@ -144,19 +145,19 @@ def test_example_log_text_and_all_formats(capsys):
 def test_options_method_bootstrap_seed_by_level_out(tmp_path, capsys):
     f = write_table(rounds(3, n_prompts=15), tmp_path / "r.parquet")
     rc, out, _ = run([f, "--method", "nls", "--format", "json"], capsys)
-    assert rc == 0 and json.loads(out)[0]["method"] == "nls"
+    assert rc == 0 and cli.json_rows(json.loads(out))[0]["method"] == "nls"
     args = [f, "--bootstrap", "60", "--seed", "5", "--format", "json"]
     rc, a, _ = run(args, capsys)
     rc2, b, _ = run(args, capsys)
-    assert rc == rc2 == 0 and a == b and json.loads(a)[0]["interval"] == "bootstrap"
+    assert rc == rc2 == 0 and a == b and cli.json_rows(json.loads(a))[0]["interval"] == "bootstrap"
     rc, c, _ = run([f, "--bootstrap", "60", "--seed", "6", "--format", "json"], capsys)
-    assert json.loads(c)[0]["b1_lo"] != json.loads(a)[0]["b1_lo"]
+    assert cli.json_rows(json.loads(c))[0]["b1_lo"] != cli.json_rows(json.loads(a))[0]["b1_lo"]
     rc, out, _ = run([f, "--by", "none", "--format", "json"], capsys)
-    assert [r["task"] for r in json.loads(out)] == ["pooled"]
+    assert [r["task"] for r in cli.json_rows(json.loads(out))] == ["pooled"]
     rc, out, _ = run([f, "--level", "0.9", "--format", "json"], capsys)
-    r90 = json.loads(out)[0]
+    r90 = cli.json_rows(json.loads(out))[0]
     rc, out, _ = run([f, "--format", "json"], capsys)
-    r95 = json.loads(out)[0]
+    r95 = cli.json_rows(json.loads(out))[0]
     assert r90["level"] == 0.9 and (r90["b1_hi"] - r90["b1_lo"]) < (r95["b1_hi"] - r95["b1_lo"])
     target = tmp_path / "law.md"
     rc, out, err = run([f, "--format", "markdown", "--out", target], capsys)
@@ -176,7 +177,7 @@ def test_folders_globs_and_exclusions(tmp_path, capsys):
         assert rc == 0, err
         assert f"excluded {len(ar)} autoregressive round(s)" in out
     rc, out, _ = run([d, "--format", "json"], capsys)
-    rows = json.loads(out)
+    rows = cli.json_rows(json.loads(out))
     assert [(r["drafter"], r["task"]) for r in rows] == [("sim", "a"), ("sim", "b"), ("sim", "pooled")]
 
 
@@ -184,7 +185,7 @@ def test_several_drafters_get_their_own_rows(tmp_path, capsys):
     write_table(rounds(1), tmp_path / "a.parquet")
     write_table(rounds(2, drafter="pld"), tmp_path / "b.parquet")
     rc, out, _ = run([tmp_path, "--format", "json"], capsys)
-    rows = json.loads(out)
+    rows = cli.json_rows(json.loads(out))
     assert [(r["drafter"], r["task"]) for r in rows] == [("pld", "t"), ("pld", "pooled"), ("sim", "t"),
                                                          ("sim", "pooled")]
     rc, out, _ = run([tmp_path], capsys)
@@ -275,9 +276,11 @@ def test_sections_are_called_with_the_logset_and_their_options(fake_section, cap
     assert "round count" in out and str(3 * n) in out and "draftability law" in out
     rc, out, _ = run([EXAMPLE, "--fake", "--format", "json"], capsys)
     doc = json.loads(out)
-    assert list(doc) == ["summary", "law", "fake", "skipped"] and doc["fake"] == {"round count": [{"rounds": n}]}
-    assert doc["skipped"] == {} and doc["summary"][-1]["task"] == "pooled"
-    assert doc["law"][-1]["task"] == "pooled"
+    assert list(doc) == ["version", "summary", "law", "fake", "skipped"]
+    assert doc["fake"] == {"round count": {"rows": [{"rounds": n}], "notes": []}}
+    assert doc["skipped"] == {"sections not run": {"rows": [], "notes": []}}
+    assert cli.json_rows(doc, "summary")[-1]["task"] == "pooled"
+    assert cli.json_rows(doc)[-1]["task"] == "pooled"
     rc, out, _ = run([EXAMPLE, "--fake", "--format", "csv"], capsys)
     assert "# fake: round count" in out and out.startswith("# law:")
 
@@ -290,7 +293,7 @@ def test_a_section_flag_with_a_value(fake_section, capsys):
 
 def test_sections_of_missing_modules_do_not_break_the_cli(fake_section, capsys):
     rc, out, err = run([EXAMPLE, "--format", "json"], capsys)  # --ghost listed but not used
-    assert rc == 0 and json.loads(out)[-1]["task"] == "pooled"
+    assert rc == 0 and cli.json_rows(json.loads(out))[-1]["task"] == "pooled"
     rc, out, err = run([EXAMPLE, "--ghost"], capsys)
     assert rc == 2 and out == "" and "glance_law.no_such_module_yet" in err
     assert len(err.strip().splitlines()) == 1
@@ -325,7 +328,7 @@ def test_module_entry_point_runs_in_a_fresh_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "glance_law.fit", str(EXAMPLE), "--format", "json"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)[-1]["task"] == "pooled"
+    assert cli.json_rows(json.loads(proc.stdout))[-1]["task"] == "pooled"
     proc = subprocess.run([sys.executable, "-m", "glance_law.fit", str(tmp_path / "missing.parquet")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr

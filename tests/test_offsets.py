@@ -455,7 +455,7 @@ def test_cli_offsets_on_the_committed_example_log(capsys):
     rc, out, err = run_cli([EXAMPLE, "--offsets", "--format", "json"], capsys)
     assert rc == 0, err
     doc = json.loads(out)["offsets"]
-    law = doc[O.OffsetLaw.title]
+    law = doc[O.OffsetLaw.title]["rows"]
     assert {r["task"] for r in law} == {"caption", "textvqa", "infovqa", "docvqa", "chartqa"}
-    a2 = [r for r in doc[O.Assumption2Test.title] if r["bin"] == "all"]
+    a2 = [r for r in doc[O.Assumption2Test.title]["rows"] if r["bin"] == "all"]
     assert len(a2) == 5 and all(r["diff_lo"] <= r["diff"] <= r["diff_hi"] for r in a2)

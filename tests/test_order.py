@@ -133,8 +133,8 @@ def test_cli_order_every_format(example, capsys):
     rc, out, _ = run_cli([example / "*.parquet", "--order", "--task-order", "docvqa,caption", "--format", "json"],
                          capsys)
     doc = json.loads(out)["order"]
-    assert [r["task"] for r in doc[O.OrderResult.title]] == ["docvqa", "caption"]
-    assert doc[O.OrderGaps.title][0]["task"] == "caption - docvqa"
+    assert [r["task"] for r in doc[O.OrderResult.title]["rows"]] == ["docvqa", "caption"]
+    assert doc[O.OrderGaps.title]["rows"][0]["task"] == "caption - docvqa"
 
 
 def test_cli_order_fails_clearly(example, capsys):
@@ -167,8 +167,8 @@ def test_cli_order_on_the_committed_example_log(capsys):
     rc, out, err = run_cli([EXAMPLE, "--order", "--order-bootstrap", "500", "--format", "json"], capsys)
     assert rc == 0, err
     doc = json.loads(out)["order"]
-    assert [r["task"] for r in doc[O.OrderResult.title]] == list(O.DEFAULT_ORDER)
-    assert len(doc[O.OrderGaps.title]) == 4
+    assert [r["task"] for r in doc[O.OrderResult.title]["rows"]] == list(O.DEFAULT_ORDER)
+    assert len(doc[O.OrderGaps.title]["rows"]) == 4
 
 
 def test_an_arm_with_one_task_gets_no_verdict_and_does_not_borrow_gaps():

@@ -211,7 +211,7 @@ def test_cli_probe_every_format(example, capsys):
     check_cli_formats([folder / "*.parquet", "--probe", "--probe-bootstrap", "200"], capsys, "probe",
                       [P.ProbeResult.title])
     rc, out, err = run_cli([folder / "*.parquet", "--probe", "--probe-bootstrap", "200", "--format", "json"], capsys)
-    rows = json.loads(out)["probe"][P.ProbeResult.title]
+    rows = json.loads(out)["probe"][P.ProbeResult.title]["rows"]
     assert [r["task"] for r in rows] == ["caption", "docvqa", "textvqa", "pooled"]
     assert all(r["relative_effect"] > 0 for r in rows)
 

@@ -586,7 +586,7 @@ def test_fit_cli_tail_section_from_a_reduction(tmp_path, capsys):
     assert F.main([str(tmp_path / "s.parquet"), "--tail", "--tail-bootstrap", "9", "--format", "json"]) == 0
     import json
     doc = json.loads(capsys.readouterr().out)
-    rows = next(iter(doc["tail"].values()))
+    rows = next(iter(doc["tail"].values()))["rows"]
     assert {r["task"] for r in rows} == set(frame["task"].astype(str))
     assert all(r["floor_rounds"] > 0 for r in rows)
 

@@ -74,7 +74,7 @@ def test_text_that_is_not_utf8(not_utf8, good, engine, capsys):
     rc, out, err = run([not_utf8, good, "--skip-bad", "--format", "json", *engine], capsys)
     assert rc == 0, err
     assert f"skipped {not_utf8}" in err and "UTF-8" in err and "Traceback" not in err
-    assert json.loads(out)[-1]["rounds"] == len(rounds(1))
+    assert fit_cli.json_rows(json.loads(out))[-1]["rounds"] == len(rounds(1))
 
 
 # --------------------------------------------------------------------------- deeply nested glance.run
@@ -88,7 +88,7 @@ def test_deeply_nested_run_metadata(tmp_path, engine, capsys):
     f = _retyped(tmp_path / "rounds-deep.parquet", t, meta)
     rc, out, err = run([f, "--format", "json", *engine], capsys)
     assert rc == 0 and "Traceback" not in err, err
-    assert json.loads(out)[-1]["rounds"] == len(rounds(3))
+    assert fit_cli.json_rows(json.loads(out))[-1]["rounds"] == len(rounds(3))
     assert read_logs(f).files[0].run["unparsed"].startswith("[[[")   # kept as provenance, never a reason to refuse
 
 
@@ -227,7 +227,7 @@ def test_unreadable_subfolder_is_reported_not_dropped(tmp_path, monkeypatch, cap
     one_line_error(rc, err, str(top / "b"), "permission denied")
     rc, out, err = run([top, "--skip-bad", "--format", "json"], capsys)
     assert rc == 0 and f"skipped {top / 'b'}" in err
-    assert json.loads(out)[-1]["rounds"] == len(rounds(7))
+    assert fit_cli.json_rows(json.loads(out))[-1]["rounds"] == len(rounds(7))
 
 
 # --------------------------------------------------------------------------- links: one rule for folders and globs
@@ -248,4 +248,4 @@ def test_broken_links_the_same_through_folders_and_globs(tmp_path, kind, how, en
     one_line_error(rc, err, str(link), "symbolic link")
     rc, out, err = run([target, "--skip-bad", "--format", "json", *engine], capsys)
     assert rc == 0, err
-    assert f"skipped {link}" in err and json.loads(out)[-1]["rounds"] == len(rounds(9))
+    assert f"skipped {link}" in err and fit_cli.json_rows(json.loads(out))[-1]["rounds"] == len(rounds(9))

@@ -322,7 +322,8 @@ def test_the_readme_job_explains_itself(capsys):
     rc, wide, _ = run(list(DOCVQA) + ["--wide"], capsys)
     assert "p_ge8" in wide and "ceiling_fraction" in wide and "not shown to fit" not in wide
     rc, js, _ = run(list(DOCVQA) + ["--format", "json"], capsys)
-    assert isinstance(json.loads(js), list)                               # the machine format is unchanged
+    doc = json.loads(js)                                                # one versioned document, every input
+    assert doc["version"] == cli.JSON_VERSION and cli.json_rows(doc)[-1]["task"] == "pooled"
 
 
 def test_sentences_for_a_law_that_holds_and_one_too_narrow(capsys, tmp_path):

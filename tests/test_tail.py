@@ -472,7 +472,7 @@ def test_cli_tail_section(tmp_path):
     assert rc == 0, err
     doc = json.loads(out)
     tables = list(doc["tail"].values())
-    rows = tables[0]
+    rows = tables[0]["rows"]
     assert [r["task"] for r in rows] == ["caption", "docvqa"]
     assert list(rows[0])[:16] == list(tail.TailFit.__module__ and
                                       ("task", "floor_rounds", "floor_prompts", "floor_mean", "cap", "sup",
@@ -480,7 +480,7 @@ def test_cli_tail_section(tmp_path):
                                        "lrt_p_nominal", "chi2_geometric", "chi2_two_state", "pi", "pi_star",
                                        "heldout_two_state_wins"))
     assert all(0 <= r["heldout_two_state_wins"] <= 7 for r in rows)
-    assert len(tables[2]) == 14     # 7 held-out tests per task
+    assert len(tables[2]["rows"]) == 14     # 7 held-out tests per task
     rc, out, err = _run([str(tmp_path), "--tail", "--tail-bootstrap", "0", "--tail-threshold", "0.05"])
     assert rc == 0 and "grounded tail" in out
     rc, out, err = _run([str(tmp_path), "--tail", "--tail-bootstrap", "-3"])

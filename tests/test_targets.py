@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from glance_law.cli.fit import json_rows as fit_json_rows
 from glance_law.cli.fit import main as fit_main
 from glance_law.data import arms
 from glance_law.data.importers import import_logs
@@ -118,7 +119,7 @@ def test_importers_record_the_target_and_keep_two_runs_apart(folder):
 
 
 def test_summary_rows_per_target_with_brute_force_counts(fit_json):
-    s = pd.DataFrame(fit_json["summary"])
+    s = pd.DataFrame(fit_json_rows(fit_json, "summary"))
     assert list(s.columns[:3]) == ["target", "drafter", "task"]
     for target, drafter, name in (("llama2-7b-chat", "ssd", LL_SSD),
                                   ("vicuna-7b-v1.3", "ssd [float16-temperature-0.0]", VI_SSD),
@@ -134,7 +135,7 @@ def test_summary_rows_per_target_with_brute_force_counts(fit_json):
 
 
 def test_speedup_pairs_each_target_with_its_own_vanilla(fit_json):
-    t = pd.DataFrame(fit_json["timing"][next(iter(fit_json["timing"]))])
+    t = pd.DataFrame(fit_json_rows(fit_json, "timing"))
     assert {"target", "drafter", "task", "speedup"} <= set(t.columns)
     ll = t.loc[(t["target"] == "llama2-7b-chat") & (t["drafter"] == "ssd")].set_index("task")
     base_ll, base_vi, cand = ms_per_token(LL_VAN), ms_per_token(VI_VAN), ms_per_token(LL_SSD)
@@ -344,7 +345,7 @@ def test_reduced_files_of_two_targets_stay_apart(tmp_path):
     # the fit CLI on the two reduced files: one row per target
     out = tmp_path / "fit.json"
     assert fit_main([a, b, "--format", "json", "--out", str(out)]) == 0
-    law = pd.DataFrame(json.loads(out.read_text()))
+    law = pd.DataFrame(fit_json_rows(json.loads(out.read_text())))
     assert set(zip(law["target"], law["drafter"])) == {("vicuna-7b", "sim"), ("llama-70b", "sim")}
     assert len(law) == 6
     # one target (and files written before targets were recorded): merged exactly as before

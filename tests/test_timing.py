@@ -205,7 +205,7 @@ def test_round_cost_on_the_committed_logs_never_pools_drafters(capsys):
     rc, out, _ = run_cli([DATA_LOGS, "--timing", str(DATA_LOGS / "*-ar-*"), "--timing-bootstrap", "200",
                           "--format", "json"], capsys)
     assert rc == 0
-    rows = json.loads(out)["timing"][T.RoundCostResult.title]
+    rows = json.loads(out)["timing"][T.RoundCostResult.title]["rows"]
     from glance_law.io import read_logs
     f = read_logs(DATA_LOGS, kind="rounds").frame
     f = f[(f.horizon > 0) & (f.condition.astype(str) == "matched") & (f.drafter.astype(str) != "ar")]
@@ -262,9 +262,9 @@ def test_cli_timing_every_format(example, capsys):
     check_cli_formats(argv, capsys, "timing", [T.TimingResult.title, T.RoundCostResult.title])
     rc, out, _ = run_cli(argv + ["--format", "json"], capsys)
     doc = json.loads(out)["timing"]
-    rows = {r["task"]: r for r in doc[T.TimingResult.title]}
+    rows = {r["task"]: r for r in doc[T.TimingResult.title]["rows"]}
     assert set(rows) == {"caption", "docvqa", "textvqa", "geomean"}
-    terms = {r["term"]: r for r in doc[T.RoundCostResult.title]}
+    terms = {r["term"]: r for r in doc[T.RoundCostResult.title]["rows"]}
     assert terms["ms_per_draft_pass"]["estimate_lo"] <= 2.0 <= terms["ms_per_draft_pass"]["estimate_hi"]
     assert terms["ms_per_tree_node"]["estimate_lo"] <= 0.05 <= terms["ms_per_tree_node"]["estimate_hi"]
 

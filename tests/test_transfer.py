@@ -167,6 +167,6 @@ def test_cli_transfer_on_the_committed_example_log(capsys):
     rc, out, err = run_cli([EXAMPLE, "--transfer", "caption,textvqa,infovqa:docvqa,chartqa", "--format", "json"],
                            capsys)
     assert rc == 0, err
-    rows = json.loads(out)["transfer"][T.TransferResult.title]
+    rows = json.loads(out)["transfer"][T.TransferResult.title]["rows"]
     assert [r["task"] for r in rows] == ["docvqa", "chartqa"]
     assert all(r["ll_gap"] >= 0 for r in rows)

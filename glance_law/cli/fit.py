@@ -25,18 +25,26 @@ Output. Human formats (text, markdown, latex, html) open with one plain sentence
 saying what the data show and why (:mod:`glance_law.results.explain`), then the summary,
 the compact law table with its notes underneath (a note printed once), the sections, the
 sections not run, and (text) a closing sentence. Text tables fit 100 characters, naming
-the columns left out; ``--wide`` prints every column. ``--format json`` prints a JSON array with one
-object per row (the keys of :data:`glance_law.law.LAW_COLUMNS`, then the extra
-columns); ``--format csv`` the same columns as CSV. With section flags, or when the law
-or a section was not run, JSON is an object ``{"summary": [rows], "law": [rows],
-"<section>": {"<table title>": [rows], ...}, "skipped": {"<name>": "<reason>"}}`` and
-CSV prints one ``# <section>: <title>`` headed block per table and a ``# skipped:`` line
-per section not run.
+the columns left out; ``--wide`` prints every column. ``--format json`` prints one document of the same shape
+for every input (:func:`json_document`, version :data:`JSON_VERSION`)::
+
+    {"version": 1,
+     "summary": {"<table title>": {"rows": [{...}, ...], "notes": ["...", ...]}},
+     "law": {"<table title>": {"rows": [...], "notes": [...]}},
+     "<section>": {"<table title>": {"rows": [...], "notes": [...]}, ...},
+     "skipped": {"sections not run": {"rows": [{"section": "...", "reason": "..."}], "notes": []}}}
+
+``summary``, ``law`` and ``skipped`` are always present (a part that did not run maps to
+``{}`` and has a row under ``skipped``); each table keeps every column (intervals as
+``x, x_lo, x_hi``, law rows with the keys of :data:`glance_law.law.LAW_COLUMNS` then the
+extra columns) and all of its notes. ``--format csv``: the law's columns as CSV; with
+section flags, or when the law or a section was not run, one ``# <section>: <title>``
+headed block per table and a ``# skipped:`` line per section not run.
 
 Bad input. A bad file stops the run with exit code 2 and one line on stderr
 naming the file, the column and the fix, before any output. ``--skip-bad`` fits
 the valid files instead and lists every skipped file with its reason: on stderr
-(in every format, so machine-readable stdout stays a plain JSON array / CSV
+(in every format, so machine-readable stdout stays one JSON document / CSV
 table) and, in human formats, also as a note under the table.
 
 Sections. Each further analysis is a line of :data:`SECTIONS`, ``(flag, module,
@@ -59,8 +67,8 @@ from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data.io import LogSet, read_logs
 from glance_law.data.outputs import write_file
+from glance_law.data.selection import LAW_INPUT
 from glance_law.errors import GlanceError
-from glance_law.law.fit import LAW_INPUT, fit_law
 from glance_law.results import format as _fmt
 
 PROG = "python -m glance_law.fit"
@@ -103,7 +111,9 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
     p.add_argument("--method", choices=("mle", "nls"), default="mle",
                    help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
                         "squares of the conditional mean, for comparison")
-    p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="output format (default: text)")
+    p.add_argument("--format", choices=_fmt.FORMATS, default="text",
+                   help="output format (default: text); json: one versioned document of the same shape for every "
+                        "input, {section: {table title: {rows, notes}}} (docs/cli.md)")
     p.add_argument("--out", metavar="FILE",
                    help="write the output to FILE instead of stdout (through a fresh temporary file in FILE's "
                         "folder, renamed onto FILE: a link at FILE is replaced, not written through)")
@@ -207,6 +217,8 @@ def load(args, modules: Sequence = ()) -> LogSet:
 
 def law_result(logs: LogSet, args):
     """The law table for the logs (the step a reduced-table reader plugs into)."""
+    # scipy: imported when the law runs, not when the command starts
+    from glance_law.law.fit import fit_law
     return fit_law(logs, by=args.by, method=args.method, level=args.level, n_boot=args.bootstrap,
                    seed=args.seed, condition=_conditions(args))
 
@@ -220,30 +232,12 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
     per-group summary, the law table, each section's tables, the sections that could not run
     (each with the column it needs and the tool that records it) and a closing sentence; notes
     already printed under an earlier table are not repeated; text tables fit ``width``
-    characters. JSON/CSV: the law rows alone when nothing else was asked and the law was
-    fitted (the stable machine format); otherwise JSON is an object ``{"summary", "law",
-    <section>..., "skipped"}`` and CSV one ``# name: title`` block per table."""
+    characters. JSON: always the one versioned document of :func:`json_document`. CSV: the law
+    rows alone when nothing else was asked and the law was fitted; otherwise one
+    ``# name: title`` block per table."""
     plain = not sections and not skipped and law is not None
     if fmt == "json":
-        import json
-        if plain and summary is None:
-            return law.summary("json")
-        if plain:
-            return json.dumps(_fmt.records(law.to_frame()), indent=2, allow_nan=False) + "\n"
-        doc: dict = {}
-        if summary is not None:
-            doc["summary"] = _fmt.records(summary.to_frame())
-        doc["law"] = _fmt.records(law.to_frame()) if law is not None else []
-        for name, results in sections:
-            block: dict = {}
-            for res in results:
-                key, k = res.title, 2
-                while key in block:
-                    key, k = f"{res.title} ({k})", k + 1
-                block[key] = _fmt.records(res.to_frame())
-            doc[name] = block
-        doc["skipped"] = {name: reason for name, reason in skipped}
-        return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+        return json_document(law, sections, summary=summary, skipped=skipped)
     if fmt == "csv":
         if plain:
             return law.summary("csv")
@@ -270,8 +264,68 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
     if skipped:
         blocks.append(_sentences(explain.skipped_lines(skipped), fmt))
     if fmt == "text":
-        blocks.append(explain.closing_sentence(hidden, bool(sections)) + "\n")
+        given = [name for name, _ in sections] + [name for name, _ in skipped if name.startswith("--")]
+        blocks.append(explain.closing_sentence(hidden, given) + "\n")
     return "\n".join(blocks)
+
+
+#: Version of the ``--format json`` document (:func:`json_document`); raised when its shape changes.
+JSON_VERSION = 1
+#: The shape of the ``--format json`` document (printed in docs/cli.md).
+JSON_SHAPE = """{"version": 1,
+ "summary": {"<table title>": {"rows": [{"<column>": value, ...}, ...], "notes": ["...", ...]}},
+ "law":     {"<table title>": {"rows": [...], "notes": [...]}},
+ "<section>": {"<table title>": {"rows": [...], "notes": [...]}, "<table title 2>": {...}},
+ "skipped": {"sections not run": {"rows": [{"section": "...", "reason": "..."}], "notes": []}}}"""
+#: Title of the table that lists the sections not run, under the ``skipped`` key of the JSON document.
+SKIPPED_TITLE = "sections not run"
+
+
+def _table(res) -> dict:
+    return {"rows": _fmt.records(res.to_frame()), "notes": [str(n) for n in dict.fromkeys(res.notes)]}
+
+
+def json_document(law, sections: Sequence[tuple[str, Sequence]] = (), *, summary=None,
+                  skipped: Sequence[tuple[str, str]] = ()) -> str:
+    """The ``--format json`` document, one shape for every input::
+
+        {"version": 1,
+         "summary": {"<table title>": {"rows": [{...}, ...], "notes": ["...", ...]}},
+         "law": {"<title>": {"rows": [...], "notes": [...]}},
+         "<section>": {"<title>": {...}, "<title 2>": {...}},
+         "skipped": {"sections not run": {"rows": [{"section": ..., "reason": ...}], "notes": []}}}
+
+    ``summary``, ``law`` and ``skipped`` are always there; a section that did not run maps to
+    ``{}`` (the law without root entropy; the summary of reduced tables) and has its row under
+    ``skipped``. Rows carry every column, intervals as ``x, x_lo, x_hi``, missing numbers as
+    null; notes are each table's own, whole (none is dropped for having been printed before)."""
+    import json
+
+    def block(results) -> dict:
+        out: dict = {}
+        for res in results:
+            key, k = res.title, 2
+            while key in out:
+                key, k = f"{res.title} ({k})", k + 1
+            out[key] = _table(res)
+        return out
+
+    doc: dict = {"version": JSON_VERSION, "summary": block([summary] if summary is not None else []),
+                 "law": block([law] if law is not None else [])}
+    for name, results in sections:
+        doc[name] = block(results)
+    doc["skipped"] = {SKIPPED_TITLE: {"rows": [{"section": name, "reason": " ".join(str(reason).split())}
+                                               for name, reason in skipped], "notes": []}}
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def json_rows(doc: dict, section: str = "law", title: str | None = None) -> list[dict]:
+    """The rows of one table of a parsed ``--format json`` document: ``section``'s table
+    ``title`` (default: its first table; ``[]`` when the section did not run)."""
+    block = doc.get(section) or {}
+    if title is None:
+        return next(iter(block.values()))["rows"] if block else []
+    return block[title]["rows"]
 
 
 def _sentences(lines: Sequence[str], fmt: str) -> str:

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 from glance_law.cli.common import Parser, UsageError, run_main
 from glance_law.data import schema as S
-from glance_law.scale.engines import ENGINES, reduce_logs
-from glance_law.scale.law_reduced import fit_reduced, tail_reduced
-from glance_law.scale.reduce import DEFAULT_BUCKETS, Grid, write_reduced
+
+# The reduction and the reduced fit (scale.*, scipy) are imported where they run, so that
+# ``python -m glance_law.fit`` on round logs does not import them before anything is read.
 
 PROG = "python -m glance_law.reduce"
 
@@ -19,6 +19,8 @@ PROG = "python -m glance_law.reduce"
 
 def add_reduce_arguments(p: argparse.ArgumentParser, engine_default: str | None = "arrow") -> None:
     """Options of a reduction (shared by this CLI and ``python -m glance_law.fit --engine``)."""
+    from glance_law.scale.engines import ENGINES
+    from glance_law.scale.reduce import DEFAULT_BUCKETS, Grid
     g = p.add_argument_group("reduction")
     g.add_argument("--engine", choices=ENGINES, default=engine_default,
                    help="the engine that reduces round logs: arrow (streaming pyarrow, bounded memory), duckdb "
@@ -50,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def options(args) -> dict:
     """Keyword arguments of :func:`glance_law.scale.engines.reduce_logs` from parsed options."""
+    from glance_law.scale.reduce import Grid
     cond = str(getattr(args, "condition", "matched"))
     return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
                 condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),
@@ -80,6 +83,8 @@ def cli_fit(args, mods) -> tuple:
             raise UsageError(f"{flag} needs per-round columns that a reduction does not keep; run it on the round "
                              "logs without --engine (sections available from a reduction: "
                              f"{', '.join(REDUCED_SECTIONS)})")
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.law_reduced import fit_reduced, tail_reduced
     opts = options(args)
     red = reduce_logs(args.paths, **opts)
     for path, reason in red.info.get("skipped", []):
@@ -105,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
 
     def body() -> None:
+        from glance_law.scale.engines import reduce_logs
+        from glance_law.scale.reduce import write_reduced
         args = build_parser().parse_args(argv)
         red = reduce_logs(args.paths, **options(args))
         for path, reason in red.info.get("skipped", []):

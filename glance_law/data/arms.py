@@ -142,6 +142,11 @@ def label_targets(frame: pd.DataFrame, notes: list | None = None) -> pd.DataFram
     else:
         dc, dnames = np.zeros(n, dtype=np.int64), ["unknown"]
     has_t = TARGET in frame.columns
+    if not has_t and n:    # no target named: only a drafter name that cannot lead a label would change
+        missing = bool((dc < 0).any())
+        used = np.flatnonzero(np.bincount(dc[dc >= 0] if missing else dc))
+        if all(_clean(dnames[d]) for d in used) and (not missing or _clean(dnames[-1])):
+            return frame          # nothing to relabel: no pair keys built (80 MB each per 10^7 rounds)
     if has_t:
         tc, tuniq = _factor(frame[TARGET])
         tnames = [target_name(u) for u in tuniq] + [UNKNOWN_TARGET]

@@ -728,8 +728,11 @@ def _concat(tables: list[pa.Table]) -> tuple[pd.DataFrame, np.ndarray]:
         raise LogError(None, f"files disagree on a column's type ({str(exc).splitlines()[0][:160]})",
                        "a column outside the contract must have one type in every file") from None
     tables.clear()  # drop the per-file references so self_destruct can free memory
+    pool = pa.default_memory_pool()
+    pool.release_unused()   # the checks' freed buffers go back to the system before the conversion, and
     frame = table.to_pandas(split_blocks=True, self_destruct=True)
     del table
+    pool.release_unused()   # the table's after it, not once the analyses have stacked their arrays on top
     file_idx = np.repeat(np.arange(len(sizes), dtype=np.int32), sizes)
     return frame, file_idx
 

@@ -27,6 +27,40 @@ def cluster_codes(frame: pd.DataFrame, by: Sequence[str] = CLUSTER_BY) -> tuple[
     if len(by) == 1:
         codes, uniq = pd.factorize(frame[by[0]], sort=True)
         return codes.astype(np.int64), len(uniq)
+    # integer codes per column (sorted), combined mixed-radix and relabelled densely in key order:
+    # the clusters and their numbering of a sorted MultiIndex factorisation, without building one
+    key = np.zeros(len(frame), dtype=np.int64)
+    space = 1
+    for b in by:
+        c, n = _sorted_codes(frame[b])
+        if (c.size and int(c.min()) < 0) or space * max(n, 1) >= 2 ** 62:   # missing keys or a vast space
+            return _cluster_codes_multiindex(frame, by)
+        key *= n
+        key += c
+        space *= max(n, 1)
+    if space <= max(8 * key.size, 1 << 20):      # a bitmap over the key space: O(n)
+        present = np.zeros(space, dtype=bool)
+        present[key] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        return rank[key], int(rank[-1] + 1) if space else 0
+    uniq, codes = np.unique(key, return_inverse=True)
+    return codes.astype(np.int64).reshape(-1), len(uniq)
+
+
+def _sorted_codes(s: pd.Series) -> tuple[np.ndarray, int]:
+    """Codes of ``s`` in the order of its sorted values (-1: missing) and their range; a
+    categorical's codes are re-ranked by value, not by the order of its categories."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        cats = s.cat.categories
+        rank = np.empty(len(cats) + 1, dtype=np.int64)
+        rank[:-1][np.asarray(cats.argsort())] = np.arange(len(cats))
+        rank[-1] = -1                                   # code -1 (missing) stays -1
+        return rank[s.cat.codes.to_numpy()], len(cats)
+    c, uniq = pd.factorize(s, sort=True)
+    return c, len(uniq)
+
+
+def _cluster_codes_multiindex(frame: pd.DataFrame, by: Sequence[str]) -> tuple[np.ndarray, int]:
     codes, uniq = pd.MultiIndex.from_arrays([frame[b] for b in by]).factorize(sort=True)
     return np.asarray(codes, dtype=np.int64), len(uniq)
 

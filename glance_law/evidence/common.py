@@ -33,13 +33,20 @@ def as_frame(rounds, notes: list | None = None) -> pd.DataFrame:
     return label_targets(frame, notes)
 
 
-def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
+#: The key columns :func:`with_arm_labels` makes strings (or string categoricals).
+KEY_COLUMNS = ("task", "prompt_id", "drafter", "condition", "run_id")
+
+
+def with_arm_labels(frame: pd.DataFrame, categorical: bool = False) -> pd.DataFrame:
     """A copy with the key columns as strings and the arm labels a log may omit filled in
-    (``condition`` = matched, ``drafter`` = unknown), as the round/prompt tables join on them."""
+    (``condition`` = matched, ``drafter`` = unknown), as the round/prompt tables join on them.
+    ``categorical``: a categorical key column stays categorical, its categories made strings in
+    sorted order (the same values, groups and sort order as strings, without writing one string
+    per row; for the analyses that only group and count)."""
     out = frame.copy()
-    for c in ("task", "prompt_id", "drafter", "condition", "run_id"):
+    for c in KEY_COLUMNS:
         if c in out.columns:
-            out[c] = out[c].astype(str)
+            out[c] = _string_categories(out[c]) if categorical else out[c].astype(str)
     if "condition" not in out.columns:
         out["condition"] = "matched"
     if "drafter" not in out.columns:
@@ -47,11 +54,35 @@ def with_arm_labels(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _string_categories(s: pd.Series) -> pd.Series:
+    if not isinstance(s.dtype, pd.CategoricalDtype) or s.isna().any():
+        return s.astype(str)
+    names = [str(x) for x in s.cat.categories]
+    if len(set(names)) != len(names):            # two categories read the same as strings: merge them
+        return s.astype(str)
+    return s.cat.rename_categories(names).cat.reorder_categories(sorted(names))
+
+
 def require(frame: pd.DataFrame, columns: Iterable[str], analysis: str) -> None:
     """Raise MissingColumnError for the first column the frame lacks (or holds only nulls)."""
     for c in columns:
         if c not in frame.columns or (len(frame) and frame[c].isna().all()):
             raise MissingColumnError(f"the '{c}' column", analysis, SUPPLIED_BY.get(c))
+
+
+def string_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)`` with ``labels[codes]`` equal to ``s.astype(str)`` row by row; a
+    categorical is read from its codes (no string is written per row)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        labels = np.array([str(c) for c in s.cat.categories] + ["nan"], dtype=object)
+        codes = s.cat.codes.to_numpy()                  # narrow (int8/int16/...): 1-2 bytes a row
+        if codes.size and int(codes.min()) < 0:
+            codes = np.where(codes < 0, len(labels) - 1, codes).astype(np.int64)
+        elif len(labels) > np.iinfo(codes.dtype).max:   # the "nan" label's code must fit too
+            codes = codes.astype(np.int64)
+        return codes, labels
+    codes, uniq = pd.factorize(s.astype(str).to_numpy(), sort=False, use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniq, dtype=object)
 
 
 def speculative_rounds(frame: pd.DataFrame, notes: list[str], conditions: Sequence[str] | None = ("matched",),
@@ -66,16 +97,16 @@ def speculative_rounds(frame: pd.DataFrame, notes: list[str], conditions: Sequen
                          f"{no_draft_causes(frame, ar)}")
         keep &= ~ar
     if conditions is not None and "condition" in frame.columns:
-        cond = frame["condition"].astype(str).to_numpy()
-        other = keep & ~np.isin(cond, list(conditions))
+        codes, labels = string_codes(frame["condition"])
+        other = keep & ~np.isin(labels, list(conditions))[codes]
         if other.any():
-            names = ", ".join(sorted(set(cond[other])))
+            names = ", ".join(sorted(set(labels[np.unique(codes[other])])))
             notes.append(f"{int(other.sum())} round(s) in condition(s) {names} excluded "
                          f"(this analysis uses {', '.join(conditions)})")
         keep &= ~other
     if drafters is not None and "drafter" in frame.columns:
-        d = frame["drafter"].astype(str).to_numpy()
-        other = keep & ~np.isin(d, list(drafters))
+        codes, labels = string_codes(frame["drafter"])
+        other = keep & ~np.isin(labels, list(drafters))[codes]
         if other.any():
             notes.append(f"{int(other.sum())} round(s) of other drafters excluded")
         keep &= ~other

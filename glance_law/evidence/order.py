@@ -63,11 +63,45 @@ class OrderGaps(TableResult):
     title: ClassVar[str] = "Task ordering: adjacent gaps (later - earlier)"
 
 
+#: Human formats print the verdict's columns under these short headers (JSON/CSV keep the full names).
+VERDICT_HEADERS = {"means_ordered": "means", "slopes_ordered": "slopes", "entropy_reversed": "entropy",
+                   "gaps_exclude_zero": "gaps>0", "boot_share_ordered": "boot_share",
+                   "kendall_tau_means": "kendall_means", "kendall_tau_slopes": "kendall_slopes"}
+#: The longest order a verdict cell prints whole; a longer one prints as ``first < ... < last (n tasks)``.
+CHAIN_WIDTH = 32
+
+
+def short_chain(chain: str, width: int = CHAIN_WIDTH) -> str:
+    """``a < b < ... < z`` as printed in the verdict's task cell: whole when it fits ``width``
+    characters, else its first and last tasks and the count, else the count alone."""
+    if len(chain) <= width:
+        return chain
+    tasks = chain.split(" < ")
+    short = f"{tasks[0]} < ... < {tasks[-1]} ({len(tasks)} tasks)"
+    return short if len(short) <= width else f"{len(tasks)} tasks"
+
+
 @dataclass(frozen=True, eq=False)
 class OrderVerdict(OrderGaps):
     """Whether means, slopes and entropies follow the order."""
 
     title: ClassVar[str] = "Task ordering: are the tasks ordered as listed?"
+
+    def display_frame(self) -> pd.DataFrame:
+        """Short headers (:data:`VERDICT_HEADERS`) and a long order shortened (:func:`short_chain`;
+        :attr:`notes` then gives it whole), so the verdict columns fit a 100-character view."""
+        f = self.to_frame()
+        if "task" in f.columns:
+            f["task"] = [short_chain(str(x)) for x in f["task"]]
+        return f.rename(columns=VERDICT_HEADERS)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        chains = [] if "task" not in self.frame.columns else \
+            [str(x) for x in dict.fromkeys(self.frame["task"]) if short_chain(str(x)) != str(x)]
+        heads = ", ".join(f"{v} = {k}" for k, v in VERDICT_HEADERS.items() if k in self.frame.columns)
+        return (tuple(self.extra_notes) + ((f"columns (text, markdown, latex, html): {heads}",) if heads else ())
+                + tuple(f"order in full: {c}" for c in chains))
 
 
 @dataclass(frozen=True, eq=False)

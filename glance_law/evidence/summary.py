@@ -92,6 +92,50 @@ def _row(a, L, H, codes, G, level) -> dict:
     return row
 
 
+def _numbers(s: pd.Series) -> np.ndarray:
+    v = s.to_numpy()
+    return v if v.dtype.kind in "iuf" else s.to_numpy(np.float64)
+
+
+def _dense(codes: np.ndarray, G: int) -> tuple[np.ndarray, int]:
+    """Cluster codes of a subset renumbered 0..g-1 in their order (as :func:`cluster_codes` numbers
+    the subset's own clusters: sorted by task, prompt_id)."""
+    present = np.zeros(G, dtype=bool)
+    present[codes] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return rank[codes], int(rank[-1] + 1) if G else 0
+
+
+def _groups(drafters: pd.Series, groups: pd.Series | None, a_all, L_all, H_all, codes, G: int):
+    """(drafter, group label, (a, L, H, cluster codes, G)) per group of ``groups`` (sorted by
+    label; none when None) and then the drafter's pooled row, from integer codes: no per-group
+    frame is built, and a group's arrays exist only while its row is computed (the peak memory of
+    the summary at 10^7 rounds)."""
+    dc, dlab = E.string_codes(drafters)
+    for d in sorted(np.flatnonzero(np.bincount(dc, minlength=len(dlab))), key=lambda i: dlab[i]):
+        didx = None if len(dlab) == 1 or bool((dc == d).all()) else np.flatnonzero(dc == d)
+        if groups is not None:
+            gc, glab = E.string_codes(groups if didx is None else groups.iloc[didx])
+            for g in sorted(np.flatnonzero(np.bincount(gc, minlength=len(glab))), key=lambda i: glab[i]):
+                idx = np.flatnonzero(gc == g)
+                yield str(dlab[d]), str(glab[g]), _arrays(a_all, L_all, H_all, codes, G,
+                                                          idx if didx is None else didx[idx])
+            del gc
+        yield str(dlab[d]), E.GROUP_ALL, _arrays(a_all, L_all, H_all, codes, G, didx)
+
+
+def _arrays(a, L, H, codes, G, rows):
+    """(a, L, H, cluster codes, G) of the rounds ``rows`` (None: all of them, not copied)."""
+    if rows is not None:
+        a, L, H = a[rows], L[rows], None if H is None else H[rows]
+        codes, G = _dense(codes[rows], G)
+    if H is not None:
+        finite = np.isfinite(H)
+        H = H if finite.all() else H[finite]
+        H = H if H.size else None
+    return a, L, H, codes, G
+
+
 def has_entropy(frame: pd.DataFrame) -> bool:
     """Whether the rounds carry a measured root entropy (the column present and not all null)."""
     return "root_entropy" in frame.columns and bool(frame["root_entropy"].notna().any())
@@ -109,28 +153,27 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
     frame, restored = with_drafted_horizons(frame)   # every verification round, at the depth it drafted
     if restored.any():
         notes.append(DRAFTED_NOTE.format(n=int(restored.sum())))
-    frame = E.with_arm_labels(E.speculative_rounds(frame, notes))
+    if by is not None and by not in frame.columns:
+        frame = E.with_arm_labels(frame)              # a missing drafter/condition is filled in first
+        if by not in frame.columns:
+            raise GlanceError(f"cannot group by '{by}': the logs have no such column")
+    keep = [c for c in dict.fromkeys(["drafter", "task", "prompt_id", "condition", by, "accepted", "horizon",
+                                      "root_entropy"]) if c is not None and c in frame.columns]
+    frame = E.with_arm_labels(E.speculative_rounds(frame[keep], notes), categorical=True)
     if not len(frame):
         raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")
-    if by is not None and by not in frame.columns:
-        raise GlanceError(f"cannot group by '{by}': the logs have no such column")
     ent = has_entropy(frame)
     if ent and frame["root_entropy"].isna().any():
         n = int(frame["root_entropy"].isna().sum())
         notes.append(f"{n} round(s) without a root entropy: mean_entropy and low_entropy_share use the others")
-    rows = []
-    for drafter, dsub in frame.groupby("drafter", sort=True, observed=True):
-        parts = [] if by is None else list(dsub.groupby(dsub[by].astype(str), sort=True, observed=True))
-        for label, sub in parts + [(E.GROUP_ALL, dsub)]:
-            codes, G = E.clusters(sub)
-            a = sub["accepted"].to_numpy(np.float64)
-            L = sub["horizon"].to_numpy(np.float64)
-            H = None
-            if ent:
-                h = sub["root_entropy"].to_numpy(np.float64)
-                h = h[np.isfinite(h)]
-                H = h if h.size else None
-            rows.append({"drafter": str(drafter), "task": str(label), **_row(a, L, H, codes, G, level)})
+    codes, G = E.clusters(frame)
+    # a and L in their logged integer types (clustered_mean reads them as float64; a >= L, min and max
+    # are the same on either): 160 MB less per 10^7 rounds than float64 copies
+    columns = (_numbers(frame["accepted"]), _numbers(frame["horizon"]),
+               frame["root_entropy"].to_numpy(np.float64) if ent else None, codes, G)
+    drafters, groups = frame["drafter"], (None if by is None else frame[by])
+    del frame, codes                               # the rows' other columns are not needed any more
+    rows = [{"drafter": d, "task": g, **_row(*arrays, level)} for d, g, arrays in _groups(drafters, groups, *columns)]
     notes.append(f"intervals: {100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; "
                  "tau = mean accepted + 1 (tokens committed per round); p_full = P(a = L), the share of rounds "
                  "that accepted their whole draft (each against its own horizon), interval on the logit scale")

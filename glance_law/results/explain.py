@@ -9,8 +9,10 @@ the drafter gets accepted, then what the law says and why:
 * the slope is not identified because the entropies are too narrow: at least
   :data:`NARROW_SHARE` of the group's rounds sit below the summary's ``LOW_ENTROPY`` (0.05
   nats), and the slope's interval includes 0; the sentence names the tasks of the same
-  drafter that do show the contrast (slope check passed), or suggests logging an open task;
-* the slope is identified but another check fails (named, with its statistic);
+  drafter that do show the contrast (slope check passed), or suggests logging an open task too
+  and fitting both (the contrast shows between tasks, in the pooled row);
+* the slope is identified but another check fails (named, with its statistic; a failed rank
+  check states the correlation's sign and whether it is significant, :func:`rank_phrase`);
 * no slope although entropies vary; acceptance rising with entropy;
 * no law at all: the logs carry no root entropy (the tool that records it is named), or the
   fit failed (its reason).
@@ -20,11 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["NARROW_SHARE", "group_sentences", "closing_sentence", "skipped_lines"]
+__all__ = ["NARROW_SHARE", "NEXT_SECTIONS", "group_sentences", "rank_phrase", "closing_sentence", "skipped_lines"]
 
 #: A group whose share of rounds below 0.05 nats is at least this is "too narrow" for a slope.
 NARROW_SHARE = 0.75
 POOLED = "pooled"
+#: (flag, what it adds): the sections the closing sentence suggests, each only when not already given.
+NEXT_SECTIONS = (("--tail", "the tail test"), ("--order", "the task ordering"), ("--offsets", "the per-offset acceptance"))
 
 
 def _num(x, d: int = 2) -> str:
@@ -34,7 +38,7 @@ def _num(x, d: int = 2) -> str:
         return "-"
     if not math.isfinite(x):
         return "-"
-    return f"{x:.{d}f}" if abs(x) < 100 else f"{x:.0f}"
+    return f"{x:.{d}f}"   # one rule: an estimate and its bounds at the same decimals, whatever their size
 
 
 def _pct(x) -> str:
@@ -77,8 +81,48 @@ def _contrast(law_table, drafter: str, task: str, checks) -> str:
             shown.append(_one_line(g))
     if shown:
         return f"; {', '.join(shown)} {'shows' if len(shown) == 1 else 'show'} the contrast"
-    return ("; log a more open task (for example glance-log --task caption) to see acceptance fall as "
-            "entropy rises")
+    return ("; to see the contrast, log a more open task too (for example glance-log --task caption) and fit "
+            "both together: on the committed example logs caption sits at higher root entropy and accepts fewer "
+            "draft tokens than the grounded tasks, which the pooled row's slope shows, while inside caption alone the "
+            "block drafter's slope is not identified")
+
+
+def _signed(x, d: int = 2) -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if not math.isfinite(x) else f"{x:+.{d}f}"
+
+
+def _p(x) -> str:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return "-"
+    if not math.isfinite(x):
+        return "-"
+    return f"{x:.1e}" if 0 < x < 1e-3 else f"{x:.3f}"
+
+
+def rank_phrase(rho, p, alpha: float = 0.05) -> str:
+    """Why the rank check failed, stating both the direction of the prompt-aware Spearman
+    correlation and whether it is significant at ``alpha`` (the check asks for rho < 0 with
+    p < alpha): a significant positive rho is evidence against the law, not a null result."""
+    stat = f"rho = {_signed(rho)}, p = {_p(p)}"
+    try:
+        rho, p = float(rho), float(p)
+    except (TypeError, ValueError):
+        rho = p = float("nan")
+    if not (math.isfinite(rho) and math.isfinite(p)):
+        return f"the rank correlation of entropy and acceptance could not be computed ({stat})"
+    if p < alpha:
+        if rho >= 0:
+            return (f"entropy and acceptance rank-correlate positively, significantly ({stat}), against the law's "
+                    "prediction")
+        return f"entropy and acceptance rank-correlate negatively ({stat})"   # not reached when the check fails
+    direction = "negative" if rho < 0 else "positive" if rho > 0 else "zero"
+    return f"the {direction} rank correlation of entropy and acceptance is not significant ({stat})"
 
 
 def _law_clause(lrow, chk, srow, law_table, checks, drafter: str, task: str) -> str:
@@ -91,13 +135,13 @@ def _law_clause(lrow, chk, srow, law_table, checks, drafter: str, task: str) -> 
         if not failed:
             return (f"; the law holds: acceptance falls as root entropy rises (b1 = {b1} per nat) and the decile "
                     "curve follows the law")
-        why = {"rank": f"the rank correlation of entropy and acceptance is not significant (p = {_num(chk.rho_p, 3)})",
+        why = {"rank": rank_phrase(chk.rho, chk.rho_p, chk.alpha),
                "curve": f"the law's curve misses the measured decile means (R^2 = {_num(chk.r2_curve)} < "
                         f"{chk.min_r2_curve:g})",
                "monotone": f"the measured decile means do not fall steadily (isotonic R^2 = "
                            f"{_num(chk.r2_isotonic)} < {chk.min_r2_isotonic:g})"}
         return (f"; acceptance falls as root entropy rises (b1 = {b1} per nat), but "
-                + " and ".join(why[k] for k in failed))
+                + "; ".join(why[k] for k in failed))
     if float(lrow["b1_hi"]) < 0:
         return (f"; acceptance rises with root entropy here (b1 = {b1} per nat), the opposite of what the law "
                 "predicts")
@@ -142,10 +186,21 @@ def skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
             for name, reason in skipped]
 
 
-def closing_sentence(hidden: bool, sections: bool) -> str:
-    """The last line of the text output: where to go next."""
-    text = ("Next: " if not sections else "Next: see docs/cli.md for the sections' columns, or ") + \
-        "add --tail, --order or --offsets for the tail test, the task ordering and the per-offset acceptance"
+def _either(items: Sequence[str], word: str) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
+
+
+def closing_sentence(hidden: bool, given: Sequence[str] = ()) -> str:
+    """The last line of the text output: where to go next. ``given``: the section flags the
+    command already had (with or without the leading ``--``); they are not suggested again."""
+    given = {"--" + str(g).lstrip("-") for g in given}
+    todo = [(flag, what) for flag, what in NEXT_SECTIONS if flag not in given]
+    parts = ["see docs/cli.md for the sections' columns"] if given else []
+    if todo:
+        parts.append(f"add {_either([f for f, _ in todo], 'or')} for {_either([w for _, w in todo], 'and')}")
     if hidden:
-        text += "; --wide prints every column"
-    return text + "."
+        parts.append("--wide prints every column")
+    if not parts:
+        parts.append("see docs/cli.md for the sections' columns")
+    return "Next: " + "; ".join(parts) + "."

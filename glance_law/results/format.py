@@ -125,6 +125,43 @@ def fmt_number(v, name: str = "", digits: int = 3) -> str:
     return str(v)           # text (a task name, an id): escaped by each renderer
 
 
+#: A float column whose largest magnitude reaches this prints every cell in scientific notation.
+SCI_FROM = 1e6
+
+
+def _exact_decimals(x: float, digits: int) -> int:
+    """The fewest decimals (at most ``digits``) that print ``x`` exactly."""
+    for d in range(digits):
+        scaled = x * 10 ** d
+        if abs(scaled - round(scaled)) <= 1e-9 * max(1.0, abs(scaled)):
+            return d
+    return digits
+
+
+def column_decimals(values: Iterable, name: str = "", digits: int = 3) -> int | None:
+    """The one number format of a float column (its interval bounds included), so that no
+    column mixes "382.0" with "99.765": the fewest decimals, at most ``digits``, that print
+    every finite value of the column exactly (counts stored as floats print as integers, a
+    Mann-Whitney U as ``1484.0``/``1003.5``, estimates with ``digits``); ``None``: scientific
+    notation (4 significant digits) for every cell, when the column reaches :data:`SCI_FROM`.
+    P-values keep their own rule (:func:`fmt_number`)."""
+    xs = [float(v) for v in values if isinstance(v, (float, np.floating)) and math.isfinite(float(v))]
+    if not xs:
+        return digits
+    if max(abs(x) for x in xs) >= SCI_FROM:
+        return None
+    return max(_exact_decimals(x, digits) for x in xs)
+
+
+def _column_cell(v, name: str, decimals: int | None, digits: int) -> str:
+    if _is_missing(v) or not isinstance(v, (float, np.floating)) or isinstance(v, (bool, np.bool_)):
+        return fmt_number(v, name, digits)
+    x = float(v)
+    if math.isinf(x) or _is_pvalue(name):
+        return fmt_number(v, name, digits)
+    return f"{x:.3e}" if decimals is None else f"{x:.{decimals}f}"
+
+
 def interval_groups(columns: Sequence[str]) -> dict[str, tuple[str, str]]:
     """Map ``name`` to ``(name_lo, name_hi)`` for every complete interval triple."""
     cols = set(columns)
@@ -132,7 +169,9 @@ def interval_groups(columns: Sequence[str]) -> dict[str, tuple[str, str]]:
 
 
 def display_frame(frame: pd.DataFrame, digits: int = 3, intervals: bool = True) -> pd.DataFrame:
-    """Strings for human formats, with interval triples folded into one cell."""
+    """Strings for human formats, with interval triples folded into one cell. One rule per
+    column type: integers plainly, booleans yes/no, p-values as :func:`fmt_number`, every other
+    float column at one number of decimals (:func:`column_decimals`)."""
     groups = interval_groups(list(frame.columns)) if intervals else {}
     hidden = {c for pair in groups.values() for c in pair}
     out = {}
@@ -142,15 +181,18 @@ def display_frame(frame: pd.DataFrame, digits: int = 3, intervals: bool = True) 
         vals = frame[c].tolist()
         if c in groups:
             lo, hi = groups[c]
+            los, his = frame[lo].tolist(), frame[hi].tolist()
+            d = column_decimals(vals + los + his, c, digits)
             cells = []
-            for v, a, b in zip(vals, frame[lo].tolist(), frame[hi].tolist()):
-                s = fmt_number(v, c, digits)
+            for v, a, b in zip(vals, los, his):
+                s = _column_cell(v, c, d, digits)
                 if not (_is_missing(a) and _is_missing(b)):
-                    s += f" [{fmt_number(a, c, digits)}, {fmt_number(b, c, digits)}]"
+                    s += f" [{_column_cell(a, c, d, digits)}, {_column_cell(b, c, d, digits)}]"
                 cells.append(s)
             out[c] = cells
         else:
-            out[c] = [fmt_number(v, c, digits) for v in vals]
+            d = column_decimals(vals, c, digits)
+            out[c] = [_column_cell(v, c, d, digits) for v in vals]
     return pd.DataFrame(out, columns=list(out))
 
 
