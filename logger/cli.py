@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=20,
                    help="number of prompts (default 20); with a question file, questions per category, each "
                         "turn one prompt")
+    p.add_argument("--turns", type=int, default=None, metavar="N",
+                   help="question files: decode the first N turns of each question (default: every turn; 1 = "
+                        "first turns only, as Spec-Bench's single-turn comparisons)")
     p.add_argument("--data", default=None,
                    help="local data: a JSONL folder, a datasets save_to_disk folder, Parquet files, or a "
                         "Spec-Bench/MT-bench question file (question.jsonl or .jsonl.gz: multi-turn questions, "
@@ -98,7 +101,7 @@ def main(argv=None) -> int:
                     budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
-                    seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, policy=args.policy,
+                    seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, turns=args.turns, policy=args.policy,
                     command="glance-log " + shlex.join(argv),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:

@@ -25,7 +25,7 @@ import gzip
 import json
 import random
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -210,12 +210,17 @@ def select_questions(questions, task: str = ALL, n: int | None = None, seed: int
     return [questions[i] for i in sorted(keep)]
 
 
-def load_questions(data, task: str = ALL, n: int | None = 20, seed: int = 0) -> list[Question]:
-    """Read and select (see :func:`select_questions`) the question file ``data`` names."""
+def load_questions(data, task: str = ALL, n: int | None = 20, seed: int = 0,
+                   turns: int | None = None) -> list[Question]:
+    """Read and select (see :func:`select_questions`) the question file ``data`` names; ``turns``
+    keeps the first turns of each question only (None: every turn)."""
     path = question_file(data)
     if path is None:
         raise GlanceError(f"--data {data}: not a question file (question.jsonl with 'turns')")
-    return select_questions(read_questions(path), task, n, seed, source=str(path))
+    picked = select_questions(read_questions(path), task, n, seed, source=str(path))
+    if turns is not None:
+        picked = [replace(q, turns=q.turns[:turns], references=q.references[:turns]) for q in picked]
+    return picked
 
 
 # -- the prompt of one turn ---------------------------------------------------------------------

@@ -69,6 +69,7 @@ class RunConfig:
     probe: str | None = None
     seed: int = 0
     draft_len: int | None = None
+    turns: int | None = None        # question files: the first N turns of each question (None: all)
     exit_layer: int | None = None   # --drafter early_exit: the decoder layers that draft (1 <= k < N)
     policy: str | None = None      # a policy JSON file (python -m glance_law.policy --out): shapes every round
     policy_dict: dict | None = field(default=None, repr=False)   # the loaded policy (set by run)
@@ -235,6 +236,8 @@ def _validate(cfg: RunConfig) -> None:
     """Argument checks, one line each (the CLI prints it and exits 2)."""
     if cfg.n is not None and cfg.n < 1:
         raise GlanceError(f"--n {cfg.n}: the number of prompts must be >= 1")
+    if cfg.turns is not None and cfg.turns < 1:
+        raise GlanceError(f"--turns {cfg.turns}: must be >= 1 (the first N turns of each question)")
     if cfg.drafter != "ar" and cfg.budget < 1:
         raise GlanceError(f"--budget {cfg.budget}: the tree needs at least one node (>= 1) for --drafter "
                           f"{cfg.drafter}; for plain autoregressive decoding use --drafter ar")
@@ -370,7 +373,7 @@ def run(cfg: RunConfig) -> dict:
     if cfg.items is not None:
         items = cfg.items
     elif conversations:
-        items = Q.load_questions(cfg.data, cfg.task, cfg.n, cfg.seed)
+        items = Q.load_questions(cfg.data, cfg.task, cfg.n, cfg.seed, cfg.turns)
     else:
         items = T.load_items(cfg.task, cfg.data, cfg.n, cfg.seed)
     if cfg.probe and len(items) < 2:

@@ -132,6 +132,18 @@ def test_task_all_n1_on_the_real_slice():
     assert Q.load_questions(SLICE, "all", n=1, seed=0) == sel
 
 
+def test_turns_keeps_the_first_turns_only():
+    raw = raw_records(SLICE)
+    every = Q.load_questions(SLICE, "all", n=2, seed=0)
+    first = Q.load_questions(SLICE, "all", n=2, seed=0, turns=1)
+    assert [q.question_id for q in first] == [q.question_id for q in every]
+    assert all(len(q.turns) == 1 and len(q.references) == 1 for q in first)
+    by_id = {str(r["question_id"]): r for r in raw}
+    assert [q.turns[0] for q in first] == [by_id[q.question_id]["turns"][0] for q in first]
+    assert any(len(q.turns) > 1 for q in every)          # not vacuous: the slice has multi-turn questions
+    assert [p for q in first for p in q.prompt_ids] == [q.prompt_id(0) for q in every]
+
+
 @pytest.mark.parametrize("line, field", [
     ("{not json", "malformed JSON"),
     ('{"question_id": 1, "category": "x"}', "field 'turns'"),
