@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--n", type=int, default=20,
                    help="number of prompts (default 20); with a question file, questions per category, each "
                         "turn one prompt")
+    p.add_argument("--label", default=None, metavar="NAME",
+                   help="the drafter arm's label in the logs' drafter column (default: the drafter's name, e.g. "
+                        "pld or early_exit-6): name arms that differ in shape, e.g. a chain and a tree of one "
+                        "drafter, so the analyses keep them apart")
     p.add_argument("--turns", type=int, default=None, metavar="N",
                    help="question files: decode the first N turns of each question (default: every turn; 1 = "
                         "first turns only, as Spec-Bench's single-turn comparisons)")
@@ -101,7 +105,7 @@ def main(argv=None) -> int:
                     budget=args.budget, branch_k=args.branch_k, max_new_tokens=args.max_new_tokens, n=args.n,
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
-                    seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, turns=args.turns, policy=args.policy,
+                    seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, turns=args.turns, label=args.label, policy=args.policy,
                     command="glance-log " + shlex.join(argv),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:

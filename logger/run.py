@@ -9,6 +9,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from contextlib import ExitStack, contextmanager
@@ -69,6 +70,7 @@ class RunConfig:
     probe: str | None = None
     seed: int = 0
     draft_len: int | None = None
+    label: str | None = None        # the drafter arm's label in the logs (default: the drafter's name)
     turns: int | None = None        # question files: the first N turns of each question (None: all)
     exit_layer: int | None = None   # --drafter early_exit: the decoder layers that draft (1 <= k < N)
     policy: str | None = None      # a policy JSON file (python -m glance_law.policy --out): shapes every round
@@ -236,6 +238,9 @@ def _validate(cfg: RunConfig) -> None:
     """Argument checks, one line each (the CLI prints it and exits 2)."""
     if cfg.n is not None and cfg.n < 1:
         raise GlanceError(f"--n {cfg.n}: the number of prompts must be >= 1")
+    if cfg.label is not None and (cfg.label == "ar" or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}", cfg.label)):
+        raise GlanceError(f"--label {cfg.label!r}: letters, digits and . _ + - (at most 64, a letter or digit first; "
+                          "it names the arm's files), and not 'ar' (the baseline's label)")
     if cfg.turns is not None and cfg.turns < 1:
         raise GlanceError(f"--turns {cfg.turns}: must be >= 1 (the first N turns of each question)")
     if cfg.drafter != "ar" and cfg.budget < 1:
@@ -420,7 +425,7 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
     if cfg.drafter in ("block", "two_model", "early_exit") and max_code_bits(drafter.horizon, cfg.branch_k) > 62:
         raise GlanceError(f"--branch-k {cfg.branch_k} with a {drafter.horizon}-offset draft is too wide for exact "
                           "tree codes (horizon x log2(k) must be <= 62); lower --branch-k or --draft-len")
-    arms = [(drafter, drafter.name)]     # the arm label: early_exit carries its layer (early_exit-6)
+    arms = [(drafter, cfg.label or drafter.name)]     # the arm label: early_exit carries its layer (early_exit-6)
     if cfg.baseline and cfg.drafter != "ar":
         arms.append((make_drafter("ar", target), "ar"))
     ref_target = None

@@ -383,3 +383,21 @@ def test_a_vision_language_target_reads_questions_as_text(tmp_path):
     P = _rows(tmp_path / "o", "prompts")
     assert sorted(P["prompt_id"]) == ["q4-t1", "q4-t2"] and P["greedy_match"].all()
     assert s["arms"][0]["prompts"] == 2 and set(P["task"]) == {"qa"}
+
+
+def test_label_names_the_drafter_arm(env, tmp_path, capsys):
+    """--label keeps two shapes of one drafter apart (their own drafter column and run ids); a label
+    that could not name files, or 'ar', is one line."""
+    out = tmp_path / "logs"
+    base = ["--model", str(env["plain"]), "--data", str(SLICE), "--task", "all", "--n", "1", "--turns", "1",
+            "--max-new-tokens", "6", "--out", str(out), "--quiet", "--drafter", "pld"]
+    assert main(base + ["--label", "pld-chain", "--branch-k", "1"]) == 0
+    assert main(base + ["--label", "pld-tree"]) == 0
+    rounds = gio.read_rounds([str(out)])
+    assert set(rounds["drafter"].astype(str)) == {"pld-chain", "pld-tree"}
+    assert rounds.groupby("drafter", observed=True)["run_id"].nunique().eq(1).all()
+    for bad in ("ar", "a/b", "", "x y", "@x"):
+        capsys.readouterr()
+        assert main(base + ["--label", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--label" in err[0]
