@@ -7,8 +7,12 @@ group (per drafter when the logs hold several, then a pooled row per drafter):
 
 * ``rounds``, ``prompts``;
 * ``horizon`` (the largest L) and ``horizon_min`` (they differ for adaptive drafts);
-* ``mean_accepted`` and ``tau`` = mean accepted + 1 (tokens committed per round, bonus
-  included), with prompt-clustered CR1 intervals (t with G-1 df);
+* ``mean_accepted`` and ``tau`` = mean accepted + 1 over the drafted rounds (tokens committed
+  per drafted round, bonus included), with prompt-clustered CR1 intervals (t with G-1 df);
+* ``no_draft_rounds`` (rounds of the drafter with horizon 0: nothing drafted, e.g. prompt
+  lookup without a match) and ``tokens_per_round`` = mean accepted + 1 over every round, those
+  included (one token each): the tokens a verify pass commits, what speed depends on, which
+  tau overstates when many rounds draft nothing;
 * ``p_full`` = P(a = L): the share of rounds that accepted their whole draft (each round
   against its own horizon), with the CR1 interval on the logit scale;
 * when the logs carry ``root_entropy``: ``mean_entropy`` and ``low_entropy_share``, the
@@ -30,7 +34,14 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.arms import label_targets
-from glance_law.data.selection import DRAFTED_NOTE, with_drafted_horizons
+from glance_law.data.selection import (
+    DRAFTED_NOTE,
+    POOLED,
+    TOKENS_PER_ROUND_NOTE,
+    no_draft_rounds,
+    tokens_per_round,
+    with_drafted_horizons,
+)
 from glance_law.errors import GlanceError
 from glance_law.results.base import TableResult
 from glance_law.stats.cluster import clustered_mean, t_crit
@@ -45,7 +56,8 @@ NEEDS = ("accepted", "horizon")
 #: Root entropy (nats) below which a round counts as "near zero" in ``low_entropy_share``.
 LOW_ENTROPY = 0.05
 SUMMARY_COLUMNS = ("drafter", "task", "rounds", "prompts", "horizon", "horizon_min", "mean_accepted",
-                   "mean_accepted_lo", "mean_accepted_hi", "tau", "tau_lo", "tau_hi", "p_full", "p_full_lo",
+                   "mean_accepted_lo", "mean_accepted_hi", "tau", "tau_lo", "tau_hi", "no_draft_rounds",
+                   "tokens_per_round", "p_full", "p_full_lo",
                    "p_full_hi", "mean_entropy", "low_entropy_share")
 
 
@@ -61,13 +73,16 @@ class GroupSummary(TableResult):
         f = self.frame
         return f if drafter is None else f.loc[f["drafter"] == drafter]
 
-    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "p_full")
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "tokens_per_round",
+                                               "p_full")
 
     def display_frame(self) -> pd.DataFrame:
         """Human formats: tau as a point (its interval is mean_accepted's shifted by 1), no constant
         columns (a single drafter, equal horizons, entropy columns without entropy)."""
         f = self.frame
         drop = ["tau_lo", "tau_hi"] + ([] if f["drafter"].nunique() > 1 else ["drafter"])
+        if not f["no_draft_rounds"].any():           # every round drafted: tokens_per_round = tau
+            drop += ["no_draft_rounds", "tokens_per_round"]
         if not self.has_entropy:
             drop += ["mean_entropy", "low_entropy_share"]
         if (f["horizon"] == f["horizon_min"]).all():
@@ -109,6 +124,8 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
     frame, restored = with_drafted_horizons(frame)   # every verification round, at the depth it drafted
     if restored.any():
         notes.append(DRAFTED_NOTE.format(n=int(restored.sum())))
+    labelled = E.with_arm_labels(frame)
+    nd = no_draft_rounds(labelled, by, ("matched",))    # what tau leaves out, tokens_per_round adds back
     frame = E.with_arm_labels(E.speculative_rounds(frame, notes))
     if not len(frame):
         raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")
@@ -130,10 +147,15 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
                 h = sub["root_entropy"].to_numpy(np.float64)
                 h = h[np.isfinite(h)]
                 H = h if h.size else None
-            rows.append({"drafter": str(drafter), "task": str(label), **_row(a, L, H, codes, G, level)})
+            row = _row(a, L, H, codes, G, level)
+            n0 = nd.get((str(drafter), POOLED if label == E.GROUP_ALL else str(label)), 0.0)
+            row.update(no_draft_rounds=int(round(n0)),
+                       tokens_per_round=float(tokens_per_round(row["tau"], row["rounds"], n0)))
+            rows.append({"drafter": str(drafter), "task": str(label), **row})
     notes.append(f"intervals: {100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; "
-                 "tau = mean accepted + 1 (tokens committed per round); p_full = P(a = L), the share of rounds "
-                 "that accepted their whole draft (each against its own horizon), interval on the logit scale")
+                 "p_full = P(a = L), the share of rounds that accepted their whole draft (each against its own "
+                 "horizon), interval on the logit scale")
+    notes.append(TOKENS_PER_ROUND_NOTE)
     if ent:
         notes.append(f"low_entropy_share: share of rounds with root entropy below {LOW_ENTROPY:g} nats")
     frame_out = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
