@@ -150,6 +150,9 @@ def test_tau_and_tokens_per_round_by_hand_in_every_table():
         assert tpr < tau
     text = group_summary(frame).summary()
     assert "tokens_per_round" in text and "over every round" in text
+    for res in (fit_law(frame), group_summary(frame), task_order(frame, ["caption", "docvqa"], n_boot=0)):
+        head = res.summary(width=90).splitlines()        # narrowed: tau never without tokens_per_round
+        assert any("tau" in x and "tokens_per_round" in x for x in head)
 
 
 def test_tokens_per_round_golden():

@@ -83,6 +83,8 @@ class OrderResult(Result):
     """Per-task rows (``to_frame``), adjacent gaps (``gap_table``) and the checks (``verdict_table``)."""
 
     title: ClassVar[str] = "Task ordering: per-task accepted length, entropy and law"
+    #: narrowed to a width, tau never shows without tokens_per_round (tau alone reads as speed)
+    display_keep: ClassVar[tuple[str, ...]] = ("tau", "tokens_per_round")
     tasks: pd.DataFrame
     gaps: pd.DataFrame
     verdict: pd.DataFrame

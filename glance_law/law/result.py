@@ -209,7 +209,9 @@ class LawFit(Result):
             cols.remove("drafter")
         return self.table[cols]
 
-    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "b1", "holds", "failed_checks")
+    #: narrowed to a width, tau never shows without tokens_per_round (tau alone reads as speed)
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "tokens_per_round", "b1",
+                                               "holds", "failed_checks")
 
     def summary(self, fmt: str = "text", digits: int = 3, width: int | None = None) -> str:
         frame = self.display_frame() if fmt in _fmt.HUMAN else self.to_frame()
