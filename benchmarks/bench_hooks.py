@@ -3,8 +3,9 @@
     nice -n 15 .venv/bin/python benchmarks/bench_hooks.py            # tiny models built on the fly
     .venv/bin/python benchmarks/bench_hooks.py --quick               # fewer prompts and repetitions
 
-For each engine - Hugging Face ``generate`` with an assistant model, with prompt lookup, with
-transformers' DFlash generator, and the ``dflash`` package's ``dflash_generate`` (when installed)
+For each engine - Hugging Face ``generate`` with an assistant model, with prompt lookup, plain
+(no assistant: the ``ar`` arm, one round per token), with transformers' DFlash generator, and the
+``dflash`` package's ``dflash_generate`` (when installed)
 - every prompt is decoded with the hook (a ``RoundLogger``, the prompt written at the end) and
 without it, alternating which goes first per prompt and repetition so that drift of a shared
 machine hits both arms alike. Reported: the ratio of total wall time (on / off, the prompt-end
@@ -106,6 +107,7 @@ def main(argv=None) -> int:
         "hf prompt lookup": lambda ids: model.generate(ids, prompt_lookup_num_tokens=4, max_new_tokens=N,
                                                        do_sample=False),
     }
+    arms["hf plain (ar)"] = lambda ids: model.generate(ids, max_new_tokens=N, do_sample=False)
     hf_df = _hf_dflash_assistant(model)
     arms["hf dflash"] = lambda ids: model.generate(ids, assistant_model=hf_df, speculation_type="dflash",
                                                    max_new_tokens=N, do_sample=False)

@@ -108,6 +108,63 @@ def test_summary_matches_brute_force_and_needs_no_entropy():
     assert s.loc["pooled", "rounds"] == len(f)
 
 
+def _with_no_draft_rounds():
+    """Drafted rounds of drafter pld (two tasks) plus, per task, pld rounds that drafted nothing
+    (horizon 0), an autoregressive run (drafter ar) and no-draft rounds of another condition: only
+    pld's own matched no-draft rounds may enter pld's tokens_per_round."""
+    f = simulate_rounds(n_prompts=8, seed=3, drafter="pld").loc[lambda x: x["task"].isin(["caption", "docvqa"])]
+    extra = []
+    for task, n0 in (("caption", 5), ("docvqa", 11)):
+        base = f.loc[f["task"] == task].iloc[:n0]
+        extra.append(base.assign(accepted=0, horizon=0, round=base["round"] + 1000))
+        extra.append(base.assign(accepted=0, horizon=0, drafter="ar", run_id="ar"))
+        extra.append(base.assign(accepted=0, horizon=0, condition="mismatched", round=base["round"] + 2000))
+    keep = [c for c in ("run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon", "condition",
+                        "drafter") if c in f.columns]
+    return pd.concat([f[keep]] + [e[keep] for e in extra], ignore_index=True), f, {"caption": 5, "docvqa": 11}
+
+
+def test_tau_and_tokens_per_round_by_hand_in_every_table():
+    """tau = mean accepted + 1 over the drafted rounds; tokens_per_round the same over every round
+    of the drafter, its no-draft rounds (one token each) included, in the law table, the summary
+    and the task order (issue 23: a pooled tau of 3.10 read as speed while the run committed 2.30)."""
+    from glance_law.law import fit_law
+
+    frame, drafted, n0 = _with_no_draft_rounds()
+    want = {}
+    for task, sub in list(drafted.groupby("task")) + [("pooled", drafted)]:
+        a = sub["accepted"].to_numpy(float)
+        k = sum(n0.values()) if task == "pooled" else n0[task]
+        want[task] = (a.mean() + 1, ((a + 1).sum() + k) / (a.size + k), k)
+    law = fit_law(frame).to_frame().set_index("task")
+    summ = group_summary(frame).to_frame()
+    summ = summ.loc[summ["drafter"] == "pld"].set_index("task")
+    order = task_order(frame, ["caption", "docvqa"], n_boot=0).to_frame().set_index("task")
+    assert set(law["drafter"]) == {"pld"}
+    for task, (tau, tpr, k) in want.items():
+        tables = (law, summ) + ((order,) if task != "pooled" else ())
+        for t in tables:
+            assert t.loc[task, "tau"] == pytest.approx(tau)
+            assert t.loc[task, "tokens_per_round"] == pytest.approx(tpr)
+            assert t.loc[task, "no_draft_rounds"] == k
+        assert tpr < tau
+    text = group_summary(frame).summary()
+    assert "tokens_per_round" in text and "over every round" in text
+    for res in (fit_law(frame), group_summary(frame), task_order(frame, ["caption", "docvqa"], n_boot=0)):
+        head = res.summary(width=90).splitlines()        # narrowed: tau never without tokens_per_round
+        assert any("tau" in x and "tokens_per_round" in x for x in head)
+
+
+def test_tokens_per_round_golden():
+    """Four drafted rounds accepting 2, 0, 4, 1 and two rounds that drafted nothing: tau 2.75,
+    tokens per round (3 + 1 + 5 + 2 + 1 + 1) / 6 = 13 / 6."""
+    rows = [dict(run_id="r", task="docvqa", prompt_id=f"p{i % 2}", round=i, accepted=a, horizon=h, drafter="pld")
+            for i, (a, h) in enumerate([(2, 4), (0, 4), (4, 4), (1, 4), (0, 0), (0, 0)])]
+    s = group_summary(pd.DataFrame(rows)).to_frame().set_index("task").loc["docvqa"]
+    assert s["tau"] == pytest.approx(2.75) and s["tokens_per_round"] == pytest.approx(13 / 6)
+    assert s["rounds"] == 4 and s["no_draft_rounds"] == 2
+
+
 @pytest.mark.skipif(not REAL.exists(), reason="../shared/realdata not present")
 @pytest.mark.parametrize("name, L", [("bnukh/spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz", 5),
                                      ("vase/vicuna-7b-v1.3-ssd-float16-temperature-0.0.jsonl.gz", 3)])

@@ -19,7 +19,8 @@ from glance_law.errors import GlanceError, MissingColumnError
 from .keys import cluster_codes
 
 __all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "compact_counts", "cluster_ids", "prepare", "no_draft_causes",
-           "output_ending", "with_drafted_horizons", "DRAFTED_NOTE"]
+           "output_ending", "with_drafted_horizons", "DRAFTED_NOTE", "no_draft_rounds", "tokens_per_round",
+           "TOKENS_PER_ROUND_NOTE"]
 
 POOLED = "pooled"
 
@@ -133,6 +134,46 @@ def no_draft_causes(frame: pd.DataFrame, mask: np.ndarray) -> str:
     return ", ".join(parts)
 
 
+#: How the tables that show ``tau`` name it and ``tokens_per_round`` (for an analysis's notes).
+TOKENS_PER_ROUND_NOTE = ("tau = mean accepted + 1 over the drafted rounds (horizon > 0), the rounds the statistics "
+                         "read; tokens_per_round = mean accepted + 1 over every round, the rounds in which nothing "
+                         "was drafted (horizon 0: one token each) included - the tokens a verify pass commits, what "
+                         "speed depends on (no_draft_rounds counts those rounds)")
+
+
+def no_draft_rounds(frame: pd.DataFrame, by: str | None, conditions=("matched",),
+                    weight: str | None = None) -> dict:
+    """Rounds in which nothing was drafted (``horizon == 0``) per (drafter, group) and per
+    (drafter, :data:`POOLED`), in ``conditions`` (None: every condition), weighted by ``weight``
+    where given: what the drafted-round statistics (tau) leave out and :func:`tokens_per_round`
+    adds back. Groups are the values of ``by`` as strings; {} when there are none."""
+    if "horizon" not in frame.columns or not len(frame):
+        return {}
+    mask = pd.to_numeric(frame["horizon"], errors="coerce").to_numpy() == 0
+    if conditions is not None and "condition" in frame.columns and mask.any():
+        mask &= frame["condition"].astype(str).isin([str(c) for c in conditions]).to_numpy()
+    if not mask.any():
+        return {}
+    sub = frame.loc[mask]
+    w = pd.Series(sub[weight].to_numpy(dtype=np.float64) if weight else np.ones(len(sub)))
+    d = sub["drafter"].astype(str).to_numpy() if "drafter" in sub.columns else np.full(len(sub), "unknown")
+    out = {(name, POOLED): float(v) for name, v in w.groupby(d).sum().items()}
+    if by and by in sub.columns:
+        g = sub[by].astype(str).to_numpy()
+        out.update({(dn, gn): float(v) for (dn, gn), v in w.groupby([d, g]).sum().items()})
+    return out
+
+
+def tokens_per_round(tau, rounds, no_draft):
+    """Mean tokens committed per round over every round: ``rounds`` drafted rounds commit ``tau``
+    on average (accepted + 1), each of the ``no_draft`` rounds without a draft one token."""
+    rounds = np.asarray(rounds, dtype=np.float64)
+    no_draft = np.asarray(no_draft, dtype=np.float64)
+    total = rounds + no_draft
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, (np.asarray(tau, dtype=np.float64) * rounds + no_draft) / total, np.nan)
+
+
 #: What :func:`with_drafted_horizons` did, for an analysis's notes (``{n}``: the rounds restored).
 DRAFTED_NOTE = ("{n} output-ending round(s) read at their drafted horizon (drafted_horizon), not the horizon cut to "
                 "their accepted run: every verification round counts (a last round that accepted 0 too), and one "
@@ -238,7 +279,10 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list, *,
             raise GlanceError(f"column '{weight}': weights must be finite and non-negative")
     keep = np.ones(len(frame), dtype=bool)
     ar = L == 0
+    no_draft = {}
     if ar.any():
+        conds = None if condition is None else ([condition] if isinstance(condition, str) else list(condition))
+        no_draft = no_draft_rounds(frame, by, conds, weight)
         keep &= ~ar
         causes = no_draft_causes(frame, ar)
         if "proposed no draft" in causes:
@@ -297,7 +341,7 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list, *,
     if not native:
         H, a, L = (np.asarray(x, dtype=np.float64) for x in (H, a, L))
     return {"H": H, "a": a, "L": L, "w": w, "cl": cluster_ids(sub, cluster), "d": dcodes,
-            "dnames": dnames, "g": gcodes, "gnames": gnames, "ends": ends}
+            "dnames": dnames, "g": gcodes, "gnames": gnames, "ends": ends, "no_draft": no_draft}
 
 
 def _numbers(series: pd.Series) -> np.ndarray:

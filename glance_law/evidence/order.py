@@ -1,7 +1,9 @@
 """Task ordering by grounding: means, shares, slopes and adjacent gaps with prompt-level uncertainty.
 
 For each task (per drafter when the logs hold several): mean accepted length and mean
-root entropy with CR1 prompt-clustered intervals, tau = mean a + 1, the share of rounds
+root entropy with CR1 prompt-clustered intervals, tau = mean a + 1 over the drafted rounds and
+tokens_per_round = the same over every round (rounds that drafted nothing, horizon 0, count one
+token each; ``no_draft_rounds`` of them), the share of rounds
 that accept their whole draft (``p_full`` = P(a = L), each round against its own horizon), and the law's fitted (b0, b1) (exact MLE; CR3 cluster-jackknife intervals,
 the law table's default, so the numbers agree with ``python -m glance_law.fit``). For each adjacent
 pair in the user's order (default caption, textvqa, infovqa, docvqa, chartqa: open to
@@ -31,7 +33,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from glance_law.data.selection import DRAFTED_NOTE, with_drafted_horizons
+from glance_law.data.selection import (
+    DRAFTED_NOTE,
+    TOKENS_PER_ROUND_NOTE,
+    no_draft_rounds,
+    tokens_per_round,
+    with_drafted_horizons,
+)
 from glance_law.data.tasks import GROUNDING_ORDER
 from glance_law.errors import GlanceError
 from glance_law.results.base import Result, TableResult
@@ -109,6 +117,8 @@ class OrderResult(Result):
     """Per-task rows (``to_frame``), adjacent gaps (``gap_table``) and the checks (``verdict_table``)."""
 
     title: ClassVar[str] = "Task ordering: per-task accepted length, entropy and law"
+    #: narrowed to a width, tau never shows without tokens_per_round (tau alone reads as speed)
+    display_keep: ClassVar[tuple[str, ...]] = ("tau", "tokens_per_round")
     tasks: pd.DataFrame
     gaps: pd.DataFrame
     verdict: pd.DataFrame
@@ -147,7 +157,7 @@ def _share_name(ge: int | None) -> str:
 
 
 def _task_row(sub: pd.DataFrame, level: float, ge: int | None, notes: list[str], label: str,
-              entropy: bool = True) -> dict:
+              entropy: bool = True, no_draft: float = 0.0) -> dict:
     codes, G = cluster_codes(sub)
     a = sub["accepted"].to_numpy(float)
     L = sub["horizon"].to_numpy(float)
@@ -161,7 +171,8 @@ def _task_row(sub: pd.DataFrame, level: float, ge: int | None, notes: list[str],
     name = _share_name(ge)
     row = {"rounds": len(a), "prompts": G,
            "mean_accepted": ma, "mean_accepted_lo": ma - t * sa, "mean_accepted_hi": ma + t * sa,
-           "tau": ma + 1.0,
+           "tau": ma + 1.0, "no_draft_rounds": int(round(no_draft)),
+           "tokens_per_round": float(tokens_per_round(ma + 1.0, len(a), no_draft)),
            "mean_entropy": mh, "mean_entropy_lo": mh - t * sh, "mean_entropy_hi": mh + t * sh,
            name: pg, f"{name}_lo": pg_lo, f"{name}_hi": pg_hi}
     if not entropy:
@@ -226,6 +237,7 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
     if not entropy:
         notes.append("no root_entropy in the logs: tasks ordered by mean accepted length (tau) only; entropy and "
                      "slope columns empty (recorded by glance-log)")
+    nd = no_draft_rounds(E.with_arm_labels(frame), "task", ("matched",))   # tau leaves them out
     frame = E.speculative_rounds(frame, notes)
     if order is None:
         present = set(frame["task"].astype(str))
@@ -261,7 +273,9 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
         per = {}
         for task in tasks_here:
             sub = arm.loc[arm["task"].astype(str) == task]
-            row = _task_row(sub, level, ge, notes, E.fmt_group({**arm_key, "task": task}), entropy)
+            dname = str(arm_key.get("drafter", sub["drafter"].iloc[0] if "drafter" in sub.columns else "unknown"))
+            row = _task_row(sub, level, ge, notes, E.fmt_group({**arm_key, "task": task}), entropy,
+                            nd.get((dname, task), 0.0))
             codes, G = cluster_codes(sub)
             a = sub["accepted"].to_numpy(float)
             sums = np.bincount(codes, weights=a, minlength=G)
@@ -315,6 +329,7 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
                       "kendall_tau_means": float(stats.kendalltau(np.arange(len(means)), means).statistic),
                       "kendall_tau_slopes": float(stats.kendalltau(np.arange(len(slopes)), slopes).statistic)
                       if np.isfinite(slopes).all() else np.nan})
+    notes.append(TOKENS_PER_ROUND_NOTE)
     method: list[str] = []
     share = "p_full = P(a = L) (share of rounds accepting their whole draft)" if ge is None else \
         f"p_ge{ge} = P(a >= {ge})"

@@ -7,8 +7,12 @@ group (per drafter when the logs hold several, then a pooled row per drafter):
 
 * ``rounds``, ``prompts``;
 * ``horizon`` (the largest L) and ``horizon_min`` (they differ for adaptive drafts);
-* ``mean_accepted`` and ``tau`` = mean accepted + 1 (tokens committed per round, bonus
-  included), with prompt-clustered CR1 intervals (t with G-1 df);
+* ``mean_accepted`` and ``tau`` = mean accepted + 1 over the drafted rounds (tokens committed
+  per drafted round, bonus included), with prompt-clustered CR1 intervals (t with G-1 df);
+* ``no_draft_rounds`` (rounds of the drafter with horizon 0: nothing drafted, e.g. prompt
+  lookup without a match) and ``tokens_per_round`` = mean accepted + 1 over every round, those
+  included (one token each): the tokens a verify pass commits, what speed depends on, which
+  tau overstates when many rounds draft nothing;
 * ``p_full`` = P(a = L): the share of rounds that accepted their whole draft (each round
   against its own horizon), with the CR1 interval on the logit scale;
 * when the logs carry ``root_entropy``: ``mean_entropy`` and ``low_entropy_share``, the
@@ -30,7 +34,14 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.arms import label_targets
-from glance_law.data.selection import DRAFTED_NOTE, with_drafted_horizons
+from glance_law.data.selection import (
+    DRAFTED_NOTE,
+    POOLED,
+    TOKENS_PER_ROUND_NOTE,
+    no_draft_rounds,
+    tokens_per_round,
+    with_drafted_horizons,
+)
 from glance_law.errors import GlanceError
 from glance_law.results.base import TableResult
 from glance_law.stats.cluster import clustered_mean, t_crit
@@ -45,7 +56,8 @@ NEEDS = ("accepted", "horizon")
 #: Root entropy (nats) below which a round counts as "near zero" in ``low_entropy_share``.
 LOW_ENTROPY = 0.05
 SUMMARY_COLUMNS = ("drafter", "task", "rounds", "prompts", "horizon", "horizon_min", "mean_accepted",
-                   "mean_accepted_lo", "mean_accepted_hi", "tau", "tau_lo", "tau_hi", "p_full", "p_full_lo",
+                   "mean_accepted_lo", "mean_accepted_hi", "tau", "tau_lo", "tau_hi", "no_draft_rounds",
+                   "tokens_per_round", "p_full", "p_full_lo",
                    "p_full_hi", "mean_entropy", "low_entropy_share")
 
 
@@ -61,13 +73,16 @@ class GroupSummary(TableResult):
         f = self.frame
         return f if drafter is None else f.loc[f["drafter"] == drafter]
 
-    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "p_full")
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "tokens_per_round",
+                                               "p_full")
 
     def display_frame(self) -> pd.DataFrame:
         """Human formats: tau as a point (its interval is mean_accepted's shifted by 1), no constant
         columns (a single drafter, equal horizons, entropy columns without entropy)."""
         f = self.frame
         drop = ["tau_lo", "tau_hi"] + ([] if f["drafter"].nunique() > 1 else ["drafter"])
+        if not f["no_draft_rounds"].any():           # every round drafted: tokens_per_round = tau
+            drop += ["no_draft_rounds", "tokens_per_round"]
         if not self.has_entropy:
             drop += ["mean_entropy", "low_entropy_share"]
         if (f["horizon"] == f["horizon_min"]).all():
@@ -159,6 +174,7 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
             raise GlanceError(f"cannot group by '{by}': the logs have no such column")
     keep = [c for c in dict.fromkeys(["drafter", "task", "prompt_id", "condition", by, "accepted", "horizon",
                                       "root_entropy"]) if c is not None and c in frame.columns]
+    nd = no_draft_rounds(E.with_arm_labels(frame[keep]), by, ("matched",))   # what tau leaves out
     frame = E.with_arm_labels(E.speculative_rounds(frame[keep], notes), categorical=True)
     if not len(frame):
         raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")
@@ -173,10 +189,16 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
                frame["root_entropy"].to_numpy(np.float64) if ent else None, codes, G)
     drafters, groups = frame["drafter"], (None if by is None else frame[by])
     del frame, codes                               # the rows' other columns are not needed any more
-    rows = [{"drafter": d, "task": g, **_row(*arrays, level)} for d, g, arrays in _groups(drafters, groups, *columns)]
+    rows = []
+    for d, g, arrays in _groups(drafters, groups, *columns):
+        row = _row(*arrays, level)
+        n0 = nd.get((d, POOLED if g == E.GROUP_ALL else g), 0.0)
+        row.update(no_draft_rounds=int(round(n0)), tokens_per_round=float(tokens_per_round(row["tau"], row["rounds"], n0)))
+        rows.append({"drafter": d, "task": g, **row})
     notes.append(f"intervals: {100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; "
-                 "tau = mean accepted + 1 (tokens committed per round); p_full = P(a = L), the share of rounds "
-                 "that accepted their whole draft (each against its own horizon), interval on the logit scale")
+                 "p_full = P(a = L), the share of rounds that accepted their whole draft (each against its own "
+                 "horizon), interval on the logit scale")
+    notes.append(TOKENS_PER_ROUND_NOTE)
     if ent:
         notes.append(f"low_entropy_share: share of rounds with root entropy below {LOW_ENTROPY:g} nats")
     frame_out = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))

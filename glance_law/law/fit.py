@@ -55,8 +55,9 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     alpha, min_r2_curve, min_r2_isotonic : thresholds of :meth:`LawFit.holds` (see
         :class:`LawChecks` and docs/theory-law.md).
 
-    Rounds with ``horizon == 0`` (autoregressive) and of other conditions are excluded and
-    counted in the notes; when the logs hold several drafters each is fitted separately
+    Rounds with ``horizon == 0`` (autoregressive, or a drafter that proposed nothing) and of other
+    conditions are excluded and counted in the notes (``tau`` is the drafted rounds' mean accepted
+    + 1; ``tokens_per_round`` counts the rounds without a draft too, ``no_draft_rounds`` of them); when the logs hold several drafters each is fitted separately
     (rows keyed by drafter and group, one pooled row per drafter). A group whose law cannot
     be fitted (e.g. it never accepts a token) keeps its descriptive statistics, has NaN
     coefficients and a note.
@@ -164,6 +165,11 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         curves[(dname, POOLED)] = cur
         checks[(dname, POOLED)] = chk
     table = pd.DataFrame(rows, columns=list(LAW_COLUMNS + LAW_EXTRA_COLUMNS))
+    nd = data["no_draft"]
+    n0 = np.array([nd.get((str(d), str(g)), 0.0) for d, g in zip(table["drafter"], table["task"])], dtype=np.float64)
+    table["no_draft_rounds"] = np.round(n0).astype(np.int64)
+    table["tokens_per_round"] = _sel.tokens_per_round(table["tau"].to_numpy(dtype=float),
+                                                      table["rounds"].to_numpy(dtype=float), n0)
     for c in ("rounds", "prompts", "horizon"):
         table[c] = table[c].astype(np.int64)
     if np.all(~np.isfinite(table["b1"].to_numpy(dtype=float))):
@@ -189,6 +195,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     notes.append(f"ceiling: bias-corrected {ceiling_bins}-bin between/total (epsilon^2, unclipped, ~0 without "
                  "signal); ceiling_binned is the paper's SSB/SST (biased up by ~(B-1)/(n-1)); "
                  "ceiling_fraction = r2_round / ceiling")
+    notes.append(_sel.TOKENS_PER_ROUND_NOTE)
     notes.append("floor_mean: bottom entropy decile; cap = e^b0; sup = M(sigmoid(b0)) = e^b0(1 - sigmoid(b0)^L) "
                  "at the group's largest L")
     notes.append(f"holds: slope (b1_lo > 0), rank (rho < 0, prompt-aware p < {alpha:g}), curve (decile "

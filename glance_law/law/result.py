@@ -26,16 +26,19 @@ __all__ = ["LawFit", "LawChecks", "LAW_COLUMNS", "LAW_EXTRA_COLUMNS", "DISPLAY_C
 
 #: The columns of :meth:`LawFit.to_frame` and of ``python -m glance_law.fit --format json``,
 #: in order (other tools read them); extra columns follow them (:data:`LAW_EXTRA_COLUMNS`).
+#: ``tau`` = mean accepted + 1 over the fitted (drafted) rounds; ``tokens_per_round`` (an extra
+#: column) = the same over every round of the group, those without a draft (``no_draft_rounds``,
+#: horizon 0, one token each) included: the figure speed depends on.
 LAW_COLUMNS = ("task", "rounds", "prompts", "mean_entropy", "mean_accepted", "tau", "b0", "b0_lo", "b0_hi",
                "b1", "b1_lo", "b1_hi", "r2_curve", "r2_isotonic", "r2_round", "ceiling", "ceiling_binned",
                "ceiling_fraction", "floor_mean", "cap", "sup", "p_ge8", "holds")
 LAW_EXTRA_COLUMNS = ("drafter", "failed_checks", "holds_slope", "holds_rank", "holds_curve", "holds_monotone",
                      "rho", "rho_p", "mean_accepted_lo", "mean_accepted_hi", "floor_mean_lo", "floor_mean_hi",
                      "floor_rounds", "ceiling_model", "ceiling_bins", "horizon", "loglik", "method", "interval",
-                     "level", "converged")
+                     "level", "converged", "no_draft_rounds", "tokens_per_round")
 #: What human formats (text, Markdown, LaTeX, HTML) print; JSON and CSV carry every column.
 DISPLAY_COLUMNS = ("drafter", "task", "rounds", "prompts", "mean_entropy", "mean_accepted", "mean_accepted_lo",
-                   "mean_accepted_hi", "tau", "b0", "b0_lo", "b0_hi", "b1", "b1_lo", "b1_hi", "r2_curve",
+                   "mean_accepted_hi", "tau", "tokens_per_round", "b0", "b0_lo", "b0_hi", "b1", "b1_lo", "b1_hi", "r2_curve",
                    "r2_isotonic", "r2_round", "ceiling", "ceiling_fraction", "floor_mean", "cap", "sup", "p_ge8",
                    "holds", "failed_checks")
 CURVE_COLUMNS = ("bin", "n", "mean_entropy", "mean_accepted", "lo", "hi", "predicted", "isotonic")
@@ -206,7 +209,9 @@ class LawFit(Result):
             cols.remove("drafter")
         return self.table[cols]
 
-    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "b1", "holds", "failed_checks")
+    #: narrowed to a width, tau never shows without tokens_per_round (tau alone reads as speed)
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "tau", "tokens_per_round", "b1",
+                                               "holds", "failed_checks")
 
     def summary(self, fmt: str = "text", digits: int = 3, width: int | None = None) -> str:
         frame = self.display_frame() if fmt in _fmt.HUMAN else self.to_frame()

@@ -68,9 +68,13 @@ def _label(task: str, drafter: str, several: bool) -> str:
 def _acceptance(srow) -> str:
     L, Lmin = int(srow["horizon"]), int(srow.get("horizon_min", srow["horizon"]))
     horizon = f"L = {L}" if L == Lmin else f"L = {Lmin}..{L}"
-    return (f"{int(srow['rounds'])} rounds from {int(srow['prompts'])} prompts accept "
+    n0 = int(srow.get("no_draft_rounds", 0) or 0)
+    every = (f"; with the {n0} round(s) that drafted nothing, {_num(srow['tokens_per_round'])} tokens per round "
+             "over every round" if n0 else "")
+    return (f"{int(srow['rounds'])} drafted rounds from {int(srow['prompts'])} prompts accept "
             f"{_interval(srow, 'mean_accepted')} draft tokens per round (tau {_num(srow['tau'])} tokens committed "
-            f"per round, drafts of {horizon}), and {_pct(srow['p_full'])} of rounds accept the whole draft")
+            f"per drafted round, drafts of {horizon}{every}), and {_pct(srow['p_full'])} of rounds accept the "
+            "whole draft")
 
 
 def _contrast(law_table, drafter: str, task: str, checks) -> str:

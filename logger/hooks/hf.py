@@ -354,10 +354,10 @@ class _ARSteps:
             return None
         m2 = rec.timer.mark()
         logits = output.logits if hasattr(output, "logits") else output[0]
-        row = logits[0, -1:]
+        row = logits[0, -1:].clone()                             # (a compiled forward reuses its output buffer)
         if self.calls == 0:                                      # the prefill: no round
             rec._prefill = (self.m0, m2)
-            rec._pred = row[0].clone()
+            rec._pred = row[0]
             dev = row.device
             self._zero = torch.zeros(1, dtype=torch.long, device=dev)
             self._none = torch.zeros(0, 1, device=dev)
