@@ -84,6 +84,7 @@ MODULES = (
     ("glance_log.decode", "The reference tree-verify decoder.", None),
     ("glance_log.drafters", "Drafters: block, pld, two_model, early_exit, ar.", None),
     ("glance_log.models", "Loading targets (HF causal LMs and VLMs).", None),
+    ("glance_log.sources", "Where --model comes from: a folder, a .gguf file (converted once, cached) or a known name.", None),
     ("glance_log.hooks", "Hooks for other decoders.", None),
     ("glance_log.run", "One logging run (what `glance-log` does).", None),
     ("glance_log.questions", "Spec-Bench / MT-bench question files: multi-turn questions, their prompts.", None),

@@ -28,8 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"task family: {', '.join(TASKS)}; with a question file as --data, one of its categories "
                         "or 'all'")
     p.add_argument("--model", default=None,
-                   help="target model folder (default: the embedded target shipped in the package; "
-                        "$GLANCE_MODELS/target when that is set)")
+                   help="target model: a Hugging Face model folder, a .gguf file (converted once into the user's "
+                        "cache) or gemma-3-270m (the [gemma] extra); default: the embedded target shipped in the "
+                        "package ($GLANCE_MODELS/target when that is set)")
     p.add_argument("--drafter", default="block", choices=DRAFTERS, help="drafter (default: block)")
     p.add_argument("--draft-model", default=None,
                    help="block head folder for --drafter block (default: the embedded block head) or the "

@@ -232,9 +232,12 @@ def _cached(final: Path, src: dict, fill) -> Path:
 
 
 def _require_gguf(spec: str) -> None:
-    if importlib.util.find_spec("gguf") is None:
-        raise GlanceError(f"--model {spec}: reading a GGUF file needs the gguf package: pip install gguf "
-                          "(the [gemma] extra installs it: pip install -e \".[gemma]\")")
+    """transformers reads GGUF files with the gguf package and refuses to without accelerate."""
+    missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise GlanceError(f"--model {spec}: reading a GGUF file needs the {' and '.join(missing)} package(s): "
+                          f"pip install {' '.join(missing)} (the [gemma] extra installs them: "
+                          "pip install -e \".[gemma]\")")
 
 
 def _assemble(known: KnownModel, folder: Path) -> Path:

@@ -152,6 +152,18 @@ def test_not_gguf_truncated_and_unknown_architecture_are_one_line(tmp_path):
 
 
 @needs_gguf
+def test_gguf_without_its_reader_packages_is_one_line(tmp_path, monkeypatch):
+    gguf_file = write_tiny_gguf(tmp_path / "tiny.gguf")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "accelerate" else find_spec(name, *a))
+    with pytest.raises(GlanceError) as e:
+        resolve_model(gguf_file, cache_root=tmp_path / "cache")
+    msg = str(e.value)
+    assert "\n" not in msg and "needs the accelerate package" in msg and 'pip install -e ".[gemma]"' in msg
+    assert not (tmp_path / "cache").exists()
+
+
+@needs_gguf
 def test_gguf_is_converted_once_faithfully_and_reused(tmp_path, monkeypatch):
     from glance_log.models import load_target
     from transformers import AutoModelForCausalLM, AutoTokenizer
