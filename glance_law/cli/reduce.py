@@ -86,6 +86,14 @@ def cli_fit(args, mods) -> tuple:
         print(f"python -m glance_law.fit: skipped {reason if str(path) in reason else f'{path}: {reason}'}",
               file=sys.stderr)
     by = None if str(args.by).lower() in ("none", "pooled", "") else args.by
+    if not red.has_entropy:      # imported logs (Spec-Bench, vLLM, SGLang): what the reduction does allow
+        if mods:
+            raise UsageError(f"{mods[0][0]} on a reduction needs root_entropy, which these reduced logs do not carry "
+                             "(the format does not record it); run it on the round logs without --engine")
+        print("python -m glance_law.fit: not run: law needs column 'root_entropy', which the reduced logs do not "
+              "carry (their source did not record it); the table gives rounds, prompts and tau per group",
+              file=sys.stderr)
+        return None, [("reduced", [red])]
     law = fit_reduced(red, by=by, method=args.method, level=args.level, n_boot=args.bootstrap, seed=args.seed,
                       condition=opts["condition"])
     sections = []

@@ -405,8 +405,10 @@ def _uri_input(path):
 
 
 #: Optional columns read whenever a file has them, whatever ``columns`` asks for: they say which
-#: arm a row belongs to (several target models are kept apart: glance_law.data.arms).
-ALWAYS_READ = ("target",)
+#: arm a row belongs to (several target models are kept apart: glance_law.data.arms) and at which
+#: depth a round cut at the end of an output was drafted (glance_law.data.selection.with_drafted_horizons:
+#: without it a projected read would count a last round that accepted 0 as a round that drafted nothing).
+ALWAYS_READ = ("target", "drafted_horizon")
 
 
 def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:

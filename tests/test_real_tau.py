@@ -1,0 +1,101 @@
+"""Issue 24, item 5: on every real Spec-Bench file, the per-group tau of every path a user runs
+(``python -m glance_law.fit``'s column projection, ``python -m glance_law.reduce`` and the fit of
+that reduction) equals Spec-Bench's own mean accepted tokens per step, re-derived here from the
+raw JSON: the mean of ``accept_lengths`` over every step (the last step of a turn too, also when
+it accepted nothing), per ``category`` and pooled."""
+from __future__ import annotations
+
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from glance_law.cli import fit as fit_cli
+from glance_law.data.io import LogError
+from glance_law.evidence.summary import group_summary
+from glance_law.scale.engines import reduce_logs
+
+REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "realdata" / "spec-bench"
+FILES = sorted(p for p in REAL.glob("*/*.jsonl.gz") if "question" not in p.name) if REAL.exists() else []
+SPECULATIVE = [p for p in FILES if "vanilla" not in p.name and "eagle3" not in p.name]
+pytestmark = pytest.mark.skipif(not FILES, reason="../shared/realdata not present")
+
+
+def raw_steps(path: Path) -> dict[str, list[int]]:
+    """category -> every accept_lengths value of the file, as Spec-Bench averages them: corrupt
+    lines skipped, and turns whose text is "ERROR" left out (eval.py logs the previous turn's
+    numbers again there)."""
+    out: dict[str, list[int]] = defaultdict(list)
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            for ch in rec["choices"]:
+                al, ds, turns = list(ch.get("accept_lengths") or []), list(ch.get("decoding_steps") or []), ch["turns"]
+                if sum(ds) == len(al) and len(turns) == len(ds):
+                    k = 0
+                    for text, d in zip(turns, ds):
+                        if text.strip() != "ERROR":
+                            out[rec["category"]] += al[k:k + d]
+                        k += d
+                else:
+                    out[rec["category"]] += al
+    return out
+
+
+def check(per_task: dict[str, float], rounds: dict[str, int], raw: dict[str, list[int]]) -> None:
+    every = [v for vs in raw.values() for v in vs]
+    for task, vals in raw.items():
+        assert rounds[task] == len(vals), task
+        assert per_task[task] == pytest.approx(sum(vals) / len(vals), rel=1e-9), task
+    assert rounds["pooled"] == len(every)
+    assert per_task["pooled"] == pytest.approx(sum(every) / len(every), rel=1e-9)
+
+
+@pytest.mark.parametrize("path", SPECULATIVE, ids=lambda p: f"{p.parent.name}/{p.name[:48]}")
+def test_fit_cli_summary_tau_is_spec_benchs_own_mean(path):
+    """The rounds as ``python -m glance_law.fit`` reads them (only the columns it asks for)."""
+    args, mods = fit_cli.parse_args([str(path), "--skip-bad"])
+    s = group_summary(fit_cli.load(args, [m for _, m in mods]), by=args.by).to_frame().set_index("task")
+    check(s["tau"].to_dict(), s["rounds"].to_dict(), raw_steps(path))
+
+
+@pytest.mark.parametrize("path", SPECULATIVE, ids=lambda p: f"{p.parent.name}/{p.name[:48]}")
+def test_reduction_tau_is_spec_benchs_own_mean(path, tmp_path):
+    red = reduce_logs([str(path)], skip_bad=True)
+    f = red.to_frame().set_index("task")
+    n = f["rounds"].to_dict()
+    tau = f["tau"].to_dict()
+    n["pooled"] = int(f["rounds"].sum())
+    tau["pooled"] = float((f["tau"] * f["rounds"]).sum() / f["rounds"].sum())
+    check(tau, n, raw_steps(path))
+
+
+def test_a_reduction_of_answers_fits_to_its_table_and_says_why_no_law(tmp_path, capsys):
+    """``reduce`` then ``fit``: the reduced table (tau per group) and one line on the law, exit 0."""
+    path = next(p for p in SPECULATIVE if "spec_bench__vicuna-7b-v1.3-eagle" in p.name)
+    out = tmp_path / "red.parquet"
+    from glance_law.cli import reduce as reduce_cli
+    assert reduce_cli.main([str(path), "--skip-bad", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert fit_cli.main([str(out)]) == 0
+    text, err = capsys.readouterr()
+    assert "not run: law needs column 'root_entropy'" in err
+    raw = raw_steps(path)
+    coding = raw["coding"]
+    assert f"{sum(coding) / len(coding) - 1:.3f}" in text
+    assert "output-ending round(s) that accepted 0" in text
+    assert fit_cli.main([str(out), "--tail"]) == 2          # a section that needs entropy: one line
+    assert "needs root_entropy" in capsys.readouterr().err
+
+
+def test_a_file_with_empty_accept_lengths_is_refused_in_one_line():
+    path = next((p for p in FILES if "eagle3" in p.name), None)
+    if path is None:
+        pytest.skip("no eagle3 file")
+    with pytest.raises(LogError, match="no usable answers"):
+        fit_cli.load(fit_cli.parse_args([str(path)])[0])
