@@ -99,3 +99,28 @@ def test_a_file_with_empty_accept_lengths_is_refused_in_one_line():
         pytest.skip("no eagle3 file")
     with pytest.raises(LogError, match="no usable answers"):
         fit_cli.load(fit_cli.parse_args([str(path)])[0])
+
+
+@pytest.mark.parametrize("cli", ["fit", "report", "policy", "reduce"])
+def test_per_turn_answers_are_refused_naming_what_they_are_and_allow(cli, tmp_path, capsys):
+    """EAGLE/Medusa repositories' own answers (per-turn idxs, no per-step lengths), built from a
+    real file's turns: every CLI refuses in one line that says what the input is and what it allows."""
+    import importlib
+    src = next(p for p in SPECULATIVE if "mt_bench__vicuna-7b-v1.3-medusa" in p.name)
+    recs = []
+    with gzip.open(src, "rt") as fh:
+        for line in list(fh)[:5]:
+            r = json.loads(line)
+            c = r["choices"][0]
+            recs.append({"question_id": r["question_id"], "model_id": "llama-2-chat-70b-fp16-ea-in-temperature-0.0",
+                         "choices": [{"index": 0, "turns": c["turns"], "idxs": [d - 1 for d in c["decoding_steps"]],
+                                      "new_tokens": c["new_tokens"], "wall_time": c["wall_time"]}]})
+    f = tmp_path / "ea.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    extra = {"report": ["--out", str(tmp_path / "rep")], "policy": ["--budget", "3"],
+             "reduce": ["--out", str(tmp_path / "r.parquet")]}.get(cli, [])
+    mod = importlib.import_module("glance_law.policy.cli" if cli == "policy" else f"glance_law.{cli}")
+    assert mod.main([str(f), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "prompt-level rows only" in err and "idxs" in err
+    assert "new_tokens / rounds" in err and "accept_lengths" in err

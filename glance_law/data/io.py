@@ -411,6 +411,16 @@ def _uri_input(path):
 ALWAYS_READ = ("target", "drafted_horizon")
 
 
+#: The refusal of a round-level analysis given prompt-level logs only: what they are, what they allow.
+PROMPTS_ONLY = ("the inputs hold prompt-level rows only, no per-round rows (per question: new_tokens, rounds, "
+                "wall time; e.g. the EAGLE/Medusa/Hydra repositories' own answers, which log per-turn idxs and no "
+                "per-step accept_lengths, or glance-log's prompts-*.parquet)")
+PROMPTS_ONLY_FIX = ("they allow tokens per step (new_tokens / rounds per question) and timing: read them with "
+                    "glance_law.read_logs(PATHS, 'prompts'); the per-round tables (summary, law, tail, order, "
+                    "policy replay) need per-step lengths: rerun with Spec-Bench's evaluation scripts (they log "
+                    "accept_lengths) or glance-log")
+
+
 def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
     """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow."""
     schema = md.schema.to_arrow_schema()
@@ -566,8 +576,11 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
                            "fix the files or point at other logs")
         kinds = sorted({f.kind for f in other})
         found = f" (found only {', '.join(kinds)} files)" if kinds else ""
-        raise LogError(", ".join(str(p) for p in files[:3]) + (" ..." if len(files) > 3 else ""),
-                       f"no {kind} files among the inputs{found}",
+        where = [str(p) for p in list(files) + list(foreign)]
+        where_s = ", ".join(where[:3]) + (" ..." if len(where) > 3 else "")
+        if kind == S.KIND_ROUNDS and kinds == [S.KIND_PROMPTS]:
+            raise LogError(where_s, PROMPTS_ONLY, PROMPTS_ONLY_FIX)
+        raise LogError(where_s, f"no {kind} files among the inputs{found}",
                        f"pass the {kind}-*.parquet parts that glance-log writes")
     notes = notes_in + _absence_notes(tables)
     if columns is not None:

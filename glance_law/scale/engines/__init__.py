@@ -114,8 +114,9 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                                                "rounds_read": int(red.info.get("rounds_read", 0))}]}))
         if not files:
             if not parts:
-                raise LogError(None, "the imported logs hold no rounds (prompt-level rows only)",
-                               "a reduction needs per-round rows; see docs/your-logs.md")
+                from glance_law.data.io import PROMPTS_ONLY, PROMPTS_ONLY_FIX
+                where = ", ".join(str(p) for p in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+                raise LogError(where, PROMPTS_ONLY, "a reduction needs per-round rows; " + PROMPTS_ONLY_FIX)
             return merge(parts)
     rounds, reduced, _, skipped = scan(files, skip_bad)
     skipped = list(found) + list(skipped)
