@@ -124,3 +124,34 @@ def test_per_turn_answers_are_refused_naming_what_they_are_and_allow(cli, tmp_pa
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "prompt-level rows only" in err and "idxs" in err
     assert "new_tokens / rounds" in err and "accept_lengths" in err
+
+
+def test_horizon_is_declared_on_every_command_that_imports(tmp_path, capsys):
+    """``--horizon`` on fit, reduce and policy (report shares fit's reader): the imported rounds
+    take the declared L, and the per-group horizon says so."""
+    path = next(p for p in SPECULATIVE if "test_bench__vicuna-7b-v1.3-eagle" in p.name)
+    raw = [v for vs in raw_steps(path).values() for v in vs]
+    L = max(raw) + 1                                  # deeper than any accepted run: valid for the data
+    args, mods = fit_cli.parse_args([str(path), "--horizon", f"eagle={L}"])
+    s = group_summary(fit_cli.load(args, [m for _, m in mods])).to_frame().set_index("task").loc["pooled"]
+    assert s["horizon"] == L and s["p_full"] == 0.0 and s["rounds"] == len(raw)
+    from glance_law.cli import reduce as reduce_cli
+    assert reduce_cli.main([str(path), "--horizon", f"eagle={L}", "--out", str(tmp_path / "r.parquet")]) == 0
+    assert f"horizon {L} from --horizon" in " ".join(reduce_logs([str(tmp_path / "r.parquet")]).info["imported"])
+    from glance_law.policy import cli as policy_cli
+    assert policy_cli.main([str(path), "--horizon", f"eagle={max(raw) - 2}", "--budget", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "more than the horizon" in err      # the data contradict a declared L
+
+
+def test_by_none_gives_one_pooled_tail_row():
+    """``--by none --tail``: one pooled row over every round (not one per task)."""
+    from glance_law.tail.report import cli_section
+    path = next(p for p in SPECULATIVE if "mt_bench__vicuna-7b-v1.3-medusa" in p.name)
+    args, mods = fit_cli.parse_args([str(path), "--by", "none", "--tail", "--tail-bootstrap", "0"])
+    table = cli_section(fit_cli.load(args, [m for _, m in mods]), args)[0].to_frame()
+    assert len(raw_steps(path)) > 1                       # several tasks in the file
+    args_t, _ = fit_cli.parse_args([str(path), "--tail", "--tail-bootstrap", "0"])
+    per_task = cli_section(fit_cli.load(args_t, [m for _, m in mods]), args_t)[0].to_frame()
+    assert len(per_task) > 1 and len(table) == 1 and table["task"].iloc[0] == "all"
+    assert table["floor_rounds"].iloc[0] == per_task["floor_rounds"].sum()   # every task's rounds in one row

@@ -531,7 +531,7 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
 # --------------------------------------------------------------------------
 
 def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
-              skip_bad: bool = False) -> LogSet:
+              skip_bad: bool = False, horizon=None) -> LogSet:
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
 
     ``columns``: the columns to read; the contract's required and key columns are
@@ -542,6 +542,8 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     come back as pandas categoricals. ``condition`` absent or null reads as
     ``"matched"`` and ``drafter`` as ``"unknown"`` (rounds and prompts). An
     optional column absent from some files reads as null there (see ``notes``).
+    ``horizon``: for foreign logs imported in memory, the deepest draft offset L overriding the
+    method table (an int, or a mapping KEY -> L: :func:`glance_law.data.importers.import_logs`).
 
     A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
     column, out-of-range value, duplicate key within or across files) raises
@@ -558,7 +560,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     files, foreign = split_foreign(files)
     notes_in: list[str] = []
     if foreign:
-        _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes_in)
+        _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes_in, horizon)
     for path, got in zip(files, _load_all(files, kind, columns, skip_bad)):
         if isinstance(got, LogError):
             if not skip_bad:
@@ -646,11 +648,11 @@ def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
     return ([p for p in files if p not in foreign], foreign) if foreign else (files, [])
 
 
-def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes) -> None:
+def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes, horizon=None) -> None:
     """Import foreign logs in memory (glance_law.data.importers) and add their tables, one per
     source file, as if read from contract files; the import and its oddities become notes."""
     from glance_law.data.importers import import_logs
-    imp = import_logs(foreign, skip_bad=skip_bad)
+    imp = import_logs(foreign, skip_bad=skip_bad, horizon=horizon)
     notes.append(f"imported {len(imp.sources)} file(s) as {imp.format} in memory (glance_law.data.importers; "
                  "python -m glance_law.ingest writes them as contract Parquet)")
     notes.extend(imp.notes)
