@@ -405,3 +405,42 @@ def test_cli_report_on_variants(tmp_path, capsys):
                    "--order-bootstrap", "20", "--timing-bootstrap", "20", "--skip", "policy"]) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and (out / "index.md").is_file()
+
+
+def test_eagle_speed_py_model_ids_and_a_baseline_without_token_counts(tmp_path):
+    """SafeAILab/EAGLE eagle/evaluation/speed.py @ 2320d52 compares
+    ``llama-2-chat-70b-fp16-ea-in-temperature-0.0`` (EAGLE) with ``...-fp16-base-in-...`` (its
+    baseline, whose new_tokens are 0: speed.py re-tokenises the text): the method is read after
+    the dtype, and the baseline's tokens come from idxs (one token per step), with a note."""
+    med = real(MEDUSA_MT, 6, two_turns=True)
+
+    def strip(recs, model_id, zero):
+        return [{"question_id": r["question_id"], "model_id": model_id,
+                 "choices": [{"index": 0, "turns": r["choices"][0]["turns"],
+                              "idxs": [d - 1 for d in r["choices"][0]["decoding_steps"]],
+                              "new_tokens": [0] * len(r["choices"][0]["new_tokens"]) if zero
+                              else r["choices"][0]["new_tokens"], "wall_time": r["choices"][0]["wall_time"]}]}
+                for r in recs]
+    ea = write(tmp_path / "ea.jsonl", strip(med, "llama-2-chat-70b-fp16-ea-in-temperature-0.0", False))
+    base = write(tmp_path / "base.jsonl", strip(med, "llama-2-chat-70b-fp16-base-in-temperature-0.0", True))
+    imp = import_logs([ea, base])
+    p = imp.prompts.assign(drafter=imp.prompts["drafter"].astype(str), target=imp.prompts["target"].astype(str))
+    assert set(zip(p["target"], p["drafter"])) == {("llama-2-chat-70b", "eagle"), ("llama-2-chat-70b", "ar")}
+    ar = p[p["drafter"] == "ar"].set_index(p.loc[p["drafter"] == "ar", "prompt_id"].astype(str))
+    for r in med:
+        assert ar.loc[str(r["question_id"]), "new_tokens"] == sum(r["choices"][0]["decoding_steps"])
+    assert any("new_tokens = 0" in n and "idx + 1" in n for n in imp.notes)
+    eagle = p[p["drafter"] == "eagle"]
+    assert eagle["new_tokens"].sum() == sum(sum(r["choices"][0]["new_tokens"]) for r in med)   # kept as logged
+
+
+def test_lookahead_refusal_names_the_level_from_the_model_id(tmp_path):
+    """Spec-Bench's lookahead ids carry LEVEL (``...-lade-level-5-win-7-guess-7-...``): the refusal
+    names --horizon lade=LEVEL - 1."""
+    recs = real(EAGLE_SB, 3)
+    for r in recs:
+        r["model_id"] = "vicuna-7b-v1.3-lade-level-5-win-7-guess-7-float16"
+    f = write(tmp_path / "lade.jsonl", recs)
+    with pytest.raises(LogError) as e:
+        import_logs(f)
+    one_line_refusal(e.value, f, "--horizon lade=4")

@@ -416,7 +416,7 @@ def test_wrong_kind_only(tmp_path):
     with pytest.raises(gio.LogError) as e:
         gio.read_logs(p)
     msg = one_line_error(e, p)
-    assert "no rounds files" in msg and "found only prompts" in msg
+    assert "prompt-level rows only" in msg and "read_logs(PATHS, 'prompts')" in msg
 
 
 def test_all_bad_is_an_error_even_with_skip_bad(tmp_path):

@@ -100,3 +100,16 @@ def add_section_options(parser: argparse.ArgumentParser, module, only: Collectio
     if add is None:
         return
     add(parser if only is None else _Only(parser, only))
+
+
+def add_horizon_argument(parser) -> None:
+    """``--horizon L|KEY=L`` (repeatable): declare the drafted depth the method table cannot know,
+    for foreign logs imported in memory (as ``python -m glance_law.ingest --horizon``)."""
+    from glance_law.data.importers.common import HORIZON_HELP
+    parser.add_argument("--horizon", action="append", metavar="L|KEY=L", help=HORIZON_HELP)
+
+
+def horizon_of(args):
+    """The parsed ``--horizon`` values (None when not given)."""
+    from glance_law.data.importers import parse_horizon_option
+    return parse_horizon_option(getattr(args, "horizon", None))

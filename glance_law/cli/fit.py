@@ -64,7 +64,7 @@ import sys
 from collections.abc import Sequence
 
 from glance_law.cli import reduce as _reduce
-from glance_law.cli.common import Parser, UsageError, run_main
+from glance_law.cli.common import Parser, UsageError, add_horizon_argument, horizon_of, run_main
 from glance_law.data.io import LogSet, read_logs
 from glance_law.data.outputs import write_file
 from glance_law.data.selection import LAW_INPUT
@@ -126,6 +126,7 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                    help="conditions to fit (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true",
                    help="fit the valid files and list every skipped file with its reason")
+    add_horizon_argument(p)
     p.add_argument("--wide", action="store_true",
                    help=f"text tables print every column (default: fit {_fmt.TEXT_WIDTH} characters, naming the "
                         "columns left out)")
@@ -212,7 +213,7 @@ def load(args, modules: Sequence = ()) -> LogSet:
         columns += list(extra)
     if columns is not None:
         columns = list(dict.fromkeys(columns))
-    return read_logs(args.paths, "rounds", columns=columns, skip_bad=args.skip_bad)
+    return read_logs(args.paths, "rounds", columns=columns, skip_bad=args.skip_bad, horizon=horizon_of(args))
 
 
 def law_result(logs: LogSet, args):

@@ -7,7 +7,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from glance_law.cli.common import Parser, UsageError, run_main
+from glance_law.cli.common import Parser, UsageError, add_horizon_argument, horizon_of, run_main
 from glance_law.data import schema as S
 
 # The reduction and the reduced fit (scale.*, scipy) are imported where they run, so that
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--condition", default="matched", metavar="C[,C...]",
                    help="conditions kept (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true", help="reduce the valid files and list every skipped file")
+    add_horizon_argument(p)
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="format of the summary on stdout")
     add_reduce_arguments(p)
     return p
@@ -56,7 +57,7 @@ def options(args) -> dict:
     cond = str(getattr(args, "condition", "matched"))
     return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
                 condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),
-                check_keys=not args.no_key_check)
+                check_keys=not args.no_key_check, horizon=horizon_of(args))
 
 
 def inputs_reduced(paths) -> bool:
@@ -91,6 +92,14 @@ def cli_fit(args, mods) -> tuple:
         print(f"python -m glance_law.fit: skipped {reason if str(path) in reason else f'{path}: {reason}'}",
               file=sys.stderr)
     by = None if str(args.by).lower() in ("none", "pooled", "") else args.by
+    if not red.has_entropy:      # imported logs (Spec-Bench, vLLM, SGLang): what the reduction does allow
+        if mods:
+            raise UsageError(f"{mods[0][0]} on a reduction needs root_entropy, which these reduced logs do not carry "
+                             "(the format does not record it); run it on the round logs without --engine")
+        print("python -m glance_law.fit: not run: law needs column 'root_entropy', which the reduced logs do not "
+              "carry (their source did not record it); the table gives rounds, prompts and tau per group",
+              file=sys.stderr)
+        return None, [("reduced", [red])]
     law = fit_reduced(red, by=by, method=args.method, level=args.level, n_boot=args.bootstrap, seed=args.seed,
                       condition=opts["condition"])
     sections = []

@@ -60,8 +60,10 @@ from glance_law._version import __version__
 from glance_law.cli.common import (
     Parser,
     UsageError,
+    add_horizon_argument,
     add_section_options,
     deprecated_alias,
+    horizon_of,
     names,
     run_main,
 )
@@ -114,6 +116,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the sections and exit")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out unreadable log files (listed in the index) instead of stopping")
+    add_horizon_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
                    help="processes: with N >= 2 the tail's bootstrap runs in a second process while the other "
@@ -170,13 +173,14 @@ def sha256(path) -> str:
     return h.hexdigest()
 
 
-def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False) -> A.Inputs:
-    """The round logs (every column) and the prompt files among ``paths``."""
+def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None) -> A.Inputs:
+    """The round logs (every column) and the prompt files among ``paths`` (``horizon``: for
+    foreign logs imported in memory, as ``--horizon``)."""
     from dataclasses import replace
 
     from glance_law.data.arms import label_targets
     from glance_law.data.io import read_logs
-    rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad)
+    rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad, horizon=horizon)
     notes: list[str] = []
     frame = label_targets(rounds.frame, notes)   # several target models: arm = drafter @ target, everywhere
     if notes:
@@ -390,7 +394,7 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
         raise UsageError("--out DIR is required")
     out = Path(args.out)
     t0 = time.perf_counter()
-    inp = read_inputs(args.paths, options, args.skip_bad)
+    inp = read_inputs(args.paths, options, args.skip_bad, horizon_of(args))
     files = input_files(inp)
     prev = _prepare_out(out)
     notes = [f"skipped input {p}: {r}" if str(p) not in r else f"skipped input {r}" for p, r in inp.rounds.skipped]

@@ -405,8 +405,20 @@ def _uri_input(path):
 
 
 #: Optional columns read whenever a file has them, whatever ``columns`` asks for: they say which
-#: arm a row belongs to (several target models are kept apart: glance_law.data.arms).
-ALWAYS_READ = ("target",)
+#: arm a row belongs to (several target models are kept apart: glance_law.data.arms) and at which
+#: depth a round cut at the end of an output was drafted (glance_law.data.selection.with_drafted_horizons:
+#: without it a projected read would count a last round that accepted 0 as a round that drafted nothing).
+ALWAYS_READ = ("target", "drafted_horizon")
+
+
+#: The refusal of a round-level analysis given prompt-level logs only: what they are, what they allow.
+PROMPTS_ONLY = ("the inputs hold prompt-level rows only, no per-round rows (per question: new_tokens, rounds, "
+                "wall time; e.g. the EAGLE/Medusa/Hydra repositories' own answers, which log per-turn idxs and no "
+                "per-step accept_lengths, or glance-log's prompts-*.parquet)")
+PROMPTS_ONLY_FIX = ("they allow tokens per step (new_tokens / rounds per question) and timing: read them with "
+                    "glance_law.read_logs(PATHS, 'prompts'); the per-round tables (summary, law, tail, order, "
+                    "policy replay) need per-step lengths: rerun with Spec-Bench's evaluation scripts (they log "
+                    "accept_lengths) or glance-log")
 
 
 def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
@@ -519,7 +531,7 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
 # --------------------------------------------------------------------------
 
 def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
-              skip_bad: bool = False) -> LogSet:
+              skip_bad: bool = False, horizon=None) -> LogSet:
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
 
     ``columns``: the columns to read; the contract's required and key columns are
@@ -530,6 +542,8 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     come back as pandas categoricals. ``condition`` absent or null reads as
     ``"matched"`` and ``drafter`` as ``"unknown"`` (rounds and prompts). An
     optional column absent from some files reads as null there (see ``notes``).
+    ``horizon``: for foreign logs imported in memory, the deepest draft offset L overriding the
+    method table (an int, or a mapping KEY -> L: :func:`glance_law.data.importers.import_logs`).
 
     A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
     column, out-of-range value, duplicate key within or across files) raises
@@ -546,7 +560,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     files, foreign = split_foreign(files)
     notes_in: list[str] = []
     if foreign:
-        _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes_in)
+        _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes_in, horizon)
     for path, got in zip(files, _load_all(files, kind, columns, skip_bad)):
         if isinstance(got, LogError):
             if not skip_bad:
@@ -564,8 +578,11 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
                            "fix the files or point at other logs")
         kinds = sorted({f.kind for f in other})
         found = f" (found only {', '.join(kinds)} files)" if kinds else ""
-        raise LogError(", ".join(str(p) for p in files[:3]) + (" ..." if len(files) > 3 else ""),
-                       f"no {kind} files among the inputs{found}",
+        where = [str(p) for p in list(files) + list(foreign)]
+        where_s = ", ".join(where[:3]) + (" ..." if len(where) > 3 else "")
+        if kind == S.KIND_ROUNDS and kinds == [S.KIND_PROMPTS]:
+            raise LogError(where_s, PROMPTS_ONLY, PROMPTS_ONLY_FIX)
+        raise LogError(where_s, f"no {kind} files among the inputs{found}",
                        f"pass the {kind}-*.parquet parts that glance-log writes")
     notes = notes_in + _absence_notes(tables)
     if columns is not None:
@@ -631,11 +648,11 @@ def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
     return ([p for p in files if p not in foreign], foreign) if foreign else (files, [])
 
 
-def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes) -> None:
+def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes, horizon=None) -> None:
     """Import foreign logs in memory (glance_law.data.importers) and add their tables, one per
     source file, as if read from contract files; the import and its oddities become notes."""
     from glance_law.data.importers import import_logs
-    imp = import_logs(foreign, skip_bad=skip_bad)
+    imp = import_logs(foreign, skip_bad=skip_bad, horizon=horizon)
     notes.append(f"imported {len(imp.sources)} file(s) as {imp.format} in memory (glance_law.data.importers; "
                  "python -m glance_law.ingest writes them as contract Parquet)")
     notes.extend(imp.notes)

@@ -55,12 +55,17 @@ from glance_law.data import schema as S
 from glance_law.errors import GlanceError
 from glance_law.results.base import Result
 
-__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge", "plain_drafters",
+__all__ = ["Grid", "Reduced", "DEFAULT_BUCKETS", "ENDED_AT_ZERO", "BUCKET_HASH", "KEY", "bucket_of", "buckets_of", "merge", "plain_drafters",
            "reduce_frame",
            "read_reduced", "write_reduced", "check_buckets", "normalize_condition", "normalize_cells", "cells_digest"]
 
 DEFAULT_BUCKETS = 256
 FORMAT = 1
+#: ``info`` key: drafter -> task -> rounds whose horizon an importer cut to 0 at the end of an output
+#: (accepted 0, ``drafted_horizon`` > 0). They are verification rounds (counted in ``to_frame``'s
+#: rounds and mean accepted, as the in-memory summary counts them at their drafted depth) but carry
+#: no information for the law's likelihood (a run known to reach at least 0), so no cell holds them.
+ENDED_AT_ZERO = "ended_at_zero"
 BUCKET_HASH = "md5(utf8(task + U+001F + prompt_id)): the first 8 hex digits as an unsigned integer, modulo B"
 KEY = ("task", "drafter", "bucket", "hbin", "horizon", "accepted")
 SUMS = ("n", "sum_h", "sum_h2")
@@ -289,17 +294,32 @@ class Reduced(Result):
             return None
         return int(sum(p.values())) if task is None else (int(p[str(task)]) if str(task) in p else None)
 
+    def ended_at_zero(self, drafter: str, task: str) -> int:
+        """Output-ending rounds of a drafter and task that accepted 0 (see :data:`ENDED_AT_ZERO`)."""
+        return int(self.info.get(ENDED_AT_ZERO, {}).get(str(drafter), {}).get(str(task), 0))
+
     def to_frame(self) -> pd.DataFrame:
+        """Per (drafter, task): rounds (every verification round, the output-ending rounds that
+        accepted 0 too), prompts, buckets, cells, mean entropy (of the measured rounds; NaN without
+        any), mean accepted and tau = mean accepted + 1 over those rounds."""
         c = self.cells
         rows = []
         for (d, t), g in c.groupby(["drafter", "task"], observed=True, sort=True):
             n = g["n"].to_numpy()
-            rows.append({"drafter": str(d), "task": str(t), "rounds": int(n.sum()), "prompts": self.prompts(d, t),
+            rounds = int(n.sum()) + self.ended_at_zero(d, t)
+            hn = n[g["hbin"].to_numpy() >= 0].sum()
+            mean_a = float((g["accepted"].to_numpy() * n).sum() / rounds)
+            rows.append({"drafter": str(d), "task": str(t), "rounds": rounds, "prompts": self.prompts(d, t),
                          "buckets": int(g["bucket"].nunique()), "cells": len(g),
-                         "mean_entropy": float(g["sum_h"].sum() / n.sum()),
-                         "mean_accepted": float((g["accepted"].to_numpy() * n).sum() / n.sum())})
-        cols = ["drafter", "task", "rounds", "prompts", "buckets", "cells", "mean_entropy", "mean_accepted"]
+                         "mean_entropy": float(g["sum_h"].sum() / hn) if hn else float("nan"),
+                         "mean_accepted": mean_a, "tau": mean_a + 1.0})
+        cols = ["drafter", "task", "rounds", "prompts", "buckets", "cells", "mean_entropy", "mean_accepted", "tau"]
         return pd.DataFrame(rows, columns=cols)
+
+    @property
+    def has_entropy(self) -> bool:
+        """Whether any cell holds rounds with a measured root entropy (hbin >= 0)."""
+        return bool(len(self.cells)) and bool((self.cells["hbin"].to_numpy() >= 0).any())
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -311,6 +331,12 @@ class Reduced(Result):
         h0 = int(info.get("excluded_horizon0", 0))
         if h0:
             out.append(f"excluded {h0} autoregressive round(s) (horizon == 0): the law describes drafted rounds")
+        z = sum(int(k) for per in info.get(ENDED_AT_ZERO, {}).values() for k in per.values())
+        if z:
+            out.append(f"{z} output-ending round(s) that accepted 0 (horizon cut to 0, drafted depth in "
+                       "drafted_horizon) count in rounds, mean_accepted and tau (every verification round, as the "
+                       "per-group summary reads them); the law's likelihood leaves them out (a run known to reach "
+                       "at least 0 carries no information)")
         oc = info.get("excluded_conditions", {})
         if oc:
             what = ", ".join(f"{n} '{c}'" for c, n in sorted(oc.items()))
@@ -371,6 +397,7 @@ METADATA_RULES: dict = {
                   "null or a list of condition names"),
     "rounds_read": (_count, "a count (an integer >= 0)"),
     "excluded_horizon0": (_count, "a count (an integer >= 0)"),
+    ENDED_AT_ZERO: (lambda v: _counts(v, 2), "an object drafter -> task -> count"),
     "excluded_conditions": (_counts, "an object of counts by condition"),
     "filled": (_counts, "an object of counts by column"),
     "prompts": (lambda v: _counts(v, 2), "an object drafter -> task -> count"),
@@ -415,8 +442,10 @@ def merge(items: Sequence[Reduced]) -> Reduced:
         return first
     items, names, arm_notes = _keep_targets_apart(items)
     info: dict = {"condition": first.condition}
-    for key in ("rounds_read", "excluded_horizon0", "excluded_conditions", "filled", "prompts"):
-        acc: dict | int = {} if isinstance(first.info.get(key), Mapping) else 0
+    for key in ("rounds_read", "excluded_horizon0", "excluded_conditions", "filled", "prompts", ENDED_AT_ZERO):
+        if key == ENDED_AT_ZERO and not any(key in r.info for r in items):
+            continue
+        acc: dict | int = {} if key == ENDED_AT_ZERO or isinstance(first.info.get(key), Mapping) else 0
         for r in items:
             v = r.info.get(key, type(acc)())
             acc = _add_counts(acc, v) if isinstance(acc, Mapping) else acc + int(v)
@@ -445,6 +474,8 @@ def plain_drafters(red: Reduced) -> Reduced:
     cells = red.cells.copy()
     cells["drafter"] = cells["drafter"].astype(str).map(rename)
     info = {**red.info, "prompts": {rename[str(d)]: v for d, v in red.info.get("prompts", {}).items()},
+            **({ENDED_AT_ZERO: {rename[str(d)]: v for d, v in red.info[ENDED_AT_ZERO].items()}}
+               if ENDED_AT_ZERO in red.info else {}),
             "arm_notes": list(red.info.get("arm_notes", [])) + renaming_notes(moved)}
     return Reduced(normalize_cells(cells), red.grid, red.buckets, info)
 
@@ -488,7 +519,8 @@ def _keep_targets_apart(items: list) -> tuple[list, list, list]:
         cells = r.cells.copy()
         cells["drafter"] = cells["drafter"].astype(str).map(lab)
         prompts = {lab(d): v for d, v in r.info.get("prompts", {}).items()}
-        out.append(Reduced(normalize_cells(cells), r.grid, r.buckets, {**r.info, "prompts": prompts}))
+        zero = {ENDED_AT_ZERO: {lab(d): v for d, v in r.info[ENDED_AT_ZERO].items()}} if ENDED_AT_ZERO in r.info else {}
+        out.append(Reduced(normalize_cells(cells), r.grid, r.buckets, {**r.info, "prompts": prompts, **zero}))
     return out, names, renaming_notes(moved)
 
 
@@ -541,7 +573,12 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
         col[c] = v.where(v.notna(), d).astype(str).to_numpy()
     L = frame["horizon"].to_numpy().astype(np.int64)
     drafted = L > 0
-    keep = drafted & (np.ones(n, bool) if cond is None else np.isin(col["condition"], cond))
+    in_cond = np.ones(n, bool) if cond is None else np.isin(col["condition"], cond)
+    keep = drafted & in_cond
+    zero = np.zeros(n, bool)
+    if "drafted_horizon" in frame.columns:     # cut to 0 at the end of an output: not autoregressive
+        dh = pd.to_numeric(frame["drafted_horizon"], errors="coerce").fillna(0).to_numpy()
+        zero = (L == 0) & (dh > 0)
     other = pd.Series(col["condition"][drafted & ~keep]).value_counts().sort_index()
     Hall = pd.to_numeric(frame["root_entropy"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     hnull = np.isnan(Hall)[keep]          # null: not measured (the reader refused NaN) -> hbin -1, sum_h 0
@@ -561,9 +598,16 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
         per = pd.DataFrame({"d": cells["drafter"], "t": task, "p": prompt}).drop_duplicates()
         for (d, t), k in per.groupby(["d", "t"]).size().items():
             prompts.setdefault(str(d), {})[str(t)] = int(k)
-    info = {"condition": cond, "rounds_read": int(n), "excluded_horizon0": int((~drafted).sum()),
+    ended: dict = {}
+    if (zero & in_cond).any():
+        z = pd.DataFrame({"d": col["drafter"][zero & in_cond], "t": frame["task"].astype(str).to_numpy()[zero & in_cond]})
+        for (d, t), k in z.groupby(["d", "t"]).size().items():
+            ended.setdefault(str(d), {})[str(t)] = int(k)
+    info = {"condition": cond, "rounds_read": int(n), "excluded_horizon0": int((~drafted & ~zero).sum()),
             "excluded_conditions": {str(k): int(v) for k, v in other.items()}, "filled": {}, "prompts": prompts,
             "skipped": [], "sources": [{"engine": "pandas", "files": 0, "rounds_read": int(n)}]}
+    if ended:
+        info[ENDED_AT_ZERO] = ended
     if names:
         info["targets"] = names
     if arm_notes:

@@ -600,7 +600,7 @@ def cli_section(logs, args) -> list:
         raise GlanceError("--tail-bootstrap must be >= 0")
     if getattr(args, "tail_folds", 5) < 2:
         raise GlanceError("--tail-folds must be >= 2")
-    fit = fit_tail(logs, by=by or "task", quantile=getattr(args, "tail_quantile", 0.1),
+    fit = fit_tail(logs, by=by, quantile=getattr(args, "tail_quantile", 0.1),
                    threshold=getattr(args, "tail_threshold", None), condition=condition,
                    n_boot=getattr(args, "tail_bootstrap", 199), seed=getattr(args, "seed", 0),
                    folds=getattr(args, "tail_folds", 5), level=getattr(args, "level", 0.95),

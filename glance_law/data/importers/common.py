@@ -342,6 +342,12 @@ def horizon_for(horizon, keys) -> int | None:
     return int(horizon)
 
 
+#: The help of every command's ``--horizon`` option (ingest, fit, report, reduce, policy).
+HORIZON_HELP = ("for imported logs (Spec-Bench answers, ...): the deepest draft offset L, overriding the method table, "
+                "for every file or for the files whose method, model_id or name is KEY (repeatable); e.g. "
+                "--horizon pld=10, or --horizon eagle2=6 for an EAGLE-2 run drafted as a chain of 6")
+
+
 def parse_horizon_option(values) -> int | dict | None:
     """``--horizon`` values: ``L`` (every file) or ``KEY=L`` (a method, model_id, file name or stem)."""
     if not values:

@@ -85,6 +85,12 @@ SPS_START = 5
 #: gen_baseline_answer_*.py @ cb7e084; "ess" is EAGLE's working name): read as the eagle method
 #: (or the baseline the id names after its dtype), the rest as the target.
 EAGLE_PREFIX = "ess"
+#: Method names that EAGLE's answer files carry after the dtype, as the repository's
+#: eagle/evaluation/speed.py @ 2320d52 names the pair it compares:
+#: ``llama-2-chat-70b-fp16-ea-in-temperature-0.0`` (EAGLE) and ``...-fp16-base-in-...`` (its baseline).
+#: Read only after the dtype (a target may be named ``...-base`` before it).
+AFTER_DTYPE = {"ea": "eagle", "base": "baseline"}
+_LEVEL = re.compile(r"(?:^|-)level-(\d+)(?:-|$)")
 _RUN_AFTER = re.compile(r"v\d+(\.\d+)*|\d+(\.\d+)?[bBmM]")  # a version (v1.3) or a size (13b, 68m)
 _DTYPES = {"float16", "bfloat16", "float32", "float64", "fp16", "bf16", "fp32", "half", "int8", "int4", "fp8"}
 
@@ -111,7 +117,8 @@ def parse_model_id(model_id: str) -> tuple[str, str | None, str]:
             return "-".join(core[:i]), core[i].lower(), "-".join(core[i:]).lower()
     # no method before the settings: EAGLE's baseline ids put it after the dtype
     # (``ess-vicuna-70b-fp16-baseline-temperature-0.0``)
-    later = next((t.lower() for t in toks[cut:] if t.lower() in METHODS), None)
+    later = next((AFTER_DTYPE.get(t.lower(), t.lower()) for t in toks[cut:]
+                  if t.lower() in METHODS or t.lower() in AFTER_DTYPE), None)
     ess = len(core) > 1 and core[0].lower() == EAGLE_PREFIX   # the EAGLE scripts' default id: ess-<target>
     name = "-".join(core[1:] if ess else core)
     if later is not None:
@@ -329,7 +336,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     seen: Counter = Counter()
     empty, mismatch, badval, multi, idx_only, nan_wall, tok_mismatch = [], [], [], 0, 0, 0, 0
     no_qid, no_cat, hows, why_bad = 0, 0, Counter(), Counter()
-    colon_key, error_turns, error_only, error_kept, steps_only = 0, [], [], 0, 0
+    colon_key, error_turns, error_only, error_kept, steps_only, zero_tokens = 0, [], [], 0, 0, 0
 
     answers = []     # ((run k, choice), qid, task, values | None, steps per turn, turn ids, new_tokens, wall, line)
     for lineno, r in recs:
@@ -362,6 +369,9 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                 continue
             v, lens, how, nt, wt, turns, colon = got
             colon_key += colon
+            if spec == 0 and v is None and how == "idxs-only" and nt and not any(nt) and any(lens):
+                nt = list(lens)     # an AR step commits one token: idx + 1 tokens per turn
+                zero_tokens += 1
             if v is None:
                 if how == "idxs-only":
                     idx_only += 1
@@ -468,6 +478,10 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         why = (f"the method '{method}' has no fixed horizon in the method table" if method
                else f"no known method in model_id '{model_id}'")
         hint = HINTS.get(method) if method else None
+        level = _LEVEL.search(model_id.lower()) if method in ("lookahead", "lade") else None
+        if level and int(level.group(1)) > 1:
+            hint = (hint or "") + (f"; this model_id gives LEVEL {level.group(1)}: --horizon {method}="
+                                   f"{int(level.group(1)) - 1} reads every round at the n-gram length")
         raise LogError(path, f"{why}" + (f": {hint}" if hint else "") + " (known: "
                        + ", ".join(f"{m} {h}" for m, h in METHODS.items() if h is not None) + ")",
                        f"pass the run's deepest draft offset: --horizon {method or key}=L (or horizon={{'"
@@ -571,6 +585,10 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     if (idx_only or steps_only) and method is None:
         notes.append(f"{path}: no known method in model_id '{model_id}' (EAGLE's own scripts name none): its prompt "
                      f"rows are labelled drafter '{drafter}' on target '{target}'")
+    if zero_tokens:
+        notes.append(f"{path}: {zero_tokens} answer(s) of the autoregressive arm log new_tokens = 0 in every turn (EAGLE's "
+                     "gen_baseline_answer_*.py never counts them; its speed.py re-tokenises the text instead): "
+                     "new_tokens read as idx + 1 per turn (one token per decoding step)")
     if nan_wall:
         notes.append(f"{path}: {nan_wall} answer(s) with a NaN, infinite or null wall_time: decode_ms left null")
     if tok_mismatch:

@@ -57,7 +57,8 @@ def _engine(name: str):
 
 
 def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = None,
-                condition="matched", skip_bad: bool = False, check_keys: bool = True, **engine_options) -> Reduced:
+                condition="matched", skip_bad: bool = False, check_keys: bool = True, horizon=None,
+                **engine_options) -> Reduced:
     """Reduce the round logs among ``paths`` (files, folders, globs) with ``engine`` and merge any
     reduced files among them. ``condition``: the conditions kept (None pools all).
     ``engine_options`` go to the engine (arrow: ``batch_rows``, ``workers``; duckdb: ``threads``,
@@ -79,6 +80,9 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
         Leave bad files out (listed in ``info["skipped"]``) instead of stopping.
     check_keys : bool, default True
         Refuse duplicate rounds across files.
+    horizon : int or mapping, optional
+        For foreign logs imported in memory: the deepest draft offset L overriding the method
+        table (:func:`glance_law.data.importers.import_logs`).
     **engine_options
         arrow: ``batch_rows``, ``workers``; duckdb: ``threads``, ``memory_limit``,
         ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``.
@@ -105,7 +109,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     if foreign:  # .jsonl/.jsonl.gz/.prom logs: imported in memory, reduced in pandas, merged below
         from glance_law.data.importers import import_logs
         from glance_law.scale.reduce import reduce_frame
-        imp = import_logs(foreign, skip_bad=skip_bad)
+        imp = import_logs(foreign, skip_bad=skip_bad, horizon=horizon)
         if len(imp.rounds):
             red = reduce_frame(imp.rounds, buckets=B, grid=grid, condition=cond)
             parts.append(Reduced(red.cells, red.grid, red.buckets,
@@ -114,8 +118,9 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                                                "rounds_read": int(red.info.get("rounds_read", 0))}]}))
         if not files:
             if not parts:
-                raise LogError(None, "the imported logs hold no rounds (prompt-level rows only)",
-                               "a reduction needs per-round rows; see docs/your-logs.md")
+                from glance_law.data.io import PROMPTS_ONLY, PROMPTS_ONLY_FIX
+                where = ", ".join(str(p) for p in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+                raise LogError(where, PROMPTS_ONLY, "a reduction needs per-round rows; " + PROMPTS_ONLY_FIX)
             return merge(parts)
     rounds, reduced, _, skipped = scan(files, skip_bad)
     skipped = list(found) + list(skipped)

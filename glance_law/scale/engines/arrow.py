@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from glance_law.data import schema as S
 from glance_law.errors import GlanceError
-from glance_law.scale.reduce import Grid
+from glance_law.scale.reduce import ENDED_AT_ZERO, Grid
 
 from .sources import READ_COLUMNS, BadFiles, Source, blame, default_workers, suspect_streams
 
@@ -72,6 +72,7 @@ class _Part:
     segments: list = field(default_factory=list)       # (stream hash, first round, last round) arrays
     prompts: list = field(default_factory=list)        # (td code, prompt hash) arrays
     horizon0: int = 0
+    ended_at_zero: dict = field(default_factory=dict)   # (task, drafter) -> output-ending rounds cut to 0
     conditions: dict = field(default_factory=dict)
     filled: dict = field(default_factory=dict)
 
@@ -114,6 +115,19 @@ def _stream_hash(run, rv, prompt, pv, cond, cv) -> np.ndarray:
     return h[inv]
 
 
+DRAFTED = "drafted_horizon"
+
+
+def _ended_at_zero(table: pa.Table, L: np.ndarray) -> np.ndarray:
+    """Rounds whose horizon an importer cut to 0 at the end of an output (accepted 0) while the
+    drafter drafted ``drafted_horizon`` > 0 (not autoregressive rounds)."""
+    if DRAFTED not in table.column_names:
+        return np.zeros(L.size, dtype=bool)
+    dh = table.column(DRAFTED)
+    d = np.asarray(dh.fill_null(0).to_numpy(), dtype=np.int64) if dh.null_count else dh.to_numpy().astype(np.int64)
+    return (L == 0) & (d > 0)
+
+
 def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
     n = table.num_rows
     ti, tv, _ = _strings(table, "task", None)
@@ -141,7 +155,12 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
         part.segments.append((s[brk], rnd[brk].astype(np.int32), rnd[ends].astype(np.int32)))
     ok = np.ones(len(cv), dtype=bool) if sh.allowed is None else np.array([c in sh.allowed for c in cv])
     drafted = L > 0
-    part.horizon0 += int(n - drafted.sum())
+    zero = _ended_at_zero(table, L) & ok[ci]
+    if zero.any():   # counted apart: a verification round the law's likelihood cannot read (scale.reduce)
+        for k, c in zip(*np.unique(ti[zero] * len(dv) + di[zero], return_counts=True)):
+            key = (tv[int(k) // len(dv)], dv[int(k) % len(dv)])
+            part.ended_at_zero[key] = part.ended_at_zero.get(key, 0) + int(c)
+    part.horizon0 += int(n - drafted.sum() - zero.sum())
     other = drafted & ~ok[ci]
     if other.any():
         for k, c in zip(*np.unique(ci[other], return_counts=True)):
@@ -310,7 +329,7 @@ def _reduce_file(src: Source, sh: _Shared, batch_rows: int, check_keys: bool):
     from glance_law.data.io import LogError
     part = _Part()
     try:
-        for _, table in _read(src, READ_COLUMNS, batch_rows):
+        for _, table in _read(src, READ_COLUMNS + (DRAFTED,), batch_rows):
             _batch(table, sh, part, check_keys)
             part.rows += table.num_rows
     except LogError as exc:
@@ -372,6 +391,9 @@ def reduce(sources: list[Source], *, grid: Grid, buckets: int, condition, check_
                 continue
             info["rounds_read"] += part.rows
             info["excluded_horizon0"] += part.horizon0
+            for (t, d), k in part.ended_at_zero.items():
+                z = info.setdefault(ENDED_AT_ZERO, {}).setdefault(d, {})
+                z[t] = z.get(t, 0) + k
             for k, v in part.conditions.items():
                 info["excluded_conditions"][k] = info["excluded_conditions"].get(k, 0) + v
             for k, v in part.filled.items():
