@@ -207,11 +207,13 @@ class LawFit(Result):
         cols = [c for c in DISPLAY_COLUMNS if c in self.table.columns]
         if len(self.drafters) <= 1:
             cols.remove("drafter")
+        if "no_draft_rounds" in self.table.columns and not self.table["no_draft_rounds"].any():
+            cols.remove("tokens_per_round")          # every round drafted: tokens_per_round = tau
         return self.table[cols]
 
-    #: narrowed to a width, tau never shows without tokens_per_round (tau alone reads as speed)
-    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tau", "tokens_per_round", "b1",
-                                               "holds", "failed_checks")
+    #: narrowed to a width, tokens_per_round always shows (tau, left of it, alone would read as speed)
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "mean_accepted", "tokens_per_round", "b1", "holds",
+                                               "failed_checks")
 
     def summary(self, fmt: str = "text", digits: int = 3, width: int | None = None) -> str:
         frame = self.display_frame() if fmt in _fmt.HUMAN else self.to_frame()
