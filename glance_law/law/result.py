@@ -207,6 +207,8 @@ class LawFit(Result):
         cols = [c for c in DISPLAY_COLUMNS if c in self.table.columns]
         if len(self.drafters) <= 1:
             cols.remove("drafter")
+        if "no_draft_rounds" in self.table.columns and not self.table["no_draft_rounds"].any():
+            cols.remove("tokens_per_round")          # every round drafted: tokens_per_round = tau
         return self.table[cols]
 
     #: narrowed to a width, tau never shows without tokens_per_round (tau alone reads as speed)
