@@ -144,23 +144,31 @@ def _key(h):
 
 
 def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool = False,
-                task: str | None = None) -> FileResult:
-    """One file through its importer (cached by path, size and mtime, and the options)."""
-    ck = (realkey(path), format, _key(horizon), bool(skip_bad), task)
+                task: str | None = None, chain=None) -> FileResult:
+    """One file through its importer (cached by path, size and mtime, and the options).
+    ``chain``: a :class:`glance_law.data.importers.vllm.ScrapeChain` carrying the counters of
+    the vLLM scrape files read before this one in the same import (they are one run)."""
+    ck = (realkey(path), format, _key(horizon), bool(skip_bad), task, None if chain is None else chain.key())
     hit = _CACHE.get(ck)
     if hit is None and not skip_bad:
         # the same file imported earlier in this process with skip_bad (e.g. a CLI's --skip-bad
         # rounds read, then its prompt rows): reuse that import, whose notes list what was skipped
         hit = _CACHE.get(ck[:3] + (True,) + ck[4:])
     if hit is not None:
-        return hit
+        res, after = hit
+        if chain is not None and after is not None:
+            chain.restore(after)
+        return res
     raw = open_bytes(path)
     fmt = format or detect_format(path, raw)
     if fmt not in FORMATS and fmt != QUESTIONS:
         raise LogError(None, f"unknown format {fmt!r}", supported_line())
+    after = None
     if fmt == "vllm":
         from glance_law.data.importers import vllm as mod
-        res = mod.import_file(path, horizon=horizon, skip_bad=skip_bad, task=task, raw=raw)
+        before = None if chain is None else chain.key()
+        res = mod.import_file(path, horizon=horizon, skip_bad=skip_bad, task=task, raw=raw, chain=chain)
+        after = None if chain is None or chain.key() == before else chain.copy()
     else:
         lines = read_json_lines(path, skip_bad, raw)
         if fmt == QUESTIONS:
@@ -177,7 +185,7 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
             res = mod.import_file(path, lines, horizon=horizon, task=task)
     if len(_CACHE) >= _CACHE_MAX:
         _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[ck] = res
+    _CACHE[ck] = (res, after)
     return res
 
 
@@ -197,9 +205,12 @@ def import_logs(paths, *, format: str | None = None, horizon=None, skip_bad: boo
     files = foreign_files(paths) if not isinstance(paths, FileResult) else []
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
+    from glance_law.data.importers.vllm import ScrapeChain
+    chain = ScrapeChain()         # vLLM scrape files: one run, read in the order given
     for f in files:
         try:
-            results.append(import_file(f, format=format, horizon=horizon, skip_bad=skip_bad, task=task))
+            results.append(import_file(f, format=format, horizon=horizon, skip_bad=skip_bad, task=task,
+                                       chain=chain))
         except LogError as exc:
             if not skip_bad:
                 raise

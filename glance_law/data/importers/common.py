@@ -80,12 +80,37 @@ class Lines:
     bad: list                # (line number, message)
 
 
+_SSE_FIELDS = (b"event:", b"id:", b"retry:", b":")
+
+
+def sse_payload(line: bytes) -> bytes | None:
+    """The JSON of one line of a server-sent-events capture (``data: {...}``), None for the
+    lines that carry none (``data: [DONE]``, ``event:``/``id:``/``retry:`` fields, ``:``
+    comments); any other line is returned as it is."""
+    s = line.strip()
+    if s.startswith(b"data:"):
+        s = s[5:].strip()
+        return None if s in (b"[DONE]", b"") else s
+    if s.startswith(_SSE_FIELDS):
+        return None
+    return line
+
+
+def is_sse(raw: bytes) -> bool:
+    """Whether ``raw`` is a streamed (server-sent events) capture: a ``data:`` line among its first."""
+    head = raw[:1 << 16].lstrip()
+    return head.startswith(b"data:") or b"\ndata:" in head
+
+
 def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
     """Every non-blank line parsed as JSON. A corrupt line raises (file and line number, the
     fix) unless ``skip_bad``, which skips it and lists it. A file holding one JSON array (or
-    one object) is read as its elements."""
+    one object) is read as its elements; a streamed capture (``data: {...}`` lines) as the
+    JSON of its ``data:`` lines (``data: [DONE]``, events and comments skipped)."""
     raw = open_bytes(path) if raw is None else raw
     path = str(path)
+    if is_sse(raw):
+        return _read_lines(path, raw, skip_bad, sse_payload)
     stripped = raw.lstrip()
     if stripped[:1] == b"[":
         try:
@@ -102,9 +127,17 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
             return Lines(path, list(enumerate(data, 1)), [])
         except ValueError:
             pass
+    return _read_lines(path, raw, skip_bad, None)
+
+
+def _read_lines(path: str, raw: bytes, skip_bad: bool, payload) -> Lines:
     recs, bad = [], []
     loads = json.loads
     for i, line in enumerate(raw.split(b"\n"), 1):
+        if payload is not None:
+            line = payload(line)
+            if line is None:
+                continue
         if not line.strip():
             continue
         try:
@@ -126,6 +159,12 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
 _ENTROPY_KEYS = ("root_entropy", "entropy", "H", "ent")
 _ACCEPT_KEYS = ("accepted", "accept_len", "acceptance_length", "accepted_len", "n_accepted", "tau")
 _PROM = re.compile(rb"^\s*(#\s*(HELP|TYPE)\s+)?vllm[:_]spec_decode", re.M)
+
+
+def is_prometheus(raw: bytes) -> bool:
+    """Whether ``raw`` is a Prometheus text exposition holding vLLM's spec-decode series."""
+    head = raw[:1 << 16]
+    return b"spec_decode" in head and _PROM.search(head) is not None
 
 
 def classify(rec) -> str | None:
@@ -176,13 +215,13 @@ def detect_format(path, raw: bytes | None = None) -> str:
     :class:`LogError` with one line listing the supported formats. ``raw``: the file's
     (gunzipped) bytes when already read."""
     raw = open_bytes(path) if raw is None else raw
-    head = raw[:1 << 16]
-    if b"spec_decode" in head and _PROM.search(head):      # the substring test skips the regex scan of JSON files
+    if is_prometheus(raw):
         return "vllm"
     first = None
     seen = 0
     for line in _head_lines(raw):
-        if not line.strip():
+        line = sse_payload(line)         # a streamed capture's "data: {...}" line: its JSON
+        if line is None or not line.strip():
             continue
         try:
             rec = json.loads(line)

@@ -1,5 +1,5 @@
 """vLLM: Prometheus scrapes of the spec-decode counters, and per-request acceptance in the
-OpenAI-compatible server's responses.
+OpenAI-compatible server's responses (vLLM 0.33.0).
 
 **(a) Prometheus text format** (``GET /metrics``; vLLM V1, ``vllm/v1/spec_decode/metrics.py``,
 class ``SpecDecodingProm``): the counters ``vllm:spec_decode_num_drafts``,
@@ -7,27 +7,36 @@ class ``SpecDecodingProm``): the counters ``vllm:spec_decode_num_drafts``,
 ``vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}`` (exposed with the ``_total``
 suffix of prometheus_client counters; labels ``model_name``, ``engine``). Counters are
 cumulative, so consecutive scrapes give intervals (the first scrape: since the server
-started). A file may hold several scrapes (a new one starts when a series repeats); files
-are taken in the order given. Per interval and model, with K = the number of positions
-(``num_speculative_tokens``), the drafts that accepted exactly j tokens are
-``pos[j-1] - pos[j]`` (``pos[-1]`` = drafts, ``pos[K]`` = 0): the run-length distribution,
-exactly. The importer expands those counts into rounds (``horizon = K``, ``root_entropy``
-null, ``aggregate = True``), one pseudo-prompt per scrape interval (``prompt_id =
-interval-<i>``). There are no prompts behind them: no prompt clustering is possible, and an
-analysis that clusters by prompt treats each interval as one cluster (said in a note).
+started). A file may hold several scrapes (a new one starts when a series repeats), and the
+scrape files of one :func:`glance_law.data.importers.import_logs` call are read in the order
+given as **one** run (a :class:`ScrapeChain` carries the counters from file to file); a counter
+that goes backwards (a restart, or files out of order) is refused. Per interval and model,
+with K = the number of positions (``num_speculative_tokens``), the drafts that accepted exactly
+j tokens are ``pos[j-1] - pos[j]`` (``pos[-1]`` = drafts, ``pos[K]`` = 0): the run-length
+distribution, exactly. The importer expands those counts into rounds (``horizon = K``,
+``root_entropy`` null, ``aggregate = True``), one pseudo-prompt per scrape interval
+(``prompt_id = interval-<i>``, numbered across the files). There are no prompts behind them:
+no prompt clustering is possible (said in a note).
 
-**(b) Responses** with ``metrics.speculative_decoding`` (vLLM's
-``--per-request-spec-decode-metrics summary|detailed``, vLLM PR #48915): ``num_spec_tokens``
-(K), ``num_spec_steps``, ``num_draft_tokens``, ``num_accepted_draft_tokens``,
-``acceptance_histogram`` (index j: steps that accepted exactly j draft tokens) and, with
-``detailed``, ``per_step_accepted`` (the accepted count of each step, in order). One
-prompt per response (``prompt_id`` from ``prompt_id``/``question_id``/``custom_id``, else
-the response ``id``); rounds from ``per_step_accepted`` in order, else expanded from the
-histogram (order unknown, noted); prompt rows from ``usage.completion_tokens``.
+**(b) Responses** with ``metrics.speculative_decoding`` (``--per-request-spec-decode-metrics
+summary|detailed``; ``docs/features/speculative_decoding/acceptance_metrics.md``):
+``num_spec_tokens`` (K), ``num_spec_steps``, ``num_draft_tokens``,
+``num_accepted_draft_tokens``, ``acceptance_histogram`` (index j: steps that accepted exactly
+j draft tokens), ``acceptance_histogram_by_draft_length`` ({k: histogram of the steps that
+drafted k tokens}) and, with ``detailed``, ``per_step_accepted`` and ``per_step_drafted`` (each
+step's accepted and proposed counts, in order). Rounds from the per-step lists in order, each at
+its own drafted horizon; else from the per-draft-length histograms (each at its k), else from
+the histogram at K (order unknown, noted). The timing fields of ``metrics``
+(``docs/features/per_request_metrics.md``): ``generation_time_ms`` (first to last output
+token) is the prompt row's ``decode_ms``, ``time_to_first_token_ms`` its ``prefill_ms``. One
+prompt per response (``prompt_id`` from ``prompt_id``/``question_id``/``custom_id``, else the
+response ``id``); prompt rows from ``usage``. Streamed captures (``data: {...}`` lines): the
+chunk that carries ``metrics`` (the final usage chunk) is the response.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +47,8 @@ from glance_law.data.importers.common import (
     as_loc,
     file_run,
     horizon_for,
+    is_prometheus,
+    is_sse,
     open_bytes,
     read_json_lines,
     run_base,
@@ -84,87 +95,167 @@ def parse_scrapes(text: str) -> list[dict]:
     return scrapes
 
 
-def _prometheus(path: Path, text: str, horizon, task) -> FileResult:
-    base = run_base(path)
+@dataclass
+class ScrapeChain:
+    """The counters carried from one scrape file to the next within one import: the files of
+    a call are one run, read in the order given (``base``: the run id, from the first file;
+    ``prev``: per model the last counters; ``intervals``: intervals numbered so far)."""
+
+    base: str | None = None
+    prev: dict = field(default_factory=dict)
+    intervals: int = 0
+    files: list = field(default_factory=list)
+
+    def key(self) -> tuple:
+        """A hashable picture of the state (for the import cache)."""
+        return (self.base, self.intervals, tuple(self.files),
+                tuple(sorted((m, tuple(c.tolist()), cum) for m, (c, cum) in self.prev.items())))
+
+    def copy(self) -> ScrapeChain:
+        return ScrapeChain(self.base, dict(self.prev), self.intervals, list(self.files))
+
+    def restore(self, other: ScrapeChain) -> None:
+        self.base, self.prev, self.intervals, self.files = other.base, dict(other.prev), other.intervals, \
+            list(other.files)
+
+
+def _interval(path, where: str, model: str, d: dict, p, K: int):
+    """The counts of one scrape interval: (drafts per accepted length 0..K, (draft tokens, accepted tokens))."""
+    cur = np.array([d["drafts"]] + [d["pos"].get(j, 0.0) for j in range(K)] + [0.0])
+    cum = (d["draft_tokens"], d["accepted"])
+    if p is None:
+        delta, dtok = cur, cum
+    elif p[0].size != cur.size or (cur < p[0]).any() or cum[0] < p[1][0] or cum[1] < p[1][1]:
+        raise LogError(path, f"{where} ({model or 'model'}): the counters go backwards from the scrape before "
+                             "(a server restart, another server, or files passed out of order)",
+                       "pass the scrapes of one server run, in the order they were taken (one import per run)")
+    else:
+        delta, dtok = cur - p[0], (cum[0] - p[1][0], cum[1] - p[1][1])
+    n = delta[:-1] - delta[1:]
+    if (n < -1e-9).any() or abs(delta[1:-1].sum() - dtok[1]) > 0.5:
+        raise LogError(path, f"{where} ({model or 'model'}): the per-position counts are not consistent (a later "
+                             "position counts more drafts than an earlier one, or they do not add up to the accepted "
+                             "tokens)", "scrape the counters of one server, whole, in order")
+    return np.rint(n).astype(np.int64), dtok, (cur, cum)
+
+
+def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None) -> FileResult:
+    chain = ScrapeChain() if chain is None else chain
+    first = chain.base is None
+    base = chain.base = run_base(path) if first else chain.base
     scrapes = parse_scrapes(text)
     if not scrapes:
         raise LogError(path, "no vllm:spec_decode_* samples", "scrape GET /metrics of a vLLM server with a "
                        "speculative config")
-    notes = [f"{path}: vllm Prometheus counters, {len(scrapes)} scrape(s): an aggregate with no prompts and no "
-             "entropy; rounds are expanded from the per-position counts, one pseudo-prompt per scrape interval "
+    cont = "" if first else f", continuing the run of {', '.join(chain.files)} (files are read in the order given)"
+    notes = [f"{path}: vllm Prometheus counters, {len(scrapes)} scrape(s){cont}: an aggregate with no prompts and "
+             "no entropy; rounds are expanded from the per-position counts, one pseudo-prompt per scrape interval "
              "(prompt_id interval-<i>), so no prompt clustering is possible (each interval counts as one cluster)"]
-    rows = {k: [] for k in ("run_id", "prompt_id", "accepted", "horizon", "round", "target")}
-    prev: dict = {}
+    parts = []                   # (run, interval id, model, accepted lengths, K)
     for i, sc in enumerate(scrapes):
+        where = f"scrape {i + 1}"
+        chain.intervals += 1
         for model, d in sc.items():
-            p = prev.get(model)
             K = (max(d["pos"]) + 1) if d["pos"] else 0
             if K == 0:
-                raise LogError(path, f"scrape {i + 1}: no vllm:spec_decode_num_accepted_tokens_per_pos series",
+                raise LogError(path, f"{where}: no vllm:spec_decode_num_accepted_tokens_per_pos series",
                                "the per-position counter is needed for the run-length distribution")
             over = horizon_for(horizon, (model, path.name, base, "vllm", "*"))
             if over is not None and over != K:
                 notes.append(f"{path}: --horizon {over} ignored: the counters have {K} positions")
-            cur = np.array([d["drafts"]] + [d["pos"].get(j, 0.0) for j in range(K)] + [0.0])
-            cum = (d["draft_tokens"], d["accepted"])
-            if p is not None and p[0].size == cur.size and (cur >= p[0]).all():
-                delta, dtok = cur - p[0], (cum[0] - p[1][0], cum[1] - p[1][1])
-            else:
-                if p is not None:
-                    notes.append(f"{path}: scrape {i + 1} ({model or 'model'}): counters went down (a server "
-                                 "restart): the interval starts from zero")
-                delta, dtok = cur, cum
-            prev[model] = (cur, cum)
-            n = delta[:-1] - delta[1:]
-            if (n < -1e-9).any() or abs(delta[1:-1].sum() - dtok[1]) > 0.5:
-                raise LogError(path, f"scrape {i + 1} ({model or 'model'}): the per-position counts are not "
-                                     "consistent (a later position counts more drafts than an earlier one, or they "
-                                     "do not add up to the accepted tokens)",
-                               "scrape the counters of one server, whole, in order")
-            n = np.rint(n).astype(np.int64)
-            if dtok[0] < K * delta[0] - 0.5:
-                notes.append(f"{path}: scrape interval {i + 1}: {int(K * delta[0] - dtok[0])} draft token(s) fewer "
-                             f"than {K} per draft: some drafts were shorter (their rounds are read at horizon {K})")
+            n, dtok, chain.prev[model] = _interval(path, where, model, d, chain.prev.get(model), K)
+            if n.sum() and dtok[0] < K * n.sum() - 0.5:
+                notes.append(f"{path}: scrape interval {chain.intervals}: {int(K * n.sum() - dtok[0])} draft token(s) "
+                             f"fewer than {K} per draft: some drafts were shorter, and the counters do not say which "
+                             f"(their rounds are read at horizon {K}; per-request metrics with per_step_drafted do)")
             acc = np.repeat(np.arange(K + 1), n)
-            if acc.size == 0:
-                continue
-            run = f"{base}:{model}" if model else base
-            rows["run_id"].append((run, acc.size))
-            rows["prompt_id"].append((f"interval-{i + 1}", acc.size))
-            rows["target"].append((model or None, acc.size))
-            rows["accepted"].append(acc)
-            rows["horizon"].append(np.full(acc.size, K))
-            rows["round"].append(np.arange(acc.size))
-    if not rows["accepted"]:
-        raise LogError(path, "the counters hold no drafts", "scrape after the server has decoded")
+            if acc.size:
+                parts.append((f"{base}:{model}" if model else base, f"interval-{chain.intervals}", model, acc, K))
+    chain.files.append(path.name)
+    if not parts:
+        raise LogError(path, "the counters hold no drafts" + ("" if first else " since the file before"),
+                       "scrape after the server has decoded")
 
-    def rep(parts):
-        return np.concatenate([np.repeat(np.array([x], dtype=object), k) for x, k in parts])
-    acc = np.concatenate(rows["accepted"])
-    R = pd.DataFrame({"run_id": rep(rows["run_id"]), "task": task or "all", "prompt_id": rep(rows["prompt_id"]),
-                      "round": np.concatenate(rows["round"]).astype(np.int32),
-                      "accepted": acc.astype(np.int16), "horizon": np.concatenate(rows["horizon"]).astype(np.int16),
+    def rep(vals):
+        return np.concatenate([np.repeat(np.array([v], dtype=object), p[3].size) for v, p in zip(vals, parts)])
+    acc = np.concatenate([p[3] for p in parts])
+    R = pd.DataFrame({"run_id": rep([p[0] for p in parts]), "task": task or "all",
+                      "prompt_id": rep([p[1] for p in parts]),
+                      "round": np.concatenate([np.arange(p[3].size) for p in parts]).astype(np.int32),
+                      "accepted": acc.astype(np.int16),
+                      "horizon": np.concatenate([np.full(p[3].size, p[4]) for p in parts]).astype(np.int16),
                       "drafter": "vllm", "aggregate": True})
-    if any(t for t, _ in rows["target"]):           # the model_name label: the served (target) model
-        R["target"] = rep(rows["target"])
+    if any(p[2] for p in parts):           # the model_name label: the served (target) model
+        R["target"] = rep([p[2] or None for p in parts])
     R.insert(4, "root_entropy", pd.array([None] * len(R), dtype="Float32"))
     notes.append(f"{path}: {len(R)} rounds from the counters (round order within an interval is not known: sorted "
                  "by accepted length)")
     run = file_run(run_id=base, drafter={"kind": "vllm"}, source={"format": "vllm-prometheus",
-                                                                                     "file": str(path)})
+                                                                  "file": str(path)})
     return FileResult(str(path), "vllm", R, pd.DataFrame(), notes, run)
+
+
+def _histogram(h, what: str, path, lineno) -> np.ndarray:
+    """A dense accepted-count histogram from a list, or from a sparse {"j": n} map."""
+    try:
+        if isinstance(h, dict):
+            dense = np.zeros(max((int(k) for k in h), default=-1) + 1, dtype=np.int64)
+            for k, v in h.items():
+                dense[int(k)] = int(v)
+            return dense
+        return np.asarray([int(x) for x in h], dtype=np.int64)
+    except (TypeError, ValueError):
+        raise LogError(path, f"line {lineno}: {what} is not a list of counts",
+                       "log the response as the server sent it") from None
+
+
+def _steps(sd: dict, K, path, lineno):
+    """(accepted, horizon, how) of one response's steps: how is "ordered", "by-length", "histogram" or None."""
+    acc_l, dr_l = sd.get("per_step_accepted"), sd.get("per_step_drafted")
+    if isinstance(acc_l, list):
+        acc = np.asarray(acc_l, dtype=np.int64)
+        if isinstance(dr_l, list):
+            hor = np.asarray(dr_l, dtype=np.int64)
+            if hor.size != acc.size:
+                raise LogError(path, f"line {lineno}: per_step_drafted lists {hor.size} steps, per_step_accepted "
+                                     f"{acc.size}", "log the response as the server sent it")
+        else:
+            hor = np.full(acc.size, -1 if K is None else K, dtype=np.int64)
+        return acc, hor, "ordered"
+    by_len = sd.get("acceptance_histogram_by_draft_length")
+    if isinstance(by_len, dict) and by_len:
+        acc, hor = [], []
+        for k, h in sorted(by_len.items(), key=lambda kv: int(kv[0])):
+            h = _histogram(h, "acceptance_histogram_by_draft_length", path, lineno)
+            acc.append(np.repeat(np.arange(h.size), h))
+            hor.append(np.full(int(h.sum()), int(k)))
+        return np.concatenate(acc), np.concatenate(hor), "by-length"
+    hist = sd.get("acceptance_histogram")
+    if isinstance(hist, (list, dict)):
+        h = _histogram(hist, "acceptance_histogram", path, lineno)
+        acc = np.repeat(np.arange(h.size), h)
+        return acc, np.full(acc.size, -1 if K is None else K, dtype=np.int64), "histogram"
+    return None, None, None
+
+
+def _ms(metrics: dict, key: str):
+    v = metrics.get(key)
+    return None if v is None else float(v)
 
 
 def _responses(path: Path, lines, horizon, task) -> FileResult:
     base = run_base(path)
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
-    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "round", "target")}
-    P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens", "target")}
-    unordered = skipped = 0
+    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "target")}
+    P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens", "prefill_ms", "decode_ms",
+                         "target")}
+    how_n = {"ordered": 0, "by-length": 0, "histogram": 0}
+    short = skipped = 0
     for lineno, rec in lines.records:
         if isinstance(rec, dict) and isinstance(rec.get("data"), dict):
             rec = rec["data"]
-        sd = ((rec or {}).get("metrics") or {}).get("speculative_decoding") if isinstance(rec, dict) else None
+        metrics = (rec or {}).get("metrics") if isinstance(rec, dict) else None
+        sd = metrics.get("speculative_decoding") if isinstance(metrics, dict) else None
         if not isinstance(sd, dict):
             skipped += 1
             continue
@@ -174,30 +265,26 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
         tgt = None if rec.get("model") in (None, "") else str(rec["model"])   # the OpenAI response's served model
         K = sd.get("num_spec_tokens")
         K = horizon_for(horizon, (path.name, base, "vllm", "*")) if K is None else int(K)
-        steps = sd.get("per_step_accepted")
-        hist = sd.get("acceptance_histogram")
-        if isinstance(steps, list):
-            acc = np.asarray(steps, dtype=np.int64)
-        elif isinstance(hist, list):
-            acc = np.repeat(np.arange(len(hist)), np.asarray(hist, dtype=np.int64))
-            unordered += 1
-        else:
-            acc = None
-        if acc is not None and K is None:
+        acc, hor, how = _steps(sd, K, path, lineno)
+        if acc is not None and (hor < 0).any():
             raise LogError(path, f"line {lineno}: num_spec_tokens is missing", "pass --horizon L")
         if acc is not None and acc.size:
-            if (acc < 0).any() or acc.max() > K:
-                raise LogError(path, f"line {lineno}: accepted counts outside 0..num_spec_tokens ({K})",
-                               "check the response; num_spec_tokens is the deepest draft offset")
+            if (acc < 0).any() or (acc > hor).any() or (K is not None and hor.max() > K):
+                raise LogError(path, f"line {lineno}: accepted counts outside 0..the drafted length (at most "
+                                     f"num_spec_tokens = {K})", "check the response; num_spec_tokens is the deepest "
+                                                                "draft offset")
+            how_n[how] += 1
             n_steps = sd.get("num_spec_steps")
             if n_steps is not None and int(n_steps) != acc.size:
                 notes.append(f"{path}: line {lineno}: num_spec_steps {n_steps} differs from the {acc.size} steps listed")
+            if how == "histogram" and sd.get("num_draft_tokens") is not None and \
+                    int(sd["num_draft_tokens"]) < K * acc.size:
+                short += 1
             R["prompt_id"].append((pid, acc.size))
             R["task"].append((t, acc.size))
             R["target"].append((tgt, acc.size))
             R["accepted"].append(acc)
-            R["horizon"].append(np.full(acc.size, K))
-            R["round"].append(np.arange(acc.size))
+            R["horizon"].append(hor)
         usage = rec.get("usage") or {}
         P["prompt_id"].append(pid)
         P["task"].append(t)
@@ -205,22 +292,51 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
         P["new_tokens"].append(usage.get("completion_tokens"))
         P["prompt_tokens"].append(usage.get("prompt_tokens"))
         P["rounds"].append(sd.get("num_spec_steps", None if acc is None else int(acc.size)))
+        P["prefill_ms"].append(_ms(metrics, "time_to_first_token_ms"))
+        P["decode_ms"].append(_ms(metrics, "generation_time_ms"))
     if not P["prompt_id"]:
         raise LogError(path, "no response carries metrics.speculative_decoding",
-                       "start vLLM with --per-request-spec-decode-metrics summary (or detailed)")
-    if skipped:
-        notes.append(f"{path}: {skipped} record(s) without metrics.speculative_decoding ignored")
-    if unordered:
-        notes.append(f"{path}: {unordered} response(s) give only the acceptance histogram: rounds expanded from it, "
-                     "their order unknown (sorted by accepted length); --per-request-spec-decode-metrics detailed "
-                     "keeps the order")
+                       "start vLLM with --per-request-spec-decode-metrics summary (or detailed); when streaming, "
+                       "set stream_options.include_usage so that the final chunk carries the metrics")
+    notes += _response_notes(path, skipped, how_n, short, P)
+    return _response_frames(path, base, R, P, notes)
 
+
+def _response_notes(path, skipped: int, how_n: dict, short: int, P: dict) -> list:
+    notes = []
+    if skipped:
+        notes.append(f"{path}: {skipped} record(s) without metrics.speculative_decoding ignored (in a streamed "
+                     "capture: the content chunks)")
+    if how_n["by-length"]:
+        notes.append(f"{path}: {how_n['by-length']} response(s) give acceptance_histogram_by_draft_length: each step "
+                     "at the length it drafted, their order unknown (sorted by draft length, then accepted length); "
+                     "--per-request-spec-decode-metrics detailed keeps the order")
+    if how_n["histogram"]:
+        notes.append(f"{path}: {how_n['histogram']} response(s) give only the acceptance histogram: rounds expanded "
+                     "from it at horizon num_spec_tokens, their order unknown (sorted by accepted length); "
+                     "--per-request-spec-decode-metrics detailed keeps the order and each step's drafted length")
+    if short:
+        notes.append(f"{path}: {short} of them drafted fewer than num_spec_tokens tokens on some steps "
+                     "(num_draft_tokens < num_spec_tokens x num_spec_steps): the histogram does not say which, so "
+                     "a short step that accepted all it drafted is read as a rejection at num_spec_tokens")
+    if how_n["ordered"]:
+        notes.append(f"{path}: {how_n['ordered']} response(s) with per_step_accepted: rounds in order, each at its "
+                     "per_step_drafted length (num_spec_tokens where that list is absent)")
+    timed = sum(x is not None for x in P["decode_ms"])
+    notes.append(f"{path}: decode_ms is metrics.generation_time_ms (first to last output token) for {timed} of "
+                 f"{len(P['decode_ms'])} request(s); prefill_ms is time_to_first_token_ms (from scheduling, queueing "
+                 "excluded)" if timed else f"{path}: no metrics.generation_time_ms (start vLLM with "
+                 "--enable-per-request-metrics for the timing ledger)")
+    return notes
+
+
+def _response_frames(path, base: str, R: dict, P: dict, notes: list) -> FileResult:
     def rep(parts):
         return np.concatenate([np.repeat(np.array([x], dtype=object), k) for x, k in parts]) if parts else []
     if R["accepted"]:
         acc = np.concatenate(R["accepted"])
         rounds = pd.DataFrame({"run_id": base, "task": rep(R["task"]), "prompt_id": rep(R["prompt_id"]),
-                               "round": np.concatenate(R["round"]).astype(np.int32),
+                               "round": np.concatenate([np.arange(k) for _, k in R["prompt_id"]]).astype(np.int32),
                                "accepted": acc.astype(np.int16),
                                "horizon": np.concatenate(R["horizon"]).astype(np.int16), "drafter": "vllm"})
         rounds.insert(4, "root_entropy", pd.array([None] * len(rounds), dtype="Float32"))
@@ -230,19 +346,27 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
         rounds = pd.DataFrame()
     if not any(P["target"]):
         del P["target"]
+    for c in ("prefill_ms", "decode_ms"):
+        if all(x is None for x in P[c]):
+            del P[c]
     prompts = pd.DataFrame({"run_id": base, **P, "drafter": "vllm"})
     for c in ("new_tokens", "rounds", "prompt_tokens"):
         prompts[c] = pd.array(prompts[c], dtype="Int64")
+    for c in ("prefill_ms", "decode_ms"):
+        if c in prompts:
+            prompts[c] = pd.array(prompts[c], dtype="Float64")
     notes.append(f"{path}: vllm responses, {len(prompts)} requests, {len(rounds)} rounds; no root_entropy")
     run = file_run(run_id=base, drafter={"kind": "vllm"},
-                       source={"format": "vllm-responses", "file": str(path)})
+                   source={"format": "vllm-responses", "file": str(path)})
     return FileResult(str(path), "vllm", rounds, prompts, notes, run)
 
 
-def import_file(path, *, horizon=None, skip_bad=False, task=None, raw: bytes | None = None) -> FileResult:
+def import_file(path, *, horizon=None, skip_bad=False, task=None, raw: bytes | None = None,
+                chain: ScrapeChain | None = None) -> FileResult:
+    """One vLLM file: a Prometheus scrape (continuing ``chain``, the scrapes read before it in
+    the same import) or a file of responses (JSON lines, an array, or a streamed capture)."""
     path = as_loc(path)
     raw = open_bytes(path) if raw is None else raw
-    head = raw.lstrip()[:1]
-    if head not in (b"{", b"["):
-        return _prometheus(path, raw.decode("utf-8", "replace"), horizon, task)
+    if is_prometheus(raw) or not (raw.lstrip()[:1] in (b"{", b"[") or is_sse(raw)):
+        return _prometheus(path, raw.decode("utf-8", "replace"), horizon, task, chain)
     return _responses(path, read_json_lines(path, skip_bad, raw), horizon, task)
