@@ -128,7 +128,7 @@ def _interval(path, where: str, model: str, d: dict, p, K: int):
     elif p[0].size != cur.size or (cur < p[0]).any() or cum[0] < p[1][0] or cum[1] < p[1][1]:
         raise LogError(path, f"{where} ({model or 'model'}): the counters go backwards from the scrape before "
                              "(a server restart, another server, or files passed out of order)",
-                       "pass the scrapes of one server run, in the order they were taken (one import per run)")
+                       "pass the scrapes of one server run, in the order they were taken (one command per run)")
     else:
         delta, dtok = cur - p[0], (cum[0] - p[1][0], cum[1] - p[1][1])
     n = delta[:-1] - delta[1:]
