@@ -407,8 +407,9 @@ def _uri_input(path):
 #: Optional columns read whenever a file has them, whatever ``columns`` asks for: they say which
 #: arm a row belongs to (several target models are kept apart: glance_law.data.arms) and at which
 #: depth a round cut at the end of an output was drafted (glance_law.data.selection.with_drafted_horizons:
-#: without it a projected read would count a last round that accepted 0 as a round that drafted nothing).
-ALWAYS_READ = ("target", "drafted_horizon")
+#: without it a projected read would count a last round that accepted 0 as a round that drafted nothing)
+#: and whether the rounds are in decoding order (round_order: analyses that need the order refuse the rest).
+ALWAYS_READ = ("target", "drafted_horizon", "round_order")
 
 
 #: The refusal of a round-level analysis given prompt-level logs only: what they are, what they allow.

@@ -120,6 +120,12 @@ ROUND_COLUMNS: tuple[Column, ...] = (
     _c("target", pa.string(), STRING, False,
        "The target model that verified the round (e.g. vicuna-7b-v1.3; null if unknown). The "
        "analyses keep the rounds of different targets apart (glance_law.data.arms).", nullable=True),
+    _c("round_order", pa.string(), STRING, False,
+       "Whether the rounds of this prompt are in decoding order: 'known' (null or absent reads "
+       "as known), 'unknown' (one prompt's rounds rebuilt from a per-request histogram) or 'pooled' "
+       "(rounds rebuilt from server counters: pseudo-prompts, neither order nor prompt known). "
+       "Analyses that need the order refuse the other two (glance_law.data.selection.require_order).",
+       nullable=True),
     _c("position", pa.int32(), INT, False,
        "Number of tokens generated before this round's root (0 for the first round); the "
        "round commits output tokens position+1 .. position+len(committed) (the Hugging Face "

@@ -20,7 +20,7 @@ from .keys import cluster_codes
 
 __all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "compact_counts", "cluster_ids", "prepare", "no_draft_causes",
            "output_ending", "with_drafted_horizons", "DRAFTED_NOTE", "no_draft_rounds", "tokens_per_round",
-           "TOKENS_PER_ROUND_NOTE"]
+           "TOKENS_PER_ROUND_NOTE", "ROUND_ORDER", "unordered_rounds", "require_order"]
 
 POOLED = "pooled"
 
@@ -139,6 +139,39 @@ TOKENS_PER_ROUND_NOTE = ("tau = mean accepted + 1 over the drafted rounds (horiz
                          "read; tokens_per_round = mean accepted + 1 over every round, the rounds in which nothing "
                          "was drafted (horizon 0: one token each) included - the tokens a verify pass commits, what "
                          "speed depends on (no_draft_rounds counts those rounds)")
+
+
+#: The column that says whether a prompt's rounds are in decoding order (docs/schema.md): null or
+#: absent reads as ``known``; ``unknown``: one prompt's rounds rebuilt from a histogram; ``pooled``:
+#: rounds rebuilt from server counters (pseudo-prompts: neither the order nor the prompt is known).
+ROUND_ORDER = "round_order"
+_UNORDERED = {"unknown": "rebuilt from per-request acceptance histograms",
+              "pooled": "rebuilt from server counters, pseudo-prompts with no real prompt behind them"}
+
+
+def unordered_rounds(frame: pd.DataFrame, kinds=("unknown", "pooled")) -> np.ndarray:
+    """Mask of the rounds whose ``round_order`` is one of ``kinds`` (all False without the column)."""
+    if ROUND_ORDER not in getattr(frame, "columns", ()) or not len(frame):
+        return np.zeros(len(frame), dtype=bool)
+    return frame[ROUND_ORDER].astype(object).isin(list(kinds)).to_numpy()
+
+
+def require_order(frame: pd.DataFrame, needs: str, instead: str, kinds=("unknown", "pooled")) -> None:
+    """Raise :class:`GlanceError` (one line) when any round of ``frame`` has a ``round_order`` in
+    ``kinds``. ``needs``: what the analysis needs that those rows do not record ("the policy
+    replay needs the order of rounds within each prompt"). The line names the runs (the files
+    they were imported from) and drafters, and ends with ``instead``: what can be run on them."""
+    bad = unordered_rounds(frame, kinds)
+    if not bad.any():
+        return
+    sub = frame.loc[bad]
+    runs = sorted({str(x) for x in sub["run_id"]}) if "run_id" in sub.columns else []
+    drafters = sorted({str(x) for x in sub["drafter"]}) if "drafter" in sub.columns else []
+    why = "; ".join(f"{k}: {_UNORDERED[k]}" for k in _UNORDERED if (sub[ROUND_ORDER].astype(object) == k).any())
+    arm = (f"run {', '.join(runs[:4])}" + (f" (+{len(runs) - 4} more)" if len(runs) > 4 else "")
+           + (f", drafter {', '.join(drafters)}" if drafters else ""))
+    raise GlanceError(f"{needs}, which {int(bad.sum())} round(s) of {arm} do not record (round_order {why}); "
+                      f"{instead}")
 
 
 def no_draft_rounds(frame: pd.DataFrame, by: str | None, conditions=("matched",),

@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..data.arms import label_targets, plain_drafter
 from ..data.schema import SUPPLIED_BY
+from ..data.selection import require_order
 from ..errors import GlanceError, MissingColumnError
 from ..law import fit_law
 from ..replay import chain_run, replay_arrays, round_arrays
@@ -93,13 +94,21 @@ class PolicyData:
         return self.curve[np.arange(self.rounds), s].astype(np.float64)
 
 
+#: What the refusal of rows without a known round order suggests instead (docs/your-logs.md).
+ORDER_INSTEAD = ("their tau and P(a = L) per task need no order: run python -m glance_law.fit on them (without "
+                 "--tail for pooled counters); a replay needs per-step logs (vLLM --per-request-spec-decode-metrics "
+                 "detailed, glance-log)")
+
+
 def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition: str | None = "matched",
                   task: str | None = None, keep_undrafted: bool = False) -> tuple[pd.DataFrame, str, list[str]]:
     """One drafter's drafted rounds of one condition (and task): (frame, drafter, notes saying what
     was left out). ``drafter`` may be omitted when the logs hold one speculative drafter.
     ``keep_undrafted``: keep the drafter's rounds with horizon 0 (a sequential replay needs every
     round of a stream). Rounds of several target models are told apart by the arm label
-    ``drafter @ target`` (:func:`glance_law.data.arms.label_targets`): name the arm as ``drafter``."""
+    ``drafter @ target`` (:func:`glance_law.data.arms.label_targets`): name the arm as ``drafter``.
+    Rounds whose order is not known (``round_order`` unknown or pooled: rebuilt from histograms or
+    counters) are refused in one line: every replay steps through a prompt's rounds in order."""
     notes: list[str] = []
     frame = label_targets(frame, notes)
     if condition is not None and "condition" in frame.columns:
@@ -133,6 +142,7 @@ def select_rounds(frame: pd.DataFrame, *, drafter: str | None = None, condition:
             frame = frame.loc[~ar]
     if frame.empty:
         raise GlanceError(f"no drafted round of drafter {drafter!r} to evaluate")
+    require_order(frame, f"the policy replay of {drafter} steps through each prompt's rounds in order", ORDER_INSTEAD)
     return frame, drafter, notes
 
 

@@ -494,7 +494,7 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
     >>> sorted(tail.to_frame()["task"])[:2]
     ['caption', 'chartqa']
     """
-    from glance_law.data.selection import as_frame, prepare
+    from glance_law.data.selection import as_frame, prepare, require_order
     if threshold is None and not 0.0 < float(quantile) <= 1.0:
         raise GlanceError(f"quantile must lie in (0, 1] (got {quantile})")
     if threshold is not None and not (np.isfinite(float(threshold)) and float(threshold) >= 0):
@@ -502,6 +502,13 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
     arm_notes: list[str] = []           # several targets, or drafter names altered to label arms
     frame, skipped = as_frame(rounds, arm_notes)
     notes: list[str] = [f"skipped {p}: {r}" if str(p) not in r else f"skipped {r}" for p, r in skipped] + arm_notes
+    # its intervals, bootstrap design effect and held-out splits are prompt-clustered: counters pooled over
+    # requests have pseudo-prompts only (a per-request histogram keeps its prompt and is read as a histogram)
+    require_order(frame, "the tail test needs real prompts (its intervals, design effect and held-out splits cluster "
+                         "rounds by prompt)",
+                  "their pooled run-length histogram needs no prompts: python -m glance_law.fit without --tail "
+                  "gives tau and P(a = L); per-request logs (vLLM --per-request-spec-decode-metrics, SGLang "
+                  "responses) allow the tail", kinds=("pooled",))
     whole = "root_entropy" not in frame.columns or not frame["root_entropy"].notna().any()
     if whole:  # no entropy measured: the regime is the whole log (every drafted round), no law, no cap
         frame = frame.assign(root_entropy=np.zeros(len(frame), dtype=np.float32))

@@ -176,7 +176,8 @@ def _frames(path, base: str, P: dict, R: dict, notes: list, how: dict) -> FileRe
         rounds = pd.DataFrame({"run_id": base, "task": rep(R["task"]), "prompt_id": rep(R["prompt_id"]),
                                "round": np.concatenate([np.arange(n) for _, n in R["prompt_id"]]).astype(np.int32),
                                "accepted": acc.astype(np.int16),
-                               "horizon": np.concatenate(R["horizon"]).astype(np.int16), "drafter": "sglang"})
+                               "horizon": np.concatenate(R["horizon"]).astype(np.int16), "drafter": "sglang",
+                               "round_order": "unknown"})       # expanded from a histogram (docs/schema.md)
         rounds.insert(4, "root_entropy", pd.array([None] * len(rounds), dtype="Float32"))
         if any(x for x, _ in R["target"]):
             rounds["target"] = rep(R["target"])

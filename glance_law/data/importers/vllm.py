@@ -184,7 +184,7 @@ def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None)
                       "round": np.concatenate([np.arange(p[3].size) for p in parts]).astype(np.int32),
                       "accepted": acc.astype(np.int16),
                       "horizon": np.concatenate([np.full(p[3].size, p[4]) for p in parts]).astype(np.int16),
-                      "drafter": "vllm", "aggregate": True})
+                      "drafter": "vllm", "aggregate": True, "round_order": "pooled"})
     if any(p[2] for p in parts):           # the model_name label: the served (target) model
         R["target"] = rep([p[2] or None for p in parts])
     R.insert(4, "root_entropy", pd.array([None] * len(R), dtype="Float32"))
@@ -246,7 +246,7 @@ def _ms(metrics: dict, key: str):
 def _responses(path: Path, lines, horizon, task) -> FileResult:
     base = run_base(path)
     notes = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
-    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "target")}
+    R = {k: [] for k in ("prompt_id", "task", "accepted", "horizon", "target", "round_order")}
     P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens", "prefill_ms", "decode_ms",
                          "target")}
     how_n = {"ordered": 0, "by-length": 0, "histogram": 0}
@@ -283,6 +283,7 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
             R["prompt_id"].append((pid, acc.size))
             R["task"].append((t, acc.size))
             R["target"].append((tgt, acc.size))
+            R["round_order"].append(("known" if how == "ordered" else "unknown", acc.size))
             R["accepted"].append(acc)
             R["horizon"].append(hor)
         usage = rec.get("usage") or {}
@@ -342,6 +343,7 @@ def _response_frames(path, base: str, R: dict, P: dict, notes: list) -> FileResu
         rounds.insert(4, "root_entropy", pd.array([None] * len(rounds), dtype="Float32"))
         if any(x for x, _ in R["target"]):
             rounds["target"] = rep(R["target"])
+        rounds["round_order"] = rep(R["round_order"])     # histograms: order unknown (docs/schema.md)
     else:
         rounds = pd.DataFrame()
     if not any(P["target"]):
