@@ -106,7 +106,7 @@ class Inputs:
         from glance_law.data.io import LogSet
         r = self.rounds
         cols = [c for c in ("run_id", "task", "prompt_id", "round", "condition", "drafter", "root_entropy",
-                            "accepted", "horizon") if c in r.frame.columns]
+                            "accepted", "horizon", "round_order") if c in r.frame.columns]
         light = LogSet(r.kind, r.frame[cols], r.files, r.skipped, r.other, r.notes)
         self._cache["tail_future"] = executor.submit(_tail_job, light, self.options)
 
