@@ -62,10 +62,13 @@ def _one_line(err: str, prog: str) -> str:
 def test_importers_mark_the_round_order(prom, sglang, tmp_path):
     assert set(import_logs(prom).rounds["round_order"]) == {"pooled"}
     assert set(import_logs(sglang).rounds["round_order"]) == {"unknown"}
-    f = write_jsonl(tmp_path / "resp.jsonl", [_vllm_response(0, steps=[3, 0, 1]), _vllm_response(1, hist=[2, 1, 0, 1])])
+    by_len = _vllm_response(2)
+    by_len["metrics"]["speculative_decoding"]["acceptance_histogram_by_draft_length"] = {"2": [1, 0, 1], "3": [0, 0, 0, 2]}
+    f = write_jsonl(tmp_path / "resp.jsonl", [_vllm_response(0, steps=[3, 0, 1]), _vllm_response(1, hist=[2, 1, 0, 1]),
+                                              by_len])
     r = import_logs(f).rounds
     by = r.groupby("prompt_id", observed=True)["round_order"].agg(lambda s: set(s.astype(str)))
-    assert by.to_dict() == {"req-0": {"known"}, "req-1": {"unknown"}}
+    assert by.to_dict() == {"req-0": {"known"}, "req-1": {"unknown"}, "req-2": {"unknown"}}
     assert r.loc[r.prompt_id == "req-0", "accepted"].tolist() == [3, 0, 1]
     # ingest writes the column; a projected read keeps it (glance_law.data.io.ALWAYS_READ)
     from glance_law.ingest import main as ingest
