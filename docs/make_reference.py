@@ -132,8 +132,8 @@ def cli_md() -> str:
                     "maps to `{}` and has a row under `skipped`; each table keeps every column, intervals as "
                     "`x, x_lo, x_hi`, missing numbers as null, and all of its notes):", "", "```", shape, "```", ""]
     out += ["The training scripts of the embedded default (`python -m glance_log.train.target`, "
-            "`python -m glance_log.train.block`, `python -m glance_log.train.evaluate`) document their options "
-            "with `--help`.", ""]
+            "`python -m glance_log.train.block`, `python -m glance_log.train.evaluate`) and the block-head recipe "
+            "for a real target (`python -m glance_log.train.block_real`) document their options with `--help`.", ""]
     return "\n".join(out)
 
 
