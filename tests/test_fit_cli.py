@@ -118,7 +118,7 @@ def test_prompt_files_alone_are_the_wrong_kind(tmp_path, capsys):
     p = write_table(pd.DataFrame({"run_id": ["r"], "prompt_id": ["p"], "task": ["t"]}), tmp_path / "prompts.parquet",
                     kind="prompts")
     rc, out, err = run([p], capsys)
-    assert rc == 2 and out == "" and "no rounds files" in err and "prompts" in err
+    assert rc == 2 and out == "" and "no per-round rows" in err and "prompts" in err and len(err.strip().splitlines()) == 1
 
 
 def test_example_log_text_and_all_formats(capsys):
@@ -305,9 +305,9 @@ def test_law_only_reads_the_columns_it_needs(tmp_path, monkeypatch):
     seen = {}
     real = cli.read_logs
 
-    def spy(paths, kind, columns=None, skip_bad=False):
+    def spy(paths, kind, columns=None, skip_bad=False, **kw):
         seen["columns"] = columns
-        return real(paths, kind, columns=columns, skip_bad=skip_bad)
+        return real(paths, kind, columns=columns, skip_bad=skip_bad, **kw)
 
     monkeypatch.setattr(cli, "read_logs", spy)
     assert cli.main([str(EXAMPLE), "--format", "csv", "--out", str(tmp_path / "o.csv")]) == 0
