@@ -173,6 +173,12 @@ def _to_device(values, device, dtype=torch.long) -> torch.Tensor:
     return t
 
 
+def _emitted(stream: list, eos: Sequence[int], max_new: int) -> tuple[list, str]:
+    """The emitted tokens (cut at the first end-of-sequence token or max_new) and why they stop."""
+    stop, reason = _stop_index(stream, eos, max_new)
+    return stream[:stop], reason
+
+
 def _stop_index(stream: list, eos: Sequence[int], max_new: int):
     """Length of the emitted stream and why it stopped (None while it has not)."""
     eos = set(eos)
@@ -194,6 +200,108 @@ def _policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int,
                       position=np.array([position], dtype=np.float64),
                       prev_accepted=np.array([prev[0]], np.int64), prev_shape=np.array([prev[1]], np.int64))
     return int(apply_policy(policy, stats)[0])
+
+
+def _prefill(target, drafter: Drafter, prompt, cache, forced: Forced | None, temperature: float, generator):
+    """The prompt into ``cache`` and the drafter started: (last logits row, hidden state, the first
+    root on the host and on the device)."""
+    last_logits, hidden = target.prefill(prompt, cache)
+    drafter.start(target, prompt)
+    if drafter.wants_rows:
+        drafter.observe(torch.arange(target.cache_len(cache), device=target.device), target.cache_len(cache))
+    if forced is not None:
+        root = int(forced.stream[0])
+        return last_logits, hidden, root, torch.tensor(root, device=target.device)
+    root_dev = _select(last_logits[None], temperature, generator)[0]
+    return last_logits, hidden, int(root_dev), root_dev          # decoder sync (host walk needs it)
+
+
+def _proposal_fields(prop: Proposal | None, horizon: int) -> dict:
+    """A round event's fields read off the drafter's proposal."""
+    return {"draft_passes": 0 if prop is None else int(prop.passes),
+            "point_mass": bool(prop.point_mass) if prop is not None else False,
+            "full_logp": None if (prop is None or prop.full_logp is None or horizon == 0) else prop.full_logp[:horizon]}
+
+
+def _draft_tree(prop: Proposal | None, budget: int, branch_k: int, policy, depth_policy: bool, root_row, zero,
+                position: int, prev: tuple[int, int]):
+    """The round's tree from the drafter's proposal: (tree or None, logq rows, id rows) on the host.
+    A policy picks the round's shape from the root's statistics, which ride in the same
+    device-to-host copy as the top-k rows (no extra synchronisation)."""
+    empty = (None, np.zeros((0, 1), np.float32), np.zeros((0, 1), np.int64))
+    if prop is None or prop.horizon == 0 or (budget <= 0 and policy is None):
+        return empty
+    k = 1 if (prop.point_mass or depth_policy) else max(1, min(int(branch_k), prop.logq.shape[1]))
+    n_round = budget
+    if policy is None:
+        lq = prop.logq[:, :k].float().cpu().numpy()            # decoder sync: the tree is built on the host
+    else:
+        rs = device_root_stats(root_row[None], zero, zero)[0, :2]
+        both = torch.cat([prop.logq[:, :k].float().reshape(-1), rs]).cpu().numpy()
+        lq = both[:-2].reshape(-1, k)
+        n_round = _policy_shape(policy, lq, both[-2:], position, prev)
+    ii = prop.ids[:, :k].cpu().numpy()
+    tree = build_tree(lq, n_round) if n_round > 0 else None
+    if tree is None or tree.size == 0:
+        return empty
+    return tree, lq, ii
+
+
+def _verify_tree(target, cache, root: int, tree: Tree | None, node_tokens: np.ndarray):
+    """ONE target pass over the root and the tree's nodes (ancestor-only mask, positions past +
+    depth): (logits rows, hidden rows, the tokens verified on the host)."""
+    dev = target.device
+    tokens_h = np.concatenate([[root], node_tokens]).astype(np.int64)
+    depth_h = np.concatenate([[0], tree.depth if tree is not None else []]).astype(np.int64)
+    logits, hid = target.verify(cache, _to_device(tokens_h, dev), _to_device(depth_h, dev),
+                                _full_ancestors(tree, dev))
+    return logits, hid, tokens_h
+
+
+def _walk(children, node_tokens: np.ndarray, row_tok_h: list, room: int, eos_set: set) -> tuple[list, bool]:
+    """The longest path the target itself takes through the tree (row indices, 0 = the root), at
+    most ``room`` nodes, stopping after an accepted end-of-sequence token; and whether it ended the
+    output there. A live decode stops where its output does: the walk accepts nothing past an
+    accepted end-of-sequence token or past max_new_tokens (a real decoder discards those tokens,
+    so counting them would inflate the logged accepted length); the round then commits no bonus
+    token."""
+    path, cur = [0], -1                                         # -1 = root
+    while len(path) - 1 < room:
+        want_tok = row_tok_h[path[-1]]
+        nxt = next((c for c in children[cur + 1] if int(node_tokens[c]) == want_tok), None)
+        if nxt is None:
+            return path, False
+        path.append(nxt + 1)
+        cur = nxt
+        if int(node_tokens[nxt]) in eos_set:
+            return path, True
+    return path, False
+
+
+def _commit_forced(target, cache, past: int, forced: Forced, rounds: int, position: int, children,
+                   node_tokens: np.ndarray, hid) -> tuple[list, list, torch.Tensor]:
+    """Teacher forcing: commit the live round's tokens (those inside the verified tree gathered from
+    it, the rest run through one causal pass). Returns (committed tokens with the next root, the
+    forced accepted tokens, the hidden state that predicts the next root)."""
+    n_forced = len(forced.positions)
+    seg_end = forced.positions[rounds + 1] if rounds + 1 < n_forced else len(forced.stream) - 1
+    forced_acc = [int(t) for t in forced.stream[position + 1:seg_end]]
+    frow, fcur = [0], -1                                        # the forced tokens through the tree
+    for t in forced_acc:
+        nxt = next((c for c in children[fcur + 1] if int(node_tokens[c]) == t), None)
+        if nxt is None:
+            break
+        frow.append(nxt + 1)
+        fcur = nxt
+    target.commit(cache, past, frow, None)
+    rest = forced_acc[len(frow) - 1:]
+    if rest:
+        _, hx = target.extend(cache, _to_device(rest, target.device))
+        hidden_next = hx[-1]
+    else:
+        hidden_next = hid[frow[-1]]
+    committed = forced_acc + ([int(forced.stream[seg_end])] if seg_end < len(forced.stream) else [])
+    return committed, forced_acc, hidden_next
 
 
 @torch.inference_mode()
@@ -224,23 +332,14 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
     cache = target.new_cache()
 
     p0 = mark()
-    last_logits, hidden = target.prefill(prompt, cache)
-    drafter.start(target, prompt)
-    if drafter.wants_rows:
-        drafter.observe(torch.arange(target.cache_len(cache), device=dev), target.cache_len(cache))
-    if forced is not None:
-        root = int(forced.stream[0])
-        root_dev = torch.tensor(root, device=dev)
-    else:
-        root_dev = _select(last_logits[None], temperature, generator)[0]
-        root = int(root_dev)                                   # decoder sync (host walk needs it)
+    last_logits, hidden, root, root_dev = _prefill(target, drafter, prompt, cache, forced, temperature, generator)
     p1 = mark()
     stream = [root]
     root_row = last_logits if forced is None else None         # the row that predicted the root
     zero = torch.zeros(1, dtype=torch.long, device=dev) if policy is not None else None
     rounds = 0
     prev = (-1, -1)                                            # previous round's (accepted, shape) for policies
-    acc_log, hor_log, pos_log = [], [], []
+    logs = ([], [], [])                                        # accepted, horizon, position per round
     n_forced = len(forced.positions) if forced is not None else None
     d0 = mark()
     done = forced is None and (root in eos_set or len(stream) >= max_new_tokens)
@@ -254,73 +353,29 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                            hidden=hidden, round=rounds)
         prop: Proposal | None = drafter.propose(state)
         # 2. tree (host, numpy)
-        tree = None
-        logq_h = np.zeros((0, 1), np.float32)
-        ids_h = np.zeros((0, 1), np.int64)
-        if prop is not None and prop.horizon > 0 and (budget > 0 or policy is not None):
-            k = 1 if (prop.point_mass or depth_policy) else max(1, min(int(branch_k), prop.logq.shape[1]))
-            n_round = budget
-            if policy is None:
-                lq = prop.logq[:, :k].float().cpu().numpy()    # decoder sync: the tree is built on the host
-            else:
-                # the root's entropy and margin ride in the same copy as the top-k rows (no extra sync)
-                rs = device_root_stats(root_row[None], zero, zero)[0, :2]
-                both = torch.cat([prop.logq[:, :k].float().reshape(-1), rs]).cpu().numpy()
-                lq = both[:-2].reshape(-1, k)
-                n_round = _policy_shape(policy, lq, both[-2:], len(stream) - 1, prev)
-            ii = prop.ids[:, :k].cpu().numpy()
-            tree = build_tree(lq, n_round) if n_round > 0 else None
-            if tree is None or tree.size == 0:
-                tree = None
-            else:
-                logq_h, ids_h = lq, ii
+        tree, logq_h, ids_h = _draft_tree(prop, budget, branch_k, policy, depth_policy, root_row, zero,
+                                          len(stream) - 1, prev)
         # horizon: the deepest offset the drafter proposed (the schema's L), not the tree's
         # depth - the per-offset vectors and top-k rows cover every proposed offset, so the
         # replay can place the target path at any budget
-        horizon = 0 if tree is None else int(lq.shape[0])
+        horizon = 0 if tree is None else int(logq_h.shape[0])
         n = 0 if tree is None else tree.size
         node_tokens = tree.tokens(ids_h) if tree is not None else np.zeros(0, np.int64)
-        tokens_h = np.concatenate([[root], node_tokens]).astype(np.int64)
-        depth_h = np.concatenate([[0], tree.depth if tree is not None else []]).astype(np.int64)
         m1 = mark()                                             # drafting + tree building end here
         # 3. one target pass
         past = target.cache_len(cache)
-        logits, hid = target.verify(cache, _to_device(tokens_h, dev), _to_device(depth_h, dev),
-                                    _full_ancestors(tree, dev))
+        logits, hid, tokens_h = _verify_tree(target, cache, root, tree, node_tokens)
         m2 = mark()
         # 4. the walk
         row_tok = _select(logits, temperature, generator)
         row_tok_h = row_tok.tolist()                            # decoder sync: the walk is on the host
         children = tree.children() if tree is not None else [[]]
-        path = [0]
-        cur = -1                                                # -1 = root
-        # a live decode stops where its output does: the walk accepts nothing past an
-        # accepted end-of-sequence token or past max_new_tokens (a real decoder discards
-        # those tokens, so counting them would inflate the logged accepted length); the
-        # round then commits no bonus token
-        room = max_new_tokens - len(stream) if forced is None else 1 << 30
-        ended = False
-        while len(path) - 1 < room:
-            want_tok = row_tok_h[path[-1]]
-            nxt = None
-            for c in children[cur + 1]:
-                if int(node_tokens[c]) == want_tok:
-                    nxt = c
-                    break
-            if nxt is None:
-                break
-            path.append(nxt + 1)
-            cur = nxt
-            if int(node_tokens[nxt]) in eos_set:
-                ended = True
-                break
+        room = max_new_tokens - len(stream) if forced is None else 1 << 30      # see _walk
+        path, ended = _walk(children, node_tokens, row_tok_h, room, eos_set)
         accepted = len(path) - 1
         prev = (accepted, 0 if tree is None else int(tree.size))
         ended = ended or accepted >= room
-        if ended and tree is not None:
-            # the proposal is cut at the output's end: offsets past it do not exist, so the
-            # round's horizon is its accepted run (every available token was accepted: the
-            # law's a = L), and its per-offset rows stop there too
+        if ended and tree is not None:          # cut at the output's end: horizon = accepted (a = L)
             horizon = accepted
             logq_h, ids_h = logq_h[:accepted], ids_h[:accepted]
         own = [int(tokens_h[r]) for r in path[1:]] + ([] if ended else [int(row_tok_h[path[-1]])])
@@ -335,67 +390,42 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
             if drafter.wants_rows:
                 raise NotImplementedError("teacher-forced replay does not support drafters that read "
                                           "target layer states of committed rows (DFlash)")
-            seg_end = forced.positions[rounds + 1] if rounds + 1 < n_forced else len(forced.stream) - 1
-            forced_acc = [int(t) for t in forced.stream[position + 1:seg_end]]
-            # follow the forced tokens through the tree as far as they go
-            frow, fcur = [0], -1
-            for t in forced_acc:
-                nxt = next((c for c in children[fcur + 1] if int(node_tokens[c]) == t), None)
-                if nxt is None:
-                    break
-                frow.append(nxt + 1)
-                fcur = nxt
-            target.commit(cache, past, frow, None)
-            rest = forced_acc[len(frow) - 1:]
-            if rest:
-                _, hx = target.extend(cache, _to_device(rest, dev))
-                hidden_next = hx[-1]
-            else:
-                hidden_next = hid[frow[-1]]
-            committed = forced_acc + ([int(forced.stream[seg_end])] if seg_end < len(forced.stream) else [])
+            committed, forced_acc, hidden_next = _commit_forced(target, cache, past, forced, rounds, position,
+                                                                children, node_tokens, hid)
             obs_rows = None
         m3 = mark()
         if obs_rows is not None:
             drafter.observe(obs_rows, target.cache_len(cache))
         if want:
             ev = RoundEvent(round=rounds, position=position, root=root, accepted=accepted,
-                            committed=own, horizon=horizon, budget=n, tree=tree,
-                            logq=logq_h, ids=ids_h, draft_passes=0 if prop is None else int(prop.passes),
-                            point_mass=bool(prop.point_mass) if prop is not None else False,
+                            committed=own, horizon=horizon, budget=n, tree=tree, logq=logq_h, ids=ids_h,
                             verify_logits=logits, path_rows=path_dev, row_tokens=row_tok,
-                            full_logp=None if (prop is None or prop.full_logp is None or horizon == 0)
-                            else prop.full_logp[:horizon],
                             marks=(m0, m1, m2, m3), drafter=drafter.name,
-                            own_tokens=None if forced is None else own, root_logits=root_row)
+                            own_tokens=None if forced is None else own, root_logits=root_row,
+                            **_proposal_fields(prop, horizon))
             for cb in callbacks:
                 cb.on_round(ev)
-        acc_log.append(accepted)
-        hor_log.append(horizon)
-        pos_log.append(position)
+        for log, v in zip(logs, (accepted, horizon, position)):
+            log.append(v)
         rounds += 1
         stream.extend(committed)
         if forced is None:
             done = len(stream) >= max_new_tokens or any(t in eos_set for t in committed)
         elif len(committed) == len(forced_acc):
             break                                              # the forced stream ended inside this round
-        hidden = hidden_next
-        if forced is None:
-            root_row = logits[path[-1]]
-        root = stream[-1]
+        hidden, root = hidden_next, stream[-1]
+        root_row = logits[path[-1]] if forced is None else None
         root_dev = row_tok[path[-1]] if (forced is None) else torch.tensor(root, device=dev)
     d1 = mark()
-    if forced is None:
-        stop, reason = _stop_index(stream, eos, max_new_tokens)
-        tokens = stream[:stop]
-    else:
-        tokens, reason = list(stream[:forced.emitted]), "forced"
+    tokens, reason = (_emitted(stream, eos, max_new_tokens) if forced is None
+                      else (list(stream[:forced.emitted]), "forced"))
     timer.resolve()
     pev = PromptEvent(prompt_tokens=prompt.n_tokens, tokens=tokens, resolve_stream=list(stream), rounds=rounds,
                       stop_reason=reason, prefill_marks=(p0, p1), decode_marks=(d0, d1), timer=timer,
                       forced=forced is not None)
     for cb in callbacks:
         cb.on_prompt_end(pev)
-    return DecodeResult(tokens=tokens, rounds=rounds, accepted=acc_log, horizons=hor_log, positions=pos_log,
+    return DecodeResult(tokens=tokens, rounds=rounds, accepted=logs[0], horizons=logs[1], positions=logs[2],
                         stop_reason=reason, prompt_tokens=prompt.n_tokens, prefill_ms=timer.ms(p0, p1),
                         decode_ms=timer.ms(d0, d1), resolve_stream=list(stream))
 
