@@ -176,7 +176,7 @@ def test_every_format_escapes_log_strings():
     assert "<img" not in md and re.search(r"(?<!\\)\]\(", md) is None      # no raw HTML, no link
     lines = md.splitlines()
     assert sum(line.startswith("|") for line in lines) == 2 + 3      # header, rule, three rows
-    assert "1.000 [0.500, 1.500]" in md                             # numbers and intervals untouched
+    assert "1.0 [0.5, 1.5]" in md                                   # numbers and intervals untouched
     text = F.render(_frame(), "text", f"title {EVIL}", notes)
     assert not any(line.startswith("| fake") for line in text.splitlines())
     assert len(text.splitlines()) == 2 + 2 + 3 + 2                   # title, blank, header, rule, rows, blank, note

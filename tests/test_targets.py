@@ -48,8 +48,9 @@ def raw(name):
 
 
 def drafted_rounds_by_task(name) -> Counter:
-    """Brute force: rounds with a draft (horizon > 0) per category, from the raw answers. The last
-    step of each turn is output-ending (horizon = accepted), so a last step of value 1 drafts nothing."""
+    """Brute force: the rounds the law, the tail and the reduced cells read, per category, from the
+    raw answers. The last step of each turn is output-ending (horizon = accepted), so a last step of
+    value 1 (accepted 0) is left out there, as a run censored at 0."""
     out: Counter = Counter()
     for r in raw(name):
         c = r["choices"][0]
@@ -60,6 +61,15 @@ def drafted_rounds_by_task(name) -> Counter:
                 if not (s == d - 1 and al[k] == 1):
                     out[r["category"]] += 1
                 k += 1
+    return out
+
+
+def verification_steps_by_task(name) -> Counter:
+    """Brute force: every verification step per category (the summary's rounds: a turn's last step
+    that accepted 0 is read at its drafted depth, issue 24 item 5), i.e. every accept_lengths entry."""
+    out: Counter = Counter()
+    for r in raw(name):
+        out[r["category"]] += len(r["choices"][0]["accept_lengths"])
     return out
 
 
@@ -125,7 +135,7 @@ def test_summary_rows_per_target_with_brute_force_counts(fit_json):
                                   ("vicuna-7b-v1.3", "ssd [float16-temperature-0.0]", VI_SSD),
                                   ("vicuna-7b-v1.3", "ssd [OLD-70d9e9b]", VI_OLD)):
         rows = s.loc[(s["target"] == target) & (s["drafter"] == drafter)].set_index("task")
-        want = drafted_rounds_by_task(name)
+        want = verification_steps_by_task(name)
         assert {t: int(rows.loc[t, "rounds"]) for t in want} == dict(want)
         assert rows.loc["pooled", "rounds"] == sum(want.values())
         # the horizon is the file's own: 3 for vicuna ssd (method table), 4 for llama2 (its data reach 4)
