@@ -31,14 +31,18 @@ POOLED = "pooled"
 NEXT_SECTIONS = (("--tail", "the tail test"), ("--order", "the task ordering"), ("--offsets", "the per-offset acceptance"))
 
 
-def _num(x, d: int = 2) -> str:
+def _finite(x) -> float | None:
+    """``x`` as a finite float, or None (missing, not a number, infinite)."""
     try:
         x = float(x)
     except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(x):
-        return "-"
-    return f"{x:.{d}f}"   # one rule: an estimate and its bounds at the same decimals, whatever their size
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _num(x, d: int = 2) -> str:
+    x = _finite(x)
+    return "-" if x is None else f"{x:.{d}f}"   # one rule: an estimate and its bounds at the same decimals
 
 
 def _pct(x) -> str:
@@ -92,21 +96,13 @@ def _contrast(law_table, drafter: str, task: str, checks) -> str:
 
 
 def _signed(x, d: int = 2) -> str:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return "-"
-    return "-" if not math.isfinite(x) else f"{x:+.{d}f}"
+    x = _finite(x)
+    return "-" if x is None else f"{x:+.{d}f}"
 
 
 def _p(x) -> str:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(x):
-        return "-"
-    return f"{x:.1e}" if 0 < x < 1e-3 else f"{x:.3f}"
+    x = _finite(x)
+    return "-" if x is None else (f"{x:.1e}" if 0 < x < 1e-3 else f"{x:.3f}")
 
 
 def rank_phrase(rho, p, alpha: float = 0.05) -> str:
