@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_importers import prom_scrape
 
 from glance_law.data.importers import detect_format, import_logs
 from glance_law.io import LogError
@@ -96,16 +97,9 @@ def test_vllm_streamed_capture(tmp_path):
 
 
 def prom(drafts, draft_tokens, accepted, per_pos, model="m"):
-    """vLLM V1 SpecDecodingProm counters as prometheus_client exposes them (_total, _created)."""
-    lab = f'engine="0",model_name="{model}"'
-    out = ["# TYPE vllm:spec_decode_num_drafts_total counter",
-           f"vllm:spec_decode_num_drafts_total{{{lab}}} {float(drafts)}",
-           f"vllm:spec_decode_num_drafts_created{{{lab}}} 1.7e9",
-           f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {float(draft_tokens)}",
-           f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {float(accepted)}"]
-    out += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {float(v)}'
-            for i, v in enumerate(per_pos)]
-    return "\n".join(out) + "\n"
+    """vLLM V1 SpecDecodingProm counters as prometheus_client exposes them (tests/test_importers.py's
+    prom_scrape), ending with a newline as a scrape does."""
+    return prom_scrape(drafts, draft_tokens, accepted, per_pos, model) + "\n"
 
 
 def counters(acc, k):
