@@ -23,6 +23,20 @@ LAW_INPUT = _sel.LAW_INPUT
 
 
 
+def _check_options(method, level, n_boot, bins, ceiling_bins, cov) -> None:
+    """fit_law's arguments, one line each when wrong (before anything is read)."""
+    if method not in ("mle", "nls"):
+        raise GlanceError(f"unknown method {method!r}; choose 'mle' or 'nls'")
+    if not 0.0 < float(level) < 1.0:
+        raise GlanceError(f"level must lie strictly between 0 and 1 (got {level})")
+    if int(n_boot) < 0:
+        raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
+    if int(bins) < 2 or int(ceiling_bins) < 2:
+        raise GlanceError("bins and ceiling_bins must be >= 2")
+    if cov not in ("cr3", "cr1"):
+        raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
+
+
 def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: float = 0.95, n_boot: int = 0,
             seed: int = 0, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
             cluster: Sequence[str] = CLUSTER_BY, bins: int = 10, ceiling_bins: int = _ceiling.DEFAULT_BINS,
@@ -75,14 +89,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     >>> law.to_frame()["task"].iloc[-1]
     'pooled'
     """
-    if method not in ("mle", "nls"):
-        raise GlanceError(f"unknown method {method!r}; choose 'mle' or 'nls'")
-    if not 0.0 < float(level) < 1.0:
-        raise GlanceError(f"level must lie strictly between 0 and 1 (got {level})")
-    if int(n_boot) < 0:
-        raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
-    if int(bins) < 2 or int(ceiling_bins) < 2:
-        raise GlanceError("bins and ceiling_bins must be >= 2")
+    _check_options(method, level, n_boot, bins, ceiling_bins, cov)
     arm_notes: list[str] = []           # several targets, or drafter names altered to label arms
     frame, skipped = _sel.as_frame(rounds, arm_notes)
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
@@ -90,8 +97,6 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     data = _sel.prepare(frame, by, condition, weight, cluster, notes, native=True)
     # once: the pooled group's prompts then need no relabelling (nor counting, with one drafter)
     data["cl"], G_all, counts_all = _sel.compact_counts(data["cl"])
-    if cov not in ("cr3", "cr1"):
-        raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
     interval = "bootstrap" if n_boot > 0 else cov
     opt = dict(method=method, level=float(level), n_boot=int(n_boot), seed=int(seed), bins=int(bins),
                ceiling_bins=int(ceiling_bins), alpha=float(alpha), min_r2_curve=float(min_r2_curve),
