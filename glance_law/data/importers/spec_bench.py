@@ -28,6 +28,7 @@ import math
 import re
 from array import array
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -295,7 +296,68 @@ def _read_choice(c: dict):
     return v, lens, how, nt, wt, turns, int(key != "accept_lengths")
 
 
+@dataclass
+class _File:
+    """One answer file as :func:`import_file` reads it: where it is, whose run it is, the horizon
+    it takes (``spec``: an int, ``"hf-heuristic"`` or None), and the notes so far."""
+
+    path: Path
+    notes: list
+    base: str
+    model_id: str
+    target: str
+    method: str | None
+    drafter: str
+    override: object
+    spec: object
+    qcat: dict
+    recs: list
+
+
+@dataclass
+class _Tally:
+    """What the answers held that becomes a note (or, when nothing is usable, the refusal)."""
+
+    seen: Counter = field(default_factory=Counter)      # question id -> answers so far (repeated runs)
+    empty: list = field(default_factory=list)
+    mismatch: list = field(default_factory=list)
+    badval: list = field(default_factory=list)
+    why_bad: Counter = field(default_factory=Counter)
+    hows: Counter = field(default_factory=Counter)
+    error_turns: list = field(default_factory=list)
+    error_only: list = field(default_factory=list)
+    multi: int = 0
+    idx_only: int = 0
+    steps_only: int = 0
+    no_qid: int = 0
+    no_cat: int = 0
+    colon_key: int = 0
+    error_kept: int = 0
+    zero_tokens: int = 0
+
+
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
+    """One Spec-Bench answer file: its rounds (one per ``accept_lengths`` entry), its prompt rows
+    (one per answer, with the per-turn counts) and the notes (see the module docstring)."""
+    f = _open_file(path, lines, horizon)
+    answers, tally = _read_answers(f, task)
+    _answer_notes(f, tally, answers, task)
+    _check_token_idxs(f, answers)
+    flat = array("q")                   # every answer's values, in order
+    for a in answers:
+        if a[3] is not None:
+            flat.extend(a[3])
+    flat_a = np.frombuffer(flat, dtype=np.int64) if flat.itemsize == 8 else np.asarray(flat, dtype=np.int64)
+    _check_horizon(f, flat_a, any(a[3] is not None for a in answers))
+    P, turns, nan_wall = _prompt_rows(f.base, answers)
+    cols = _round_columns(f, answers, flat_a, turns) if turns[0] else None
+    _file_notes(f, tally, nan_wall, cols)
+    rounds, prompts = _tables(f, P, turns, cols)
+    return FileResult(str(f.path), "spec-bench", rounds, prompts, f.notes, _run(f))
+
+
+def _open_file(path, lines, horizon) -> _File:
+    """The answer records of a file, its model id (one per file), target, method and horizon."""
     path = as_loc(path)
     notes: list[str] = [f"{path}: skipped corrupt line {i} ({what})" for i, what in lines.bad]
     recs = [(i, r) for i, r in lines.records if isinstance(r, dict) and isinstance(r.get("choices"), list)]
@@ -331,149 +393,168 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                                      method, "*"))
     table = METHODS.get(method) if method else None
     spec = int(override) if override is not None else table
+    return _File(path, notes, base, model_id, target, method, drafter, override, spec, qcat, recs)
 
-    # --- per answer: turns and their values --------------------------------------
-    seen: Counter = Counter()
-    empty, mismatch, badval, multi, idx_only, nan_wall, tok_mismatch = [], [], [], 0, 0, 0, 0
-    no_qid, no_cat, hows, why_bad = 0, 0, Counter(), Counter()
-    colon_key, error_turns, error_only, error_kept, steps_only, zero_tokens = 0, [], [], 0, 0, 0
 
-    answers = []     # ((run k, choice), qid, task, values | None, steps per turn, turn ids, new_tokens, wall, line)
-    for lineno, r in recs:
+def _read_answers(f: _File, task) -> tuple[list, _Tally]:
+    """Per usable choice: ((run k, choice), question id, task, values | None, steps per turn, turn
+    ids, new_tokens, wall_time, line). Choices left out are counted in the tally."""
+    t = _Tally()
+    answers = []
+    for lineno, r in f.recs:
         q = r.get("question_id")
         if q is None:
-            no_qid += 1
+            t.no_qid += 1
             q = f"line-{lineno}"
         qid = str(q)
-        seen[qid] += 1
-        k = seen[qid]
+        t.seen[qid] += 1
+        k = t.seen[qid]
         ch = r["choices"]
         if len(ch) > 1:
-            multi += 1
+            t.multi += 1
         cat = r.get("category")
         if cat is None:
-            cat = qcat.get(qid)
+            cat = f.qcat.get(qid)
         if cat is None:
-            no_cat += 1
+            t.no_cat += 1
         tsk = str(cat) if cat is not None else (task or "unknown")
         for ci, c in enumerate(ch or [{}]):
             got = _read_choice(c if isinstance(c, dict) else {})
             if isinstance(got, str):          # why the choice is left out
                 if got == "empty":
-                    empty.append(qid)
+                    t.empty.append(qid)
                 elif got == "mismatch":
-                    mismatch.append(qid)
+                    t.mismatch.append(qid)
                 else:
-                    badval.append(qid)
-                    why_bad[got] += 1
+                    t.badval.append(qid)
+                    t.why_bad[got] += 1
                 continue
-            v, lens, how, nt, wt, turns, colon = got
-            colon_key += colon
-            if spec == 0 and v is None and how == "idxs-only" and nt and not any(nt) and any(lens):
-                nt = list(lens)     # an AR step commits one token: idx + 1 tokens per turn
-                zero_tokens += 1
-            if v is None:
-                if how == "idxs-only":
-                    idx_only += 1
-                else:
-                    steps_only += 1
-            else:
-                hows[how] += 1
-            # a turn whose text is "ERROR": the benchmark caught an exception there and logged stale numbers
-            tids = list(range(len(lens)))
-            err = [t for t, x in enumerate(turns) if isinstance(x, str) and x.strip() == "ERROR"]
-            if err:
-                if len(turns) != len(lens):
-                    error_kept += 1
-                else:
-                    keep = [t for t in tids if t not in err]
-                    error_turns.append(qid)
-                    if not keep:
-                        error_only.append(qid)
-                        continue
-                    if v is not None:
-                        starts = np.concatenate([[0], np.cumsum(lens)]).tolist()
-                        v = array("q", [x for t in keep for x in v[starts[t]:starts[t + 1]]])
-                    nt = [nt[t] for t in keep] if len(nt) == len(lens) else nt
-                    wt = [wt[t] for t in keep] if len(wt) == len(lens) else wt
-                    lens = [lens[t] for t in keep]
-                    tids = keep
-            answers.append(((k, ci), qid, tsk, v, lens, tids, nt, wt, lineno))
+            kept = _choice_turns(f.spec, got, qid, t)
+            if kept is not None:
+                answers.append(((k, ci), qid, tsk, *kept, lineno))
+    return answers, t
 
-    if empty:
-        notes.append(f"{path}: {len(empty)} answer(s) with empty accept_lengths (no decoding steps; the run "
-                     f"failed on them) left out: question_id {ids_list(empty)}")
-    if mismatch:
-        notes.append(f"{path}: {len(mismatch)} answer(s) whose decoding_steps do not sum to the length of "
+
+def _choice_turns(spec, got, qid: str, t: _Tally):
+    """(values, steps per turn, turn ids, new_tokens, wall_time) of one read choice, its 'ERROR'
+    turns left out (None when no other turn is left); counts what it saw in ``t``."""
+    v, lens, how, nt, wt, turns, colon = got
+    t.colon_key += colon
+    if spec == 0 and v is None and how == "idxs-only" and nt and not any(nt) and any(lens):
+        nt = list(lens)     # an AR step commits one token: idx + 1 tokens per turn
+        t.zero_tokens += 1
+    if v is None:
+        if how == "idxs-only":
+            t.idx_only += 1
+        else:
+            t.steps_only += 1
+    else:
+        t.hows[how] += 1
+    # a turn whose text is "ERROR": the benchmark caught an exception there and logged stale numbers
+    tids = list(range(len(lens)))
+    err = [i for i, x in enumerate(turns) if isinstance(x, str) and x.strip() == "ERROR"]
+    if err:
+        if len(turns) != len(lens):
+            t.error_kept += 1
+        else:
+            keep = [i for i in tids if i not in err]
+            t.error_turns.append(qid)
+            if not keep:
+                t.error_only.append(qid)
+                return None
+            if v is not None:
+                starts = np.concatenate([[0], np.cumsum(lens)]).tolist()
+                v = array("q", [x for i in keep for x in v[starts[i]:starts[i + 1]]])
+            nt = [nt[i] for i in keep] if len(nt) == len(lens) else nt
+            wt = [wt[i] for i in keep] if len(wt) == len(lens) else wt
+            lens = [lens[i] for i in keep]
+            tids = keep
+    return v, lens, tids, nt, wt
+
+
+#: The note per way of splitting the values into turns (:func:`split_turns`' ``how``).
+_HOW_NOTES = (("nested", "give accept_lengths as one list per turn: turns taken from those lists"),
+              ("single", "have one turn and decoding_steps that miss or disagree with accept_lengths: "
+                         "the whole list read as that turn"),
+              ("new_tokens", "have decoding_steps that disagree with accept_lengths: turns split where "
+                             "the running sum of accept_lengths meets each turn's new_tokens"),
+              ("idxs", "give per-turn idxs (the loop index of each turn's last step; Spec-Bench before "
+                       "April 2024) instead of decoding_steps: turns of idx + 1 steps"),
+              ("steps+1", "count one decoding step fewer per turn than accept_lengths holds (Token "
+                          "Recycling's step counter skips the last step): turns of decoding_steps + 1"))
+
+
+def _answer_notes(f: _File, t: _Tally, answers: list, task) -> None:
+    """The notes on what was left out or read otherwise; the refusal when no answer is usable."""
+    path, notes, base = f.path, f.notes, f.base
+    if t.empty:
+        notes.append(f"{path}: {len(t.empty)} answer(s) with empty accept_lengths (no decoding steps; the run "
+                     f"failed on them) left out: question_id {ids_list(t.empty)}")
+    if t.mismatch:
+        notes.append(f"{path}: {len(t.mismatch)} answer(s) whose decoding_steps do not sum to the length of "
                      "accept_lengths, with several turns that new_tokens cannot split either, left out: "
-                     f"question_id {ids_list(mismatch)}")
-    if badval:
-        notes.append(f"{path}: {len(badval)} answer(s) with unreadable or impossible values left out ("
-                     + "; ".join(f"{w}: {n}" for w, n in why_bad.most_common(3)) + f"): question_id {ids_list(badval)}")
-    for how, what in (("nested", "give accept_lengths as one list per turn: turns taken from those lists"),
-                      ("single", "have one turn and decoding_steps that miss or disagree with accept_lengths: "
-                                 "the whole list read as that turn"),
-                      ("new_tokens", "have decoding_steps that disagree with accept_lengths: turns split where "
-                                     "the running sum of accept_lengths meets each turn's new_tokens"),
-                      ("idxs", "give per-turn idxs (the loop index of each turn's last step; Spec-Bench before "
-                               "April 2024) instead of decoding_steps: turns of idx + 1 steps"),
-                      ("steps+1", "count one decoding step fewer per turn than accept_lengths holds (Token "
-                                  "Recycling's step counter skips the last step): turns of decoding_steps + 1")):
-        n = hows.get(how, 0)
+                     f"question_id {ids_list(t.mismatch)}")
+    if t.badval:
+        notes.append(f"{path}: {len(t.badval)} answer(s) with unreadable or impossible values left out ("
+                     + "; ".join(f"{w}: {n}" for w, n in t.why_bad.most_common(3))
+                     + f"): question_id {ids_list(t.badval)}")
+    for how, what in _HOW_NOTES:
+        n = t.hows.get(how, 0)
         if n:
             notes.append(f"{path}: {n} answer(s) {what}")
-    if colon_key:
-        notes.append(f"{path}: {colon_key} answer(s) name the per-step lengths 'accept_lengths:' (the misspelt key of "
-                     "Spec-Bench's March 2024 PLD/SpS/lookahead scripts): read as accept_lengths")
-    if error_turns:
-        notes.append(f"{path}: {len(error_turns)} answer(s) hold turns whose text is 'ERROR' (the benchmark caught an "
-                     "exception there, and Spec-Bench's eval.py then logs the previous turn's steps, tokens, time and "
-                     "accept_lengths again): those turns left out"
-                     + (f" ({len(error_only)} answer(s) had no other turn)" if error_only else "")
-                     + f": question_id {ids_list(error_turns)}")
-    if error_kept:
-        notes.append(f"{path}: {error_kept} answer(s) hold an 'ERROR' turn but turns that do not align with their "
+    if t.colon_key:
+        notes.append(f"{path}: {t.colon_key} answer(s) name the per-step lengths 'accept_lengths:' (the misspelt key "
+                     "of Spec-Bench's March 2024 PLD/SpS/lookahead scripts): read as accept_lengths")
+    if t.error_turns:
+        notes.append(f"{path}: {len(t.error_turns)} answer(s) hold turns whose text is 'ERROR' (the benchmark caught "
+                     "an exception there, and Spec-Bench's eval.py then logs the previous turn's steps, tokens, time "
+                     "and accept_lengths again): those turns left out"
+                     + (f" ({len(t.error_only)} answer(s) had no other turn)" if t.error_only else "")
+                     + f": question_id {ids_list(t.error_turns)}")
+    if t.error_kept:
+        notes.append(f"{path}: {t.error_kept} answer(s) hold an 'ERROR' turn but turns that do not align with their "
                      "step counts: kept as logged (their numbers may repeat the previous turn's)")
-    if multi:
-        notes.append(f"{path}: {multi} answer(s) hold several choices (independent decodes of the question, "
+    if t.multi:
+        notes.append(f"{path}: {t.multi} answer(s) hold several choices (independent decodes of the question, "
                      "Spec-Bench's --num-choices): every choice imported as a repeated decode of its question "
                      f"(run_id {base}#choice<i> for choices[i], i >= 1; one cluster per question)")
-    if no_qid:
-        notes.append(f"{path}: {no_qid} answer(s) without a question_id: prompt_id 'line-<line number>' (each its "
+    if t.no_qid:
+        notes.append(f"{path}: {t.no_qid} answer(s) without a question_id: prompt_id 'line-<line number>' (each its "
                      "own cluster, unpaired in the timing ledger)")
-    if no_cat:
-        notes.append(f"{path}: {no_cat} answer(s) without a category (none in the record"
-                     + (", nor in the question file beside it" if qcat else ", and no question.jsonl beside it")
+    if t.no_cat:
+        notes.append(f"{path}: {t.no_cat} answer(s) without a category (none in the record"
+                     + (", nor in the question file beside it" if f.qcat else ", and no question.jsonl beside it")
                      + f"): task '{task or 'unknown'}'" + ("" if task else " (pass --task NAME)"))
     if not answers:
-        raise LogError(path, f"no usable answers ({len(empty)} with empty accept_lengths, {len(mismatch)} with "
-                             f"step counts that disagree, {len(badval)} unreadable"
-                             + (f", {len(error_only)} with only 'ERROR' turns" if error_only else "") + ")",
+        raise LogError(path, f"no usable answers ({len(t.empty)} with empty accept_lengths, {len(t.mismatch)} with "
+                             f"step counts that disagree, {len(t.badval)} unreadable"
+                             + (f", {len(t.error_only)} with only 'ERROR' turns" if t.error_only else "") + ")",
                        "nothing to import from this file; rerun the benchmark for it or leave it out")
-    runs = max(seen.values())
+    runs = max(t.seen.values())
     if runs > 1:
         sizes = Counter(a[0][0] for a in answers)
-        notes.append(f"{path}: question ids repeat ({len(recs)} answers for {len(seen)} questions): split by "
+        notes.append(f"{path}: question ids repeat ({len(f.recs)} answers for {len(t.seen)} questions): split by "
                      f"order of appearance into {runs} runs ("
                      + ", ".join(f"{base}{'' if k == 1 else f'#run{k}'}: {sizes[k]}" for k in sorted(sizes))
                      + " answers)")
 
-    # --- idxs that count tokens, not steps --------------------------------------------
+
+def _check_token_idxs(f: _File, answers: list) -> None:
+    """Refuse idxs that count tokens, not steps (idx + 1 = new_tokens in every turn of a speculative run)."""
     pairs = [(d, n) for a in answers if a[3] is None and len(a[6]) == len(a[4]) for d, n in zip(a[4], a[6])]
-    if spec != 0 and method is not None and len(pairs) >= 3 and all(d == n for d, n in pairs):
-        raise LogError(path, f"every turn's idx + 1 equals its new_tokens ({len(pairs)} turns), a tau of exactly 1 "
-                             f"for the speculative method '{method}': these idxs count tokens, not decoding steps "
-                             "(Spec-Bench's early PLD and baseline scripts wrote idx = new_token - 1)",
+    if f.spec != 0 and f.method is not None and len(pairs) >= 3 and all(d == n for d, n in pairs):
+        raise LogError(f.path, f"every turn's idx + 1 equals its new_tokens ({len(pairs)} turns), a tau of exactly 1 "
+                               f"for the speculative method '{f.method}': these idxs count tokens, not decoding "
+                               "steps (Spec-Bench's early PLD and baseline scripts wrote idx = new_token - 1)",
                        "the file holds no step counts; import a run that logged accept_lengths or decoding_steps")
 
-    # --- horizon ---------------------------------------------------------------------
-    rounds_level = [a for a in answers if a[3] is not None]
-    flat = array("q")                   # every answer's values, in order
-    for a in rounds_level:
-        flat.extend(a[3])
-    flat_a = np.frombuffer(flat, dtype=np.int64) if flat.itemsize == 8 else np.asarray(flat, dtype=np.int64)
+
+def _check_horizon(f: _File, flat_a: np.ndarray, rounds_level: bool) -> None:
+    """The horizon against the values: refused when unknown or contradicted, raised (with a
+    warning) to the deepest accepted run when the method table's is too shallow."""
+    path, spec, method, model_id = f.path, f.spec, f.method, f.model_id
     vmax = int(flat_a.max()) if flat_a.size else 0
-    key = f"{target}-{method}" if method else model_id
+    key = f"{f.target}-{method}" if method else model_id
     if rounds_level and spec is None:
         why = (f"the method '{method}' has no fixed horizon in the method table" if method
                else f"no known method in model_id '{model_id}'")
@@ -487,39 +568,51 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                        f"pass the run's deepest draft offset: --horizon {method or key}=L (or horizon={{'"
                        f"{method or key}': L}}); its accept_lengths reach {vmax} (L >= {max(vmax - 1, 0)})")
     if rounds_level and isinstance(spec, int) and spec > 0 and vmax - 1 > spec:
-        if override is not None:
+        if f.override is not None:
             raise LogError(path, f"accept_lengths reach {vmax} (accepted {vmax - 1}), more than the horizon {spec} "
                                  "given with --horizon", "the data contradict that horizon: pass this run's deepest "
                            f"draft offset, e.g. --horizon {key}={vmax - 1} (or larger)")
-        notes.append(f"{path}: WARNING: accept_lengths reach {vmax} (accepted {vmax - 1}), more than the method "
-                     f"table's horizon {spec} for '{method}': this run drafted deeper than the table's default. "
-                     f"Imported with horizon {vmax - 1}, the largest accepted run observed (a lower bound on the "
-                     f"configured depth: rounds that reached it count as fully accepted); if you know the run's "
-                     f"depth, pass it: --horizon {key}=L")
-        spec = vmax - 1
-    if spec == 0 and vmax > 1:
+        f.notes.append(f"{path}: WARNING: accept_lengths reach {vmax} (accepted {vmax - 1}), more than the method "
+                       f"table's horizon {spec} for '{method}': this run drafted deeper than the table's default. "
+                       f"Imported with horizon {vmax - 1}, the largest accepted run observed (a lower bound on the "
+                       f"configured depth: rounds that reached it count as fully accepted); if you know the run's "
+                       f"depth, pass it: --horizon {key}=L")
+        f.spec = vmax - 1
+    if f.spec == 0 and vmax > 1:
         raise LogError(path, f"an autoregressive (vanilla) run with accept_lengths up to {vmax}",
                        "the data contradict the method; check model_id, or pass --horizon L for this file")
 
-    # --- rows (vectorised over the file) ---------------------------------------------------
-    P = {k: [] for k in ("run_id", "prompt_id", "task", "new_tokens", "decode_ms", "rounds", "turns")}
+
+#: The prompt table's columns as :func:`_prompt_rows` collects them (one entry per answer).
+_PROMPT_FIELDS = ("run_id", "prompt_id", "task", "new_tokens", "decode_ms", "rounds", "turns",
+                  "turn_tokens", "turn_rounds", "turn_ms")
+
+
+def _prompt_rows(base: str, answers: list):
+    """The prompt rows (column -> one value per answer), the turns that hold rounds (steps, turn
+    id, answer index, new_tokens or -1, line number per turn) and the answers with an unusable wall time."""
+    P = {k: [] for k in _PROMPT_FIELDS}
     lens, tturn, ans_of_turn, tok_want = [], [], [], []
+    nan_wall = 0
+    fsum, isfinite = math.fsum, math.isfinite
     for j, ((k, ci), qid, tsk, v, ds, tids, nt, wt, _lineno) in enumerate(answers):
-        run_id = base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
         try:
-            wsum = math.fsum(wt)
+            wsum = fsum(wt)
         except (TypeError, OverflowError):    # a null wall_time; inf + -inf
             wsum = math.nan
-        wall_ok = bool(wt) and math.isfinite(wsum)
+        wall_ok = bool(wt) and isfinite(wsum)
         if wt and not wall_ok:
             nan_wall += 1
-        P["run_id"].append(run_id)
+        P["run_id"].append(base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}"))
         P["prompt_id"].append(qid)
         P["task"].append(tsk)
         P["new_tokens"].append(int(sum(nt)) if nt else None)
         P["decode_ms"].append(wsum * 1000.0 if wall_ok else None)
         P["rounds"].append(int(sum(ds)))
         P["turns"].append(len(ds))
+        P["turn_rounds"].append(ds if min(ds, default=0) >= 0 else None)
+        P["turn_tokens"].append(nt if len(nt) == len(ds) and min(nt, default=0) >= 0 else None)
+        P["turn_ms"].append([w * 1000.0 for w in wt] if wall_ok and len(wt) == len(ds) and min(wt) >= 0 else None)
         if v is None:
             continue
         for i, (t, d) in enumerate(zip(tids, ds)):
@@ -528,78 +621,99 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                 tturn.append(t)
                 ans_of_turn.append(j)
                 tok_want.append(int(nt[i]) if i < len(nt) else -1)
+    return P, (lens, tturn, ans_of_turn, tok_want), nan_wall
+
+
+def _round_columns(f: _File, answers: list, v: np.ndarray, turns) -> dict:
+    """The round columns, vectorised over the file (rounds are in turn order, turns in answer
+    order): accepted, position, round, the output-ending flag and the drafted horizon; plus the
+    rounds per answer and the turns whose new_tokens differ from their values' sum."""
+    lens, tturn, ans_of_turn, tok_want = turns
     n_total = int(sum(lens))
+    lens_a = np.asarray(lens, dtype=np.int64)
+    tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
+    acc = v - 1
+    before = np.cumsum(v) - v
+    pos = before - np.repeat(before[tstart], lens_a)      # per-turn values repeat
+    end = np.zeros(n_total, dtype=bool)
+    end[tstart + lens_a - 1] = True
+    want = np.asarray(tok_want)
+    tok_mismatch = int(((want >= 0) & (np.add.reduceat(v, tstart) != want)).sum())
+    ans_a = np.asarray(ans_of_turn, dtype=np.int64)
+    a_rounds = np.bincount(ans_a, weights=lens_a, minlength=len(answers)).astype(np.int64)
+    a_start = np.concatenate([[0], np.cumsum(a_rounds)[:-1]])
+    rnd = np.arange(n_total) - np.repeat(a_start, a_rounds)      # per-answer values repeat
+    if f.spec == "hf-heuristic":
+        hor = _sps_horizons(f, answers, acc, tstart, turns)
+    else:
+        hor = np.full(n_total, int(f.spec), dtype=np.int64)
+    return {"n": n_total, "acc": acc, "pos": pos, "end": end, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
+            "turn": np.repeat(np.asarray(tturn, dtype=np.int16), lens_a), "tok_mismatch": tok_mismatch}
+
+
+def _sps_horizons(f: _File, answers: list, acc: np.ndarray, tstart: np.ndarray, turns) -> np.ndarray:
+    """Hugging Face's heuristic draft length of every round (:func:`sps_schedule`, inlined over the
+    whole file); refused when a round accepted more than the schedule drafted."""
+    lens, tturn, ans_of_turn, _ = turns
+    hl: list = []
+    put = hl.append
+    al = acc.tolist()
     sched_bad = []
-    if n_total:
-        v = flat_a
-        lens_a = np.asarray(lens, dtype=np.int64)
-        tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
-        acc = v - 1
-        csum = np.cumsum(v)
-        before = csum - v
-        pos = before - np.repeat(before[tstart], lens_a)      # rounds are in turn order: per-turn values repeat
-        end = np.zeros(n_total, dtype=bool)
-        end[tstart + lens_a - 1] = True
-        sums = np.add.reduceat(v, tstart)
-        want = np.asarray(tok_want)
-        tok_mismatch = int(((want >= 0) & (sums != want)).sum())
-        ans_a = np.asarray(ans_of_turn, dtype=np.int64)
-        a_rounds = np.bincount(ans_a, weights=lens_a, minlength=len(answers)).astype(np.int64)
-        a_start = np.concatenate([[0], np.cumsum(a_rounds)[:-1]])
-        rnd = np.arange(n_total) - np.repeat(a_start, a_rounds)      # answers in order: per-answer values repeat
-        if spec == "hf-heuristic":
-            hl: list = []
-            put = hl.append
-            al = acc.tolist()
-            for i, (s0, d) in enumerate(zip(tstart.tolist(), lens)):
-                h, bad = SPS_START, -1
-                for x, a in enumerate(al[s0:s0 + d]):       # sps_schedule, inlined over the whole file
-                    put(h)                                  # (turns are consecutive: hl[s0 + x] is this round's)
-                    if a > h and bad < 0:
-                        bad = x
-                    h = h + 2 if a == h else (h - 1 if h > 1 else 1)
-                if bad >= 0:
-                    ans = answers[ans_of_turn[i]]
-                    sched_bad.append((ans[1], tturn[i], bad, al[s0 + bad], hl[s0 + bad], ans[8]))
-            hor = np.asarray(hl, dtype=np.int64)
-        else:
-            hor = np.full(n_total, int(spec), dtype=np.int64)
+    for i, (s0, d) in enumerate(zip(tstart.tolist(), lens)):
+        h, bad = SPS_START, -1
+        for x, a in enumerate(al[s0:s0 + d]):       # turns are consecutive: hl[s0 + x] is this round's
+            put(h)
+            if a > h and bad < 0:
+                bad = x
+            h = h + 2 if a == h else (h - 1 if h > 1 else 1)
+        if bad >= 0:
+            ans = answers[ans_of_turn[i]]
+            sched_bad.append((ans[1], tturn[i], bad, al[s0 + bad], hl[s0 + bad], ans[8]))
     if sched_bad:
         qid, t, i, a, h, lineno = sched_bad[0]
-        raise LogError(path, f"the Hugging Face heuristic draft schedule (start {SPS_START}, +2 after a fully "
-                             f"accepted draft, else -1, at least 1) is contradicted in {len(sched_bad)} turn(s) "
-                             f"(first: question_id {qid} (line {lineno}), turn {t}, step {i}: accepted {a} > "
-                             f"reconstructed draft length {h})",
+        raise LogError(f.path, f"the Hugging Face heuristic draft schedule (start {SPS_START}, +2 after a fully "
+                               f"accepted draft, else -1, at least 1) is contradicted in {len(sched_bad)} turn(s) "
+                               f"(first: question_id {qid} (line {lineno}), turn {t}, step {i}: accepted {a} > "
+                               f"reconstructed draft length {h})",
                        "this run did not use that schedule; pass its draft length with --horizon L (or "
-                       f"horizon={{'{base.split('/')[-1]}': L}})")
-    if idx_only:
-        notes.append(f"{path}: {idx_only} answer(s) carry per-turn idxs and no per-step accept_lengths (the "
+                       f"horizon={{'{f.base.split('/')[-1]}': L}})")
+    return np.asarray(hl, dtype=np.int64)
+
+
+def _file_notes(f: _File, t: _Tally, nan_wall: int, cols: dict | None) -> None:
+    """The notes on what the file's answers carry (per-turn counts only, EAGLE's ids, timing)."""
+    path, notes, method = f.path, f.notes, f.method
+    if t.idx_only:
+        notes.append(f"{path}: {t.idx_only} answer(s) carry per-turn idxs and no per-step accept_lengths (the "
                      "EAGLE/Medusa repositories' own format): prompt rows only (rounds = idx + 1 per turn)")
-    if steps_only:
-        notes.append(f"{path}: {steps_only} answer(s) carry decoding_steps and no per-step accept_lengths: prompt "
+    if t.steps_only:
+        notes.append(f"{path}: {t.steps_only} answer(s) carry decoding_steps and no per-step accept_lengths: prompt "
                      "rows only (rounds = decoding_steps)")
-    if model_id.lower().startswith(EAGLE_PREFIX + "-") and method in ("eagle", "baseline"):
-        notes.append(f"{path}: model_id '{model_id}' is the EAGLE repository scripts' default id (ess-<target>): read as "
-                     f"{'the eagle method' if method == 'eagle' else 'its autoregressive baseline'} on target "
-                     f"'{target}'; those scripts keep this id whatever model they ran, so check the target")
-    if (idx_only or steps_only) and method is None:
-        notes.append(f"{path}: no known method in model_id '{model_id}' (EAGLE's own scripts name none): its prompt "
-                     f"rows are labelled drafter '{drafter}' on target '{target}'")
-    if zero_tokens:
-        notes.append(f"{path}: {zero_tokens} answer(s) of the autoregressive arm log new_tokens = 0 in every turn (EAGLE's "
-                     "gen_baseline_answer_*.py never counts them; its speed.py re-tokenises the text instead): "
-                     "new_tokens read as idx + 1 per turn (one token per decoding step)")
+    if f.model_id.lower().startswith(EAGLE_PREFIX + "-") and method in ("eagle", "baseline"):
+        notes.append(f"{path}: model_id '{f.model_id}' is the EAGLE repository scripts' default id (ess-<target>): "
+                     f"read as {'the eagle method' if method == 'eagle' else 'its autoregressive baseline'} on target "
+                     f"'{f.target}'; those scripts keep this id whatever model they ran, so check the target")
+    if (t.idx_only or t.steps_only) and method is None:
+        notes.append(f"{path}: no known method in model_id '{f.model_id}' (EAGLE's own scripts name none): its prompt "
+                     f"rows are labelled drafter '{f.drafter}' on target '{f.target}'")
+    if t.zero_tokens:
+        notes.append(f"{path}: {t.zero_tokens} answer(s) of the autoregressive arm log new_tokens = 0 in every turn "
+                     "(EAGLE's gen_baseline_answer_*.py never counts them; its speed.py re-tokenises the text "
+                     "instead): new_tokens read as idx + 1 per turn (one token per decoding step)")
     if nan_wall:
         notes.append(f"{path}: {nan_wall} answer(s) with a NaN, infinite or null wall_time: decode_ms left null")
-    if tok_mismatch:
-        notes.append(f"{path}: {tok_mismatch} turn(s) whose new_tokens differ from the sum of their accept_lengths "
-                     "(rounds kept as logged)")
+    if cols is not None and cols["tok_mismatch"]:
+        notes.append(f"{path}: {cols['tok_mismatch']} turn(s) whose new_tokens differ from the sum of their "
+                     "accept_lengths (rounds kept as logged)")
 
+
+def _tables(f: _File, P: dict, turns, cols: dict | None):
+    """The rounds table (None without per-step values) and the prompt table, strings
+    dictionary-encoded once per column (for the rounds and the prompts alike)."""
     enc: dict = {}
 
     def cat(name, idx):
-        """A dictionary-encoded string column of P[name] per answer, each repeated ``idx`` times
-        (the codes are made once per column, for the rounds and the prompts alike)."""
+        """P[name] per answer, each repeated ``idx`` times, as a dictionary array."""
         if name not in enc:
             values, index = P[name], {}
             codes = np.fromiter((index.setdefault(x, len(index)) for x in values), dtype=np.int32, count=len(values))
@@ -611,37 +725,45 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     def const(value, n):
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
 
-    drafter_name = "ar" if spec == 0 else drafter
-    if n_total:
+    drafter_name = "ar" if f.spec == 0 else f.drafter
+    rounds = None
+    if cols is not None:
+        n, a_rounds, acc, hor = cols["n"], cols["a_rounds"], cols["acc"], cols["hor"]
         rounds = pa.table({
             "run_id": cat("run_id", a_rounds), "task": cat("task", a_rounds),
-            "prompt_id": cat("prompt_id", a_rounds), "round": rnd.astype(np.int32),
-            "root_entropy": pa.nulls(n_total, pa.float32()),            # not measured by this format
-            "accepted": acc.astype(np.int16), "horizon": np.where(end, acc, hor).astype(np.int16),
-            "drafter": const(drafter_name, n_total), "target": const(target, n_total),
-            "position": pos.astype(np.int32), "turn": np.repeat(np.asarray(tturn, dtype=np.int16), lens_a),
-            "ends_output": end, "drafted_horizon": hor.astype(np.int16),
+            "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"].astype(np.int32),
+            "root_entropy": pa.nulls(n, pa.float32()),            # not measured by this format
+            "accepted": acc.astype(np.int16), "horizon": np.where(cols["end"], acc, hor).astype(np.int16),
+            "drafter": const(drafter_name, n), "target": const(f.target, n),
+            "position": cols["pos"].astype(np.int32), "turn": cols["turn"],
+            "ends_output": cols["end"], "drafted_horizon": hor.astype(np.int16),
         })
-    else:
-        rounds = None
     ones = np.ones(len(P["run_id"]), dtype=np.int64)
     prompts = pa.table({
         "run_id": cat("run_id", ones), "prompt_id": cat("prompt_id", ones), "task": cat("task", ones),
-        "drafter": const(drafter_name, ones.size), "target": const(target, ones.size), "new_tokens": pa.array(P["new_tokens"], pa.int32()),
-        "decode_ms": pa.array(P["decode_ms"], pa.float32()), "rounds": pa.array(P["rounds"], pa.int32()),
-        "turns": pa.array(P["turns"], pa.int16())})
-    if spec == "hf-heuristic" and n_total:
-        notes.append(f"{path}: draft lengths reconstructed from Hugging Face's heuristic schedule (start "
-                     f"{SPS_START} per turn, +2 after a fully accepted draft, else -1, at least 1); the data agree")
+        "drafter": const(drafter_name, ones.size), "target": const(f.target, ones.size),
+        "new_tokens": pa.array(P["new_tokens"], pa.int32()), "decode_ms": pa.array(P["decode_ms"], pa.float32()),
+        "rounds": pa.array(P["rounds"], pa.int32()), "turns": pa.array(P["turns"], pa.int16()),
+        "turn_tokens": pa.array(P["turn_tokens"], pa.list_(pa.int32())),
+        "turn_rounds": pa.array(P["turn_rounds"], pa.list_(pa.int32())),
+        "turn_ms": pa.array(P["turn_ms"], pa.list_(pa.float32()))})
+    spec = f.spec
+    if spec == "hf-heuristic" and cols is not None:
+        f.notes.append(f"{f.path}: draft lengths reconstructed from Hugging Face's heuristic schedule (start "
+                       f"{SPS_START} per turn, +2 after a fully accepted draft, else -1, at least 1); the data agree")
     how = ("autoregressive baseline (horizon 0)" if spec == 0 else
            "HF heuristic schedule" if spec == "hf-heuristic" else
-           f"horizon {spec} from " + ("--horizon" if override is not None else f"the method table ({method})"))
-    if n_total:
-        notes.append(f"{path}: spec-bench, {len(prompts)} answers, {n_total} rounds, drafter '{drafter_name}', "
-                     f"{how}; no root_entropy in this format; the last round of each turn is marked "
-                     "output-ending (horizon = accepted)")
-    run = file_run(run_id=base, target=target,
-                       drafter={"kind": method or "unknown", "name": drafter_name,
-                                "horizon": spec if not isinstance(spec, str) else spec},
-                       source={"format": "spec-bench", "file": str(path), "model_id": model_id})
-    return FileResult(str(path), "spec-bench", rounds, prompts, notes, run)
+           f"horizon {spec} from " + ("--horizon" if f.override is not None else f"the method table ({f.method})"))
+    if cols is not None:
+        f.notes.append(f"{f.path}: spec-bench, {len(prompts)} answers, {cols['n']} rounds, drafter '{drafter_name}', "
+                       f"{how}; no root_entropy in this format; the last round of each turn is marked "
+                       "output-ending (horizon = accepted)")
+    return rounds, prompts
+
+
+def _run(f: _File) -> dict:
+    """The file's glance.run document."""
+    drafter_name = "ar" if f.spec == 0 else f.drafter
+    return file_run(run_id=f.base, target=f.target,
+                    drafter={"kind": f.method or "unknown", "name": drafter_name, "horizon": f.spec},
+                    source={"format": "spec-bench", "file": str(f.path), "model_id": f.model_id})
