@@ -66,6 +66,8 @@ class Inputs:
     prompts: pd.DataFrame | None
     options: Options = field(default_factory=Options)
     _cache: dict = field(default_factory=dict)
+    #: the inputs hold per-turn counts only (no per-step rows): ``prompts`` carries them, ``rounds`` is empty
+    per_turn: bool = False
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -203,6 +205,9 @@ def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted"
 @section("summary", "Section 6", "per task: rounds, prompts, horizon, mean accepted length and tau with "
                                  "prompt-clustered intervals, P(a = L) (every log allows it)")
 def summary_table(inp: Inputs) -> list:
+    if inp.per_turn:           # per-turn counts: tokens per step per turn and prompt
+        from glance_law.evidence.turns import turn_tau
+        return [Table("summary_turns", turn_tau(inp.prompts, "task", inp.options.level))]
     from glance_law.evidence.summary import group_summary
     return [Table("summary_accepted", group_summary(inp.rounds, "task", inp.options.level))]
 
@@ -549,6 +554,8 @@ def timing(inp: Inputs) -> list:
     res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], n_boot=o.timing_boot, seed=o.seed, level=o.level)
     out = [Table("appE_timing", res)]
     f = inp.frame
+    if inp.per_turn:           # no rounds: no round-cost regression
+        return out
     is_ar = plain_drafter(f["drafter"]) == "ar"
     cols = ("round_ms", "draft_passes", "budget")
     if all(c in f.columns and f.loc[~is_ar, c].notna().any() for c in cols):

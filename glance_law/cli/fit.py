@@ -226,14 +226,14 @@ def law_result(logs: LogSet, args):
 
 def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=None,
            skipped: Sequence[tuple[str, str]] = (), law_skipped: str | None = None,
-           width: int | None = None) -> str:
+           width: int | None = None, closing: str | None = None) -> str:
     """The whole document.
 
     Human formats: one plain sentence per group (:mod:`glance_law.results.explain`), the
     per-group summary, the law table, each section's tables, the sections that could not run
     (each with the column it needs and the tool that records it) and a closing sentence; notes
     already printed under an earlier table are not repeated; text tables fit ``width``
-    characters. JSON: always the one versioned document of :func:`json_document`. CSV: the law
+    characters; ``closing`` replaces the closing sentence. JSON: always the one versioned document of :func:`json_document`. CSV: the law
     rows alone when nothing else was asked and the law was fitted; otherwise one
     ``# name: title`` block per table."""
     plain = not sections and not skipped and law is not None
@@ -251,7 +251,8 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
     from glance_law.results import explain
     blocks, seen, hidden = [], set(), False
     if summary is not None:
-        lines = explain.group_sentences(summary, law, law_skipped)
+        lines = (explain.turn_sentences(summary) if getattr(summary, "per_turn", False)
+                 else explain.group_sentences(summary, law, law_skipped))
         blocks.append(_sentences(lines, fmt))
     results = ([summary] if summary is not None else []) + ([law] if law is not None else []) + \
         [res for _, rs in sections for res in rs]
@@ -266,7 +267,7 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
         blocks.append(_sentences(explain.skipped_lines(skipped), fmt))
     if fmt == "text":
         given = [name for name, _ in sections] + [name for name, _ in skipped if name.startswith("--")]
-        blocks.append(explain.closing_sentence(hidden, given) + "\n")
+        blocks.append((closing or explain.closing_sentence(hidden, given)) + "\n")
     return "\n".join(blocks)
 
 
@@ -399,6 +400,15 @@ def _write(text: str, out: str | None) -> None:
     write_file(out, text)
 
 
+def _report_skips(logs: LogSet | None, skipped) -> None:
+    """The files skipped and the sections not run, one line each on stderr."""
+    from glance_law.results.explain import skipped_lines
+    for path, reason in (logs.skipped if logs is not None else ()):
+        print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
+    for line in skipped_lines(skipped):
+        print(f"{PROG}: {line}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
 
@@ -407,13 +417,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.engine or _reduce.inputs_reduced(args.paths):  # out of core: glance_law.scale (issue 9)
             law, sections = _reduce.cli_fit(args, mods)
         else:
-            logs = load(args, [m for _, m in mods])
-            for path, reason in logs.skipped:
-                print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
+            from glance_law.cli import perturn
+            from glance_law.data.io import PromptsOnlyError
+            try:
+                logs = load(args, [m for _, m in mods])
+                turns = perturn.per_turn_only(logs)
+            except PromptsOnlyError:       # per-turn counts only: the tables they allow
+                turns = True
+            if turns:
+                summary, sections, skipped, logs = perturn.fit_tables(args.paths, args, mods)
+                _report_skips(logs, skipped)
+                _write(render(None, sections, args.format, summary=summary, skipped=skipped,
+                              law_skipped=perturn.needs_steps("the law"), width=None if args.wide else _fmt.TEXT_WIDTH,
+                              closing=perturn.CLOSING), args.out)
+                return
+            _report_skips(logs, ())
             summary, law, law_skipped, sections, skipped = run_analyses(logs, args, mods)
-            from glance_law.results.explain import skipped_lines
-            for line in skipped_lines(skipped):
-                print(f"{PROG}: {line}", file=sys.stderr)
+            _report_skips(None, skipped)
             _write(render(law, sections, args.format, summary=summary, skipped=skipped, law_skipped=law_skipped,
                           width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
             return

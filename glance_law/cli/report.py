@@ -178,9 +178,16 @@ def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False
     foreign logs imported in memory, as ``--horizon``)."""
     from dataclasses import replace
 
+    from glance_law.cli import perturn
     from glance_law.data.arms import label_targets
-    from glance_law.data.io import read_logs
-    rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad, horizon=horizon)
+    from glance_law.data.io import PromptsOnlyError, read_logs
+    try:
+        rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad, horizon=horizon)
+        turns = perturn.per_turn_only(rounds)
+    except PromptsOnlyError:           # per-turn counts only: the summary and timing sections run on them
+        turns = True
+    if turns:
+        return per_turn_inputs(paths, options, skip_bad, horizon)
     notes: list[str] = []
     frame = label_targets(rounds.frame, notes)   # several target models: arm = drafter @ target, everywhere
     if notes:
@@ -188,6 +195,19 @@ def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False
     prompt_files = [f.path for f in rounds.other if f.kind == "prompts"]
     prompts = read_logs(prompt_files, "prompts", skip_bad=skip_bad).frame if prompt_files else None
     return A.Inputs(rounds=rounds, prompts=prompts, options=options)
+
+
+def per_turn_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None) -> A.Inputs:
+    """Inputs of per-turn counts (no per-step rows): the prompt rows, and an empty rounds set that
+    lists the prompt files as its other files (the manifest's inputs)."""
+    import pandas as pd
+
+    from glance_law.cli import perturn
+    from glance_law.data.io import LogSet
+    from glance_law.evidence.common import with_run_target
+    logs = perturn.read_prompts(paths, skip_bad, horizon)
+    rounds = LogSet("rounds", pd.DataFrame(), (), logs.skipped, logs.files, logs.notes)
+    return A.Inputs(rounds=rounds, prompts=with_run_target(logs), options=options, per_turn=True)
 
 
 def input_files(inp: A.Inputs) -> list[dict]:
@@ -450,9 +470,13 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
 
 def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict) -> dict:
     """Build one section and write its artifacts; the manifest entry (status ok, skipped or failed)."""
+    from glance_law.cli import perturn
     entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": command, "options": opts,
              "status": "ok", "reason": "", "outputs": [], "artifacts": []}
-    lacking = s.missing(inp)
+    if inp.per_turn and s.name not in perturn.REPORT_SECTIONS:   # per-turn counts: one line says why not
+        entry.update(status="skipped", reason=perturn.needs_steps(f"{s.name} ({s.paper})"))
+        return entry
+    lacking = [] if inp.per_turn else s.missing(inp)
     if lacking:                     # the logs lack a column the section needs: named, with what records it
         from glance_law.data.needs import skip_reason
         entry.update(status="skipped", reason=skip_reason(f"{s.name} ({s.paper})", lacking))

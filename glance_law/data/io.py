@@ -412,14 +412,41 @@ def _uri_input(path):
 ALWAYS_READ = ("target", "drafted_horizon", "round_order")
 
 
-#: The refusal of a round-level analysis given prompt-level logs only: what they are, what they allow.
-PROMPTS_ONLY = ("the inputs hold prompt-level rows only, no per-round rows (per question: new_tokens, rounds, "
-                "wall time; e.g. the EAGLE/Medusa/Hydra repositories' own answers, which log per-turn idxs and no "
-                "per-step accept_lengths, or glance-log's prompts-*.parquet)")
-PROMPTS_ONLY_FIX = ("they allow tokens per step (new_tokens / rounds per question) and timing: read them with "
-                    "glance_law.read_logs(PATHS, 'prompts'); the per-round tables (summary, law, tail, order, "
-                    "policy replay) need per-step lengths: rerun with Spec-Bench's evaluation scripts (they log "
-                    "accept_lengths) or glance-log")
+#: What prompt-level logs without rounds are, in the one-line refusal of a per-step analysis.
+PROMPTS_ONLY = ("the inputs hold per-turn counts without per-step lengths (per question and turn: new_tokens, "
+                "verification steps, wall time; e.g. the EAGLE/Medusa/Hydra repositories' own answers, which log "
+                "per-turn idxs and no accept_lengths, or glance-log's prompts-*.parquet alone): prompt-level rows "
+                "only, no per-round rows")
+#: What can be run on them instead (the refusal's fix).
+PROMPTS_ONLY_FIX = ("on them, python -m glance_law.fit PATHS gives tokens per step (new_tokens / rounds) per turn and "
+                    "prompt and the timing ledger against a baseline among the inputs (or --timing BASELINE_GLOB), "
+                    "and python -m glance_law.report its summary and timing sections; the per-round analyses "
+                    "(law, tail, order, reduce, policy replay) need per-step accept_lengths: rerun with Spec-Bench's "
+                    "evaluation scripts or glance-log")
+
+
+class PromptsOnlyError(LogError):
+    """The inputs of a round-level read hold prompt rows only (:data:`PROMPTS_ONLY`): the commands
+    that can use prompt rows (fit, report) catch it and analyse the per-turn counts instead."""
+
+
+def per_turn_only(logs: LogSet) -> bool:
+    """Whether a rounds LogSet holds no drafted round (horizon > 0) while its inputs carry prompt
+    rows: a speculative arm logged per turn only, beside a baseline logged per step."""
+    f = logs.frame
+    if not any(fi.kind == S.KIND_PROMPTS for fi in logs.other) or "horizon" not in f.columns:
+        return False
+    return not bool((f["horizon"].to_numpy() > 0).any())
+
+
+def require_steps(logs: LogSet) -> LogSet:
+    """``logs`` itself, or :class:`PromptsOnlyError` when its speculative arms are per-turn counts only
+    (:func:`per_turn_only`): what a per-step analysis (reduce, the policy replay) calls first."""
+    if per_turn_only(logs):
+        where = [fi.path for fi in logs.other if fi.kind == S.KIND_PROMPTS]
+        raise PromptsOnlyError(", ".join(where[:3]) + (" ..." if len(where) > 3 else ""), PROMPTS_ONLY,
+                               PROMPTS_ONLY_FIX)
+    return logs
 
 
 def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
@@ -582,7 +609,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
         where = [str(p) for p in list(files) + list(foreign)]
         where_s = ", ".join(where[:3]) + (" ..." if len(where) > 3 else "")
         if kind == S.KIND_ROUNDS and kinds == [S.KIND_PROMPTS]:
-            raise LogError(where_s, PROMPTS_ONLY, PROMPTS_ONLY_FIX)
+            raise PromptsOnlyError(where_s, PROMPTS_ONLY, PROMPTS_ONLY_FIX)
         raise LogError(where_s, f"no {kind} files among the inputs{found}",
                        f"pass the {kind}-*.parquet parts that glance-log writes")
     notes = notes_in + _absence_notes(tables)

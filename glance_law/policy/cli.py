@@ -123,10 +123,11 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
 def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[PolicyTable, Policy, dict]:
     """The policy table, the policy to export and its fit record; ``notes`` (a list) receives
     what the reader and importers did with each oddity of the logs, one line each."""
-    from ..data.io import read_logs
+    from ..data.io import read_logs, require_steps
 
     skip_bad = bool(getattr(args, "skip_bad", False))
-    logs = read_logs(list(paths), skip_bad=skip_bad, horizon=parse_horizon_option(getattr(args, 'horizon', None)))
+    logs = require_steps(read_logs(list(paths), skip_bad=skip_bad,
+                                   horizon=parse_horizon_option(getattr(args, 'horizon', None))))
     if notes is not None:                   # what the reader / importers did with each oddity
         notes.extend(' '.join(str(n).split()) for n in logs.notes)
         notes.extend(f"skipped {p}: {' '.join(str(why).split())}" for p, why in logs.skipped

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["NARROW_SHARE", "NEXT_SECTIONS", "group_sentences", "rank_phrase", "closing_sentence", "skipped_lines"]
+__all__ = ["NARROW_SHARE", "NEXT_SECTIONS", "group_sentences", "turn_sentences", "rank_phrase", "closing_sentence",
+           "skipped_lines"]
 
 #: A group whose share of rounds below 0.05 nats is at least this is "too narrow" for a slope.
 NARROW_SHARE = 0.75
@@ -178,6 +179,19 @@ def group_sentences(summary, law=None, law_skipped: str | None = None) -> list[s
                 text += "; this group is not in the law table (see its notes)"
         out.append(text + ".")
     return out
+
+
+def turn_sentences(summary) -> list[str]:
+    """One sentence per group of a per-turn summary (``summary.frame``: prompts, turns, rounds,
+    new_tokens, tau and prompt_tau with intervals; :mod:`glance_law.evidence.turns`)."""
+    f = summary.frame
+    several = f["drafter"].nunique() > 1
+    rows = f.to_dict("records")
+    tasks = [r for r in rows if r["task"] != POOLED] or rows
+    return [f"{_label(str(r['task']), str(r['drafter']), several)}: {int(r['turns'])} turns of {int(r['prompts'])} "
+            f"prompts commit {_interval(r, 'tau')} tokens per verification step ({int(r['new_tokens'])} tokens in "
+            f"{int(r['rounds'])} steps; the mean prompt's own ratio is {_num(r['prompt_tau'])}); per-turn counts "
+            "carry no per-step lengths, so the law is not fitted." for r in tasks]
 
 
 def skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:

@@ -116,10 +116,12 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                                  {**red.info, "skipped": [list(s) for s in imp.skipped], "imported": list(imp.notes),
                                   "sources": [{"engine": "import", "files": len(imp.sources),
                                                "rounds_read": int(red.info.get("rounds_read", 0))}]}))
+        per_turn = [p[0] for p in imp.parts if p[2] == 0 and p[3] > 0]     # files of prompt rows only
+        drafted = bool(len(imp.rounds)) and bool((imp.rounds["horizon"].to_numpy() > 0).any())
         if not files:
-            if not parts:
+            if not parts or (per_turn and not drafted):
                 from glance_law.data.io import PROMPTS_ONLY, PROMPTS_ONLY_FIX
-                where = ", ".join(str(p) for p in foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+                where = ", ".join(str(p) for p in (per_turn or foreign)[:3]) + (" ..." if len(per_turn or foreign) > 3 else "")
                 raise LogError(where, PROMPTS_ONLY, "a reduction needs per-round rows; " + PROMPTS_ONLY_FIX)
             return merge(parts)
     rounds, reduced, _, skipped = scan(files, skip_bad)

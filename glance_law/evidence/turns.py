@@ -1,0 +1,214 @@
+"""Tokens per verification step from per-turn counts: what answers without per-step lengths allow.
+
+The EAGLE, Medusa and Hydra repositories' own answer files (and Spec-Bench answers whose
+``accept_lengths`` are missing) log per turn only ``idxs`` (the loop index of the turn's last
+verification step: idx + 1 steps), ``new_tokens`` and ``wall_time``. The importer keeps them
+as the prompt table's per-turn lists ``turn_tokens`` and ``turn_rounds`` (docs/schema.md);
+a prompt row without them (glance-log's ``prompts-*.parquet``) is one turn of ``new_tokens``
+over ``rounds``. Per group (per drafter, then a pooled row per drafter), over the speculative
+arms' turns of the matched condition:
+
+* ``tau`` = sum of new tokens / sum of verification steps: Spec-Bench's "mean accepted tokens"
+  (hemingkx/Spec-Bench ``evaluation/speed.py`` @ 3594e92 averages ``accept_lengths`` over every
+  step of the file, which is this ratio when the lengths sum to ``new_tokens``), a ratio
+  estimator with a prompt-clustered CR1 interval (the linearised residuals ``tokens - tau *
+  steps`` summed per cluster = (task, prompt_id); t with G-1 df);
+* ``prompt_tau``: the mean over prompts of each prompt's own tokens / steps (each prompt
+  weighs the same, however long its answer), with the same clustered interval;
+* ``turns``, ``rounds`` (verification steps) and ``new_tokens``; turns without a step are left
+  out and counted in the notes.
+
+:func:`turn_rows` is the reader's side (prompt rows -> one row per turn), :func:`ratio_tau` the
+statistic (pure numpy), :func:`turn_tau` the front door that returns a :class:`TurnTau`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from glance_law.data.arms import label_targets, plain_drafter
+from glance_law.errors import GlanceError
+from glance_law.results.base import TableResult
+from glance_law.stats.cluster import cluster_codes, clustered_mean, t_crit
+
+from . import common as E
+
+__all__ = ["turn_tau", "turn_rows", "ratio_tau", "TurnTau", "TURN_COLUMNS", "SPEC_BENCH_TAU"]
+
+ANALYSIS = "tokens per step from per-turn counts"
+#: Where Spec-Bench defines its mean accepted tokens (the number ``tau`` reproduces).
+SPEC_BENCH_TAU = "hemingkx/Spec-Bench evaluation/speed.py @ 3594e92"
+TURN_COLUMNS = ("drafter", "task", "prompts", "turns", "rounds", "new_tokens", "tau", "tau_lo", "tau_hi",
+                "prompt_tau", "prompt_tau_lo", "prompt_tau_hi")
+
+
+@dataclass(frozen=True, eq=False)
+class TurnTau(TableResult):
+    """Per group: prompts, turns, verification steps, new tokens, tau (ratio of sums) and the mean
+    per-prompt tau, with prompt-clustered intervals. ``turn_frame``: one row per turn."""
+
+    title: ClassVar[str] = "tokens per verification step per group, from per-turn counts (no per-step lengths)"
+    display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "prompts", "tau", "prompt_tau")
+    #: Read by the CLIs: this summary comes from per-turn counts (its sentences and closing line differ).
+    per_turn: ClassVar[bool] = True
+    by: str | None = "task"
+    turn_frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def turns(self) -> pd.DataFrame:
+        """One row per turn: drafter, task, prompt_id, run_id, turn, new_tokens, rounds, tau."""
+        return self.turn_frame.copy()
+
+    def display_frame(self) -> pd.DataFrame:
+        f = self.frame
+        return f if f["drafter"].nunique() > 1 else f.drop(columns="drafter")
+
+
+def _lists(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(per-row list lengths, -1 for a null list; the flat values) of a column of lists."""
+    vals = [None if v is None or isinstance(v, float) else v for v in col.tolist()]
+    lens = np.fromiter((-1 if v is None else len(v) for v in vals), dtype=np.int64, count=len(vals))
+    parts = [np.asarray(v, dtype=np.float64) for v in vals if v is not None]
+    return lens, np.concatenate(parts) if parts else np.zeros(0)
+
+
+def turn_rows(prompts: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """One row per turn (drafter, task, prompt_id, run_id, condition, turn, new_tokens, rounds) from
+    prompt rows: their ``turn_tokens``/``turn_rounds`` lists where both are present and agree in
+    length, else the whole prompt as one turn (``new_tokens`` over ``rounds``). Rows that carry
+    neither are left out and counted in ``notes``."""
+    P = E.with_arm_labels(prompts.reset_index(drop=True))
+    n = len(P)
+    zero = np.zeros(n, dtype=np.int64)
+    tl, tv = _lists(P["turn_tokens"]) if "turn_tokens" in P.columns else (zero - 1, np.zeros(0))
+    rl, rv = _lists(P["turn_rounds"]) if "turn_rounds" in P.columns else (zero - 1, np.zeros(0))
+    both = (tl >= 0) & (rl >= 0) & (tl == rl)
+    # flat values of the rows whose lists are used
+    t_keep = np.repeat(both[tl >= 0], np.maximum(tl[tl >= 0], 0))
+    r_keep = np.repeat(both[rl >= 0], np.maximum(rl[rl >= 0], 0))
+    tok, steps = tv[t_keep], rv[r_keep]
+    per_row = np.where(both, tl, 1)
+    whole = ~both
+    nt = P["new_tokens"].to_numpy(np.float64, na_value=np.nan) if "new_tokens" in P.columns else np.full(n, np.nan)
+    rd = P["rounds"].to_numpy(np.float64, na_value=np.nan) if "rounds" in P.columns else np.full(n, np.nan)
+    row = np.repeat(np.arange(n), per_row)
+    turn = np.arange(row.size) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    tokens = np.empty(row.size)
+    rounds = np.empty(row.size)
+    listed = np.repeat(both, per_row)
+    tokens[listed], rounds[listed] = tok, steps
+    tokens[~listed], rounds[~listed] = nt[whole], rd[whole]
+    if whole.any() and both.any():
+        notes.append(f"{int(whole.sum())} prompt row(s) without per-turn counts read as one turn each (new_tokens "
+                     "over rounds)")
+    keys = [c for c in ("drafter", "target", "task", "prompt_id", "run_id", "condition") if c in P.columns]
+    out = P[keys].iloc[row].reset_index(drop=True)
+    out["turn"] = turn.astype(np.int64)
+    out["new_tokens"] = tokens
+    out["rounds"] = rounds
+    bad = ~np.isfinite(tokens) | ~np.isfinite(rounds)
+    if bad.any():
+        notes.append(f"{int(bad.sum())} turn(s) without a token or step count left out")
+        out = out.loc[~bad].reset_index(drop=True)
+    return out
+
+
+def ratio_tau(tokens: np.ndarray, steps: np.ndarray, codes: np.ndarray, n_clusters: int,
+              level: float = 0.95) -> dict:
+    """Tokens per verification step of the units (turns) ``tokens``/``steps`` in clusters ``codes``
+    (0..n_clusters-1): ``tau`` = sum(tokens) / sum(steps) with the CR1 interval of the ratio
+    estimator, and ``prompt_tau`` = the mean over clusters of each cluster's own ratio, with its
+    CR1 interval (t with G-1 df). Pure numpy."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    steps = np.asarray(steps, dtype=np.float64)
+    per = np.divide(tokens, steps, out=np.full(tokens.size, np.nan), where=steps > 0)
+    tau, se, g = clustered_mean(per, codes, n_clusters, weights=steps)   # the ratio of sums, linearised
+    t = t_crit(g, level) if g >= 2 else np.nan
+    c_tok = np.bincount(codes, weights=tokens, minlength=n_clusters)
+    c_steps = np.bincount(codes, weights=steps, minlength=n_clusters)
+    present = c_steps > 0
+    ptau = c_tok[present] / c_steps[present]
+    pm, pse, _ = clustered_mean(ptau, np.arange(ptau.size), ptau.size)
+    return {"prompts": int(g), "turns": int(tokens.size), "rounds": int(steps.sum()), "new_tokens": int(tokens.sum()),
+            "tau": float(tau), "tau_lo": float(tau - t * se), "tau_hi": float(tau + t * se),
+            "prompt_tau": float(pm), "prompt_tau_lo": float(pm - t * pse), "prompt_tau_hi": float(pm + t * pse)}
+
+
+def _speculative_turns(T: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """The turns of speculative arms in the matched condition that took a step (exclusions noted)."""
+    ar = (plain_drafter(T["drafter"]) == "ar").to_numpy()
+    if ar.any():
+        notes.append(f"{int(ar.sum())} turn(s) of the autoregressive arm (drafter ar: one token per step) left out "
+                     "(it is the timing ledger's baseline)")
+    other = (T["condition"].astype(str) != "matched").to_numpy()
+    if (other & ~ar).any():
+        notes.append(f"{int((other & ~ar).sum())} turn(s) in other conditions left out (this table uses matched)")
+    none = (T["rounds"].to_numpy() <= 0) & ~ar & ~other
+    if none.any():
+        notes.append(f"{int(none.sum())} turn(s) with no verification step (a failed or empty turn) left out")
+    return T.loc[~(ar | other | none)].reset_index(drop=True)
+
+
+def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
+    """Tokens per verification step per group and pooled, from per-turn (or per-prompt) counts.
+
+    Parameters
+    ----------
+    prompts : DataFrame or LogSet
+        Prompt rows (``glance_law.read_logs(PATHS, "prompts")``), with ``turn_tokens`` and
+        ``turn_rounds`` where the source logged turns, else ``new_tokens`` and ``rounds``.
+    by : str or None, default "task"
+        Group column (a prompt column, or ``turn``: the turn's index); None: pooled rows only.
+    level : float, default 0.95
+        Interval level (prompt-clustered CR1, t with G-1 df).
+
+    Returns
+    -------
+    TurnTau
+        One row per (drafter, group) and a pooled row per drafter.
+
+    Examples
+    --------
+    >>> import pandas as pd, glance_law as gl
+    >>> p = pd.DataFrame({"run_id": "r", "prompt_id": ["1", "2"], "task": "qa", "drafter": "eagle",
+    ...                   "new_tokens": [30, 20], "rounds": [10, 10]})
+    >>> float(gl.turn_tau(p).to_frame()["tau"].iloc[-1])
+    2.5
+    """
+    notes: list[str] = []
+    frame = getattr(prompts, "frame", prompts)
+    if not isinstance(frame, pd.DataFrame):
+        raise GlanceError(f"{ANALYSIS}: expected prompt rows (a DataFrame or a LogSet of kind prompts)")
+    E.require(frame, ("task", "prompt_id"), ANALYSIS)
+    if not {"turn_rounds", "rounds"} & set(frame.columns):
+        raise GlanceError(f"{ANALYSIS}: the prompt rows carry neither turn_rounds nor rounds (verification steps)")
+    T = _speculative_turns(turn_rows(label_targets(frame, notes), notes), notes)
+    if by is not None and by not in T.columns:
+        raise GlanceError(f"cannot group by '{by}': the prompt rows have no such column")
+    if not len(T):
+        raise GlanceError(f"{ANALYSIS}: no turn of a speculative arm with a verification step in the matched "
+                          "condition")
+    codes, G = cluster_codes(T)
+    tok, steps = T["new_tokens"].to_numpy(), T["rounds"].to_numpy()
+    rows = []
+    for d in sorted(set(T["drafter"].astype(str))):
+        dm = (T["drafter"].astype(str) == d).to_numpy()
+        labels = [] if by is None else sorted(set(T.loc[dm, by].astype(str)), key=_natural)
+        for g in labels + [E.GROUP_ALL]:
+            m = dm if g == E.GROUP_ALL else dm & (T[by].astype(str) == g).to_numpy()
+            c, k = np.unique(codes[m], return_inverse=True)
+            rows.append({"drafter": d, "task": g, **ratio_tau(tok[m], steps[m], k, c.size, level)})
+    notes.append(f"tau = sum of new tokens / sum of verification steps (Spec-Bench's mean accepted tokens, "
+                 f"{SPEC_BENCH_TAU}); prompt_tau = mean over prompts of their own ratio; intervals "
+                 f"{100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; per-turn counts "
+                 "carry no per-step lengths, so P(a = L), the law, the tail and the order tables cannot be computed")
+    out = pd.DataFrame(rows, columns=list(TURN_COLUMNS))
+    T = T.assign(tau=np.divide(tok, steps))
+    return TurnTau(out, float(level), tuple(dict.fromkeys(notes)), by=by, turn_frame=T)
+
+
+def _natural(x: str):
+    """Sort key: numbers (turn indices) by value, then names."""
+    return (0, int(x), "") if x.lstrip("-").isdigit() else (1, 0, x)
