@@ -579,7 +579,7 @@ def reduce_frame(rounds, *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = 
     if "drafted_horizon" in frame.columns:     # cut to 0 at the end of an output: not autoregressive
         dh = pd.to_numeric(frame["drafted_horizon"], errors="coerce").fillna(0).to_numpy()
         zero = (L == 0) & (dh > 0)
-    other = pd.Series(col["condition"][drafted & ~keep]).value_counts().sort_index()
+    other = pd.Series(col["condition"][(drafted | zero) & ~in_cond]).value_counts().sort_index()
     Hall = pd.to_numeric(frame["root_entropy"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     hnull = np.isnan(Hall)[keep]          # null: not measured (the reader refused NaN) -> hbin -1, sum_h 0
     H = np.maximum(np.nan_to_num(Hall.astype(np.float32).astype(np.float64), nan=0.0), 0.0)[keep]

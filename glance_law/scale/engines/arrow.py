@@ -155,13 +155,14 @@ def _batch(table: pa.Table, sh: _Shared, part: _Part, check_keys: bool) -> None:
         part.segments.append((s[brk], rnd[brk].astype(np.int32), rnd[ends].astype(np.int32)))
     ok = np.ones(len(cv), dtype=bool) if sh.allowed is None else np.array([c in sh.allowed for c in cv])
     drafted = L > 0
-    zero = _ended_at_zero(table, L) & ok[ci]
+    ended = _ended_at_zero(table, L)
+    zero = ended & ok[ci]
     if zero.any():   # counted apart: a verification round the law's likelihood cannot read (scale.reduce)
         for k, c in zip(*np.unique(ti[zero] * len(dv) + di[zero], return_counts=True)):
             key = (tv[int(k) // len(dv)], dv[int(k) % len(dv)])
             part.ended_at_zero[key] = part.ended_at_zero.get(key, 0) + int(c)
-    part.horizon0 += int(n - drafted.sum() - zero.sum())
-    other = drafted & ~ok[ci]
+    part.horizon0 += int(n - drafted.sum() - ended.sum())
+    other = (drafted | ended) & ~ok[ci]   # rounds of the conditions left out, the output-ending ones too
     if other.any():
         for k, c in zip(*np.unique(ci[other], return_counts=True)):
             part.conditions[cv[k]] = part.conditions.get(cv[k], 0) + int(c)

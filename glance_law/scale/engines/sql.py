@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data import schema as S
-from glance_law.scale.reduce import MAX_ENTROPY, Grid
+from glance_law.scale.reduce import ENDED_AT_ZERO, MAX_ENTROPY, Grid
 
 from .sources import BadFiles, Source, blame
 
@@ -68,9 +68,12 @@ def source_sql(dialect: Dialect, columns: set[str]) -> str:
     cnull = "condition IS NULL" if "condition" in columns else "FALSE"
     drafter = "COALESCE(drafter, 'unknown')" if "drafter" in columns else "'unknown'"
     dnull = "drafter IS NULL" if "drafter" in columns else "FALSE"
+    # a round an importer cut to horizon 0 at the end of an output (accepted 0) while the drafter drafted
+    # drafted_horizon > 0: a verification round, not an autoregressive one (scale.reduce.ENDED_AT_ZERO)
+    ended = ("(horizon = 0 AND COALESCE(drafted_horizon, 0) > 0)" if "drafted_horizon" in columns else "FALSE")
     return (f"SELECT glance_file AS f, run_id, task, prompt_id, {cond} AS cond, {cnull} AS cond_null, "
             f"{drafter} AS drafter, {dnull} AS drafter_null, {q}round{q} AS rnd, "
-            f"CAST(CAST(root_entropy AS FLOAT) AS DOUBLE) AS h_raw, accepted, horizon FROM glance_raw")
+            f"CAST(CAST(root_entropy AS FLOAT) AS DOUBLE) AS h_raw, accepted, horizon, {ended} AS ended FROM glance_raw")
 
 
 BAD = {
@@ -88,7 +91,8 @@ def stats_sql(dialect: Dialect) -> str:
     r = f"CAST(rnd AS {big})"
     bad = ", ".join(f"count_if({cond}) AS {name}" for name, cond in BAD.items())
     return (f"SELECT run_id, prompt_id, cond, task, drafter, count(*) AS n, min(rnd) AS lo, max(rnd) AS hi, "
-            f"sum({r}) AS s1, sum({r} * {r}) AS s2, count_if(horizon = 0) AS n_h0, "
+            f"sum({r}) AS s1, sum({r} * {r}) AS s2, count_if(horizon = 0 AND NOT ended) AS n_h0, "
+            f"count_if(ended) AS n_z, "
             f"count_if(cond_null) AS n_cnull, count_if(drafter_null) AS n_dnull, {bad} "
             f"FROM glance_src GROUP BY run_id, prompt_id, cond, task, drafter")
 
@@ -124,7 +128,7 @@ def duplicates_sql(dialect: Dialect) -> str:
 
 
 def included(condition) -> str:
-    return f"n > n_h0 AND {_in('cond', condition)}"
+    return f"n > n_h0 + n_z AND {_in('cond', condition)}"
 
 
 def buckets_sql(dialect: Dialect, buckets: int, condition) -> str:
@@ -142,6 +146,17 @@ def cells_sql(dialect: Dialect, grid: Grid, condition) -> str:
             f"AS h FROM glance_src WHERE horizon > 0 AND {_in('cond', condition)}) r) s "
             f"JOIN glance_pb b ON s.task = b.task AND s.prompt_id = b.prompt_id "
             f"GROUP BY s.task, s.drafter, b.bucket, s.hbin, s.horizon, s.accepted")
+
+
+def ended_at_zero(execute: Callable[[str], pd.DataFrame], condition) -> dict:
+    """``{ENDED_AT_ZERO: drafter -> task -> rounds}`` of the kept conditions (empty when there are none),
+    as :func:`glance_law.scale.reduce.reduce_frame` counts them."""
+    z = execute(f"SELECT drafter, task, sum(n_z) AS k FROM glance_st WHERE n_z > 0 AND {_in('cond', condition)} "
+                "GROUP BY drafter, task")
+    out: dict = {}
+    for _, r in z.iterrows():
+        out.setdefault(str(r["drafter"]), {})[str(r["task"])] = int(r["k"])
+    return {ENDED_AT_ZERO: out} if out else {}
 
 
 def _violations(st_files: pd.DataFrame, index: dict) -> list[tuple[str, str]]:
@@ -235,6 +250,7 @@ def run(sources: list[Source], *, grid: Grid, buckets: int, condition, check_key
     for _, r in tot.iterrows():
         if condition is not None and r["cond"] not in condition and r["n"] > r["h0"]:
             info["excluded_conditions"][str(r["cond"])] = int(r["n"] - r["h0"])
+    info.update(ended_at_zero(execute, condition))
     pr = execute(f"SELECT drafter, task, count(DISTINCT prompt_id) AS k FROM glance_st WHERE {included(condition)} "
                  "GROUP BY drafter, task")
     info["prompts"] = {}
