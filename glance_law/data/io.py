@@ -38,6 +38,7 @@ from glance_law.errors import GlanceError
 
 from . import schema as S
 from . import uri as _uri
+from .inputs import check_regular
 from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
 from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
 from .tables import LogError, to_arrow  # noqa: F401 (public here)
@@ -277,6 +278,11 @@ def expand_paths(paths: str | os.PathLike | Iterable, problems: list | None = No
                                    "point at the folder glance-log wrote (its --out)")
                 out.extend(found)
             elif c.exists():
+                try:
+                    check_regular(c, "log")       # a FIFO, a device: refused (listed under skip_bad)
+                except LogError as exc:
+                    bad(exc)
+                    continue
                 out.append(c)
             else:
                 raise LogError(c, "no such file or folder",
@@ -328,6 +334,11 @@ def _walk_logs(folder: Path, bad) -> list[Path]:
                 bad(link)
             elif q.is_file():
                 found.append(q)
+            elif q.exists():                      # a FIFO, socket or device among the logs: said, not skipped silently
+                try:
+                    check_regular(q, "log")
+                except LogError as exc:
+                    bad(exc)
     return sorted(found)
 
 
@@ -337,6 +348,7 @@ def file_meta(path: Path):
         if _uri.is_uri(path):
             size = _uri.size(path)
         else:
+            check_regular(path, "log")        # a FIFO or device would block the open below
             size = os.stat(path).st_size
             os.close(os.open(path, os.O_RDONLY))
     except _uri.StoreError as exc:
