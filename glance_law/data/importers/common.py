@@ -428,12 +428,40 @@ def ids_list(ids, limit: int = 8) -> str:
 
 
 def concat(tables: list):
-    """Row-wise concatenation of Arrow tables (columns missing from some read as null), or None."""
+    """Row-wise concatenation of Arrow tables (columns missing from some read as null), or None.
+    A text column that one importer dictionary-encodes and another does not (``run_id`` of
+    Spec-Bench beside glance/vLLM/SGLang files) is dictionary-encoded in all of them first."""
     import pyarrow as pa
     tables = [t for t in tables if t is not None and t.num_rows]
     if not tables:
         return None
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(_unify_text(tables), promote_options="permissive")
+
+
+def _unify_text(tables: list) -> list:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    types: dict = {}
+    for t in tables:
+        for f in t.schema:
+            types.setdefault(f.name, set()).add(f.type)
+    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
+    mixed = {n for n, ts in types.items() if len(ts) > 1 and any(pa.types.is_dictionary(x) for x in ts)
+             and all(pa.types.is_dictionary(x) or any(f(x) for f in text) for x in ts)}
+    if not mixed:
+        return tables
+    enc = pa.dictionary(pa.int32(), pa.string())
+    out = []
+    for t in tables:
+        for n in mixed & set(t.column_names):
+            col = t.column(n)
+            if not pa.types.is_dictionary(col.type):
+                col = pc.dictionary_encode(col.cast(pa.string()))
+            t = t.set_column(t.column_names.index(n), pa.field(n, enc), col.cast(enc))
+        out.append(t)
+    return out
 
 
 def frame(cols: Mapping, n: int) -> pd.DataFrame:
