@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,22 +43,26 @@ DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat1
 def needs_remote_code(path) -> bool:
     """Does the model folder ask to run its own Python code (an ``auto_map`` in its
     config.json or tokenizer_config.json, i.e. custom classes shipped with the weights)?"""
+    from glance_law.data.inputs import read_json_document
+    remote = False
     for name in ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json"):
         f = Path(path) / name
-        if not f.is_file():
+        if not os.path.lexists(f):
             continue
-        try:
-            d = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(d, dict) and d.get("auto_map"):
-            return True
-    return False
+        d = read_json_document(f, "model config")      # bounded: a FIFO, /dev/zero, a 1 GB file, deep JSON refused
+        if not isinstance(d, dict):
+            raise GlanceError(f"{f}: a model config is a JSON object, not a {type(d).__name__}")
+        if "auto_map" in d and not isinstance(d["auto_map"], dict):
+            # transformers' loaders fail on anything else (TypeError on null); say so here, in one line
+            raise GlanceError(f"{f}: auto_map is {json.dumps(d['auto_map'])[:40]}, not an object; delete the key "
+                              "(no custom code) or give the {\"AutoConfig\": ...} map")
+        remote = remote or bool(d.get("auto_map"))
+    return remote
 
 
 def check_remote_code(path, trust_remote_code: bool, what: str = "model") -> None:
     """Refuse a folder that needs remote code unless the user opted in (``--trust-remote-code``)."""
-    if not trust_remote_code and needs_remote_code(path):
+    if needs_remote_code(path) and not trust_remote_code:      # configs checked either way
         raise GlanceError(f"{what} {path} ships its own Python code (auto_map in its config), which would run "
                           "on this machine; pass --trust-remote-code (the trust_remote_code keyword) only if you "
                           "trust that folder")
@@ -142,7 +147,7 @@ def load_target(path, dtype="fp32", device="auto", attn_implementation: str | No
     dt = resolve_dtype(dtype)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trc)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise GlanceError(f"{path}: cannot read the model config ({str(exc).splitlines()[0][:160]})") from None
     kw = {"dtype": dt, "trust_remote_code": trc}
     if attn_implementation:

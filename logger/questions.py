@@ -21,15 +21,14 @@ record has ``turns`` (:func:`question_file`); a folder holding ``question.jsonl`
 """
 from __future__ import annotations
 
-import gzip
 import json
 import random
-import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
+from glance_law.data.inputs import JSONLimitError, loads
 from glance_law.errors import GlanceError
 
 from .models import PromptInputs
@@ -68,23 +67,20 @@ class Question:
         return [self.prompt_id(t) for t in range(len(self.turns))]
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return open(path, encoding="utf-8")
-
-
 def _lines(path: Path):
-    """(line number, text) of the non-blank lines; unreadable bytes or gzip get one line."""
-    try:
-        with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    yield lineno, line
-    except UnicodeDecodeError as exc:
-        raise GlanceError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a line)") from None
-    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
-        raise GlanceError(f"{path}: not a readable gzip file ({exc})") from None
+    """(line number, text) of the non-blank lines, through the bounded reader
+    (:mod:`glance_law.data.inputs`: gzip streamed, lines of at most 64 MiB, FIFOs and devices
+    refused); unreadable bytes or gzip get one line."""
+    from glance_law.data.inputs import read_text
+    text = read_text(path)
+    for k, line in enumerate(text.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            yield text.lineno(k), line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise GlanceError(f"{path}: line {text.lineno(k)}: not UTF-8 text ({exc.reason} at byte {exc.start})") \
+                from None
 
 
 def question_file(data) -> Path | None:
@@ -104,8 +100,8 @@ def question_file(data) -> Path | None:
         return None
     for _, line in _lines(path):
         try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+            rec = loads(line)
+        except ValueError:
             return None                 # left to the item loader, which names the line
         return path if isinstance(rec, dict) and "turns" in rec else None
     return None
@@ -113,12 +109,12 @@ def question_file(data) -> Path | None:
 
 def _parse(line: str, where: str) -> dict:
     try:
-        rec = json.loads(line)
+        rec = loads(line)
     except json.JSONDecodeError as exc:
         raise GlanceError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); each line must be "
                           '{"question_id": ..., "category": ..., "turns": [...]}') from None
-    except RecursionError:
-        raise GlanceError(f"{where}: JSON nested too deeply to read") from None
+    except JSONLimitError as exc:
+        raise GlanceError(f"{where}: not valid JSON ({exc})") from None
     if not isinstance(rec, dict):
         raise GlanceError(f"{where}: expected a JSON object with question_id, category and turns, "
                           f"got {type(rec).__name__}")

@@ -129,18 +129,26 @@ def item_from_record(rec: dict, task: str, prompt_id: str, base: Path | None, wh
 
 
 def load_jsonl(path: Path, task: str) -> list[TaskItem]:
+    from glance_law.data.inputs import JSONLimitError, loads, read_text
     items = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise GlanceError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); each line must be "
-                                  '{"image": ..., "prompt": ..., "reference": ...}') from None
-            items.append(item_from_record(rec, task, f"{path.stem}-{lineno:05d}", path.parent, where))
+    text = read_text(path)         # bounded: gzip streamed, 64 MiB lines, FIFOs and devices refused
+    for k, raw in enumerate(text.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        lineno = text.lineno(k)
+        where = f"{path}:{lineno}"
+        try:
+            rec = loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise GlanceError(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        except json.JSONDecodeError as exc:
+            raise GlanceError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno}); each line must be "
+                              '{"image": ..., "prompt": ..., "reference": ...}') from None
+        except JSONLimitError as exc:
+            raise GlanceError(f"{where}: not valid JSON ({exc})") from None
+        if not isinstance(rec, dict):
+            raise GlanceError(f"{where}: expected a JSON object (image, prompt, reference), got {type(rec).__name__}")
+        items.append(item_from_record(rec, task, f"{path.stem}-{lineno:05d}", path.parent, where))
     return items
 
 
@@ -224,6 +232,9 @@ def load_items(task: str, data=None, n: int | None = 20, seed: int = 0, split: s
     path = Path(data)
     if not path.exists():
         raise GlanceError(f"--data {path}: no such file or folder")
+    if not path.is_dir():
+        from glance_law.data.inputs import check_regular
+        check_regular(path, "--data file")      # a FIFO or device: one line, never a hang
     if path.is_file():
         if path.suffix == ".jsonl":
             items = load_jsonl(path, task)

@@ -67,6 +67,7 @@ from glance_law.cli.common import (
     names,
     run_main,
 )
+from glance_law.data.inputs import read_json_document
 from glance_law.data.outputs import (
     OutputError,
     check_output_path,
@@ -250,10 +251,11 @@ def _previous(out: Path) -> dict | None:
     if not m.exists():
         return None
     try:
-        doc = json.loads(m.read_text())
-        return doc if isinstance(doc, dict) and doc.get("tool") == "glance-law" else None
-    except (OSError, ValueError):
-        return None
+        doc = read_json_document(m, "report manifest")     # bounded: FIFO, size, depth, syntax refused
+    except GlanceError as exc:
+        raise UsageError(f"--out {out}: {MANIFEST} cannot be read ({getattr(exc, 'problem', exc)}); refusing to remove or replace "
+                         "anything there; choose an empty or new folder") from None
+    return doc if isinstance(doc, dict) and doc.get("tool") == "glance-law" else None
 
 
 def _manifest_outputs(out: Path, prev: dict) -> dict:
@@ -264,7 +266,8 @@ def _manifest_outputs(out: Path, prev: dict) -> dict:
     listed: dict = {}
     bad = None
     if not isinstance(outputs, dict) or not isinstance(sections, list) \
-            or not all(isinstance(e, dict) and isinstance(e.get("outputs", []), list) for e in sections):
+            or not all(isinstance(e, dict) and isinstance(e.get("outputs", []), list)
+                       and all(isinstance(r, str) for r in e.get("outputs", [])) for e in sections):
         bad = "its outputs or sections are not in the form this tool writes"
     else:
         listed = dict(outputs)

@@ -38,6 +38,8 @@ from glance_law.errors import GlanceError
 
 from . import schema as S
 from . import uri as _uri
+from .inputs import check_regular
+from .inputs import loads as json_loads
 from .keys import composite_key, duplicate_files, duplicate_mask, has_duplicates  # noqa: F401 (duplicate_mask is public here)
 from .provenance import library_versions, run_metadata  # noqa: F401 (public here)
 from .tables import LogError, to_arrow  # noqa: F401 (public here)
@@ -277,6 +279,11 @@ def expand_paths(paths: str | os.PathLike | Iterable, problems: list | None = No
                                    "point at the folder glance-log wrote (its --out)")
                 out.extend(found)
             elif c.exists():
+                try:
+                    check_regular(c, "log")       # a FIFO, a device: refused (listed under skip_bad)
+                except LogError as exc:
+                    bad(exc)
+                    continue
                 out.append(c)
             else:
                 raise LogError(c, "no such file or folder",
@@ -328,6 +335,11 @@ def _walk_logs(folder: Path, bad) -> list[Path]:
                 bad(link)
             elif q.is_file():
                 found.append(q)
+            elif q.exists():                      # a FIFO, socket or device among the logs: said, not skipped silently
+                try:
+                    check_regular(q, "log")
+                except LogError as exc:
+                    bad(exc)
     return sorted(found)
 
 
@@ -337,6 +349,7 @@ def file_meta(path: Path):
         if _uri.is_uri(path):
             size = _uri.size(path)
         else:
+            check_regular(path, "log")        # a FIFO or device would block the open below
             size = os.stat(path).st_size
             os.close(os.open(path, os.O_RDONLY))
     except _uri.StoreError as exc:
@@ -362,6 +375,11 @@ def file_meta(path: Path):
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise LogError(path, f"not a Parquet file ({msg[:120]})",
                        "remove it from the inputs; glance logs are the *.parquet parts glance-log writes") from None
+    names = md.schema.to_arrow_schema().names
+    twice = sorted({n for n in names if names.count(n) > 1}) if len(set(names)) < len(names) else []
+    if twice:        # every reader and engine would pick one of them (or fail): refused here, for all
+        raise LogError(path, "the file holds two columns of the same name (a column cannot be told apart)",
+                       "rewrite the file with one column per name", column=twice if len(twice) > 1 else twice[0])
     kv = md.metadata or {}
     if S.META_KIND not in kv:
         raise LogError(path, "has no glance.kind metadata, so it is not a glance log",
@@ -380,7 +398,7 @@ def file_meta(path: Path):
                        "upgrade glance-law, or re-log with this version")
     raw = kv.get(S.META_RUN, b"{}").decode(errors="replace") or "{}"
     try:
-        run = json.loads(raw)
+        run = json_loads(raw)            # bounded: nesting, lone surrogates (glance_law.data.inputs)
         if not isinstance(run, dict):
             raise ValueError
     except (ValueError, RecursionError):   # bad JSON, or nesting too deep to parse

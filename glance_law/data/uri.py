@@ -113,8 +113,27 @@ def _s3() -> object:
     return pafs.S3FileSystem(**kw)
 
 
+#: Environment variables any one of which gives Azure credentials (``GLANCE_AZURE_DEFAULT_CREDENTIAL=1``
+#: lets the Azure SDK's default chain, e.g. a managed identity, find them instead).
+AZURE_CREDENTIAL_VARS = ("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING",
+                         "AZURE_CLIENT_SECRET", "AZURE_FEDERATED_TOKEN_FILE", "GLANCE_AZURE_DEFAULT_CREDENTIAL")
+
+
+def _check_azure(uri: str) -> None:
+    """Refuse an abfs:// location when the environment holds no Azure credentials: pyarrow's
+    Azure filesystem otherwise fails deep inside the SDK (a traceback, or an abort on write)."""
+    if not any(os.environ.get(v) for v in AZURE_CREDENTIAL_VARS):
+        raise StoreError(uri, "no Azure credentials in the environment",
+                         "set AZURE_STORAGE_ACCOUNT_KEY (with AZURE_STORAGE_ACCOUNT_NAME), AZURE_STORAGE_SAS_TOKEN, "
+                         "AZURE_STORAGE_CONNECTION_STRING or a service principal (AZURE_CLIENT_ID, AZURE_TENANT_ID, "
+                         "AZURE_CLIENT_SECRET); on an Azure machine with a managed identity set "
+                         "GLANCE_AZURE_DEFAULT_CREDENTIAL=1")
+
+
 def _make(sch: str, authority: str, uri: str):
     import pyarrow.fs as pafs
+    if sch in ("abfs", "abfss"):
+        _check_azure(uri)
     try:
         if sch in ("s3", "s3a"):
             return _s3()

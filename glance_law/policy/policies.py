@@ -425,19 +425,66 @@ def policy_to_dict(policy: Policy, fit: dict | None = None) -> dict:
     return {"format": "glance-policy/1", "family": policy.family, "params": asdict(policy), "fit": dict(fit or {})}
 
 
+#: The largest node budget or draft depth a policy may ask for (``size``, ``max_size``, ``start``, ...),
+#: checked when the policy is read, before anything loads.
+MAX_POLICY_SIZE = 4096
+#: Allowed values of a policy's string parameters.
+_CHOICES = {"shape": SHAPES, "key": ("paper", "rescue"), "mode": ("cumprob", "entropy")}
+
+
+def _check_param(fam: str, name: str, v, default):
+    """One parameter of a policy read from JSON: the type of its default and a bounded value."""
+    where = f"policy JSON: {fam} parameter {name!r}"
+    shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
+    if name in _CHOICES:
+        if v not in _CHOICES[name]:
+            raise GlanceError(f"{where} must be one of {', '.join(_CHOICES[name])} (got {shown})")
+        return v
+    if isinstance(default, bool) or isinstance(v, bool):
+        raise GlanceError(f"{where}: unexpected {shown}")
+    if isinstance(default, int):
+        v = int(v) if isinstance(v, float) and v.is_integer() else v
+        if not isinstance(v, int) or not 0 <= v <= MAX_POLICY_SIZE:
+            raise GlanceError(f"{where} must be an integer in 0..{MAX_POLICY_SIZE} (got {shown})")
+        return v
+    if isinstance(default, float):
+        ok = isinstance(v, (int, float)) and not np.isnan(v) and (name == "threshold" or np.isfinite(v))
+        if not ok:
+            raise GlanceError(f"{where} must be a finite number (got {shown})")
+        return float(v)
+    if name == "survival":
+        return _check_survival(where, v)
+    raise GlanceError(f"{where}: unexpected {shown}")     # pragma: no cover - every field is listed above
+
+
+def _check_survival(where: str, v) -> tuple:
+    rows = v if isinstance(v, list) else None
+    if rows is None or len(rows) != len(ACCEPT_CONTEXTS) or not all(isinstance(r, list) for r in rows) \
+            or len({len(r) for r in rows}) != 1 or len(rows[0]) > MAX_POLICY_SIZE:
+        raise GlanceError(f"{where} must be {len(ACCEPT_CONTEXTS)} equal rows (one per context) of at most "
+                          f"{MAX_POLICY_SIZE} probabilities")
+    for r in rows:
+        for x in r:
+            if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)) or not (x != x or 0 <= x <= 1)):
+                raise GlanceError(f"{where} holds {x!r}: survival probabilities lie in 0..1 (null: unknown)")
+    return tuple(tuple(np.nan if x is None else float(x) for x in r) for r in rows)
+
+
 def policy_from_dict(d: dict) -> Policy:
+    """The policy a :func:`policy_to_dict` document describes; every parameter is checked (type,
+    range, sizes at most :data:`MAX_POLICY_SIZE`) here, before any model or log loads."""
     fam = d.get("family") if isinstance(d, dict) else None
-    if fam not in FAMILIES:
+    if not isinstance(fam, str) or fam not in FAMILIES:
         raise GlanceError(f"policy JSON: unknown family {fam!r}; expected one of {', '.join(FAMILIES)}")
     cls = FAMILIES[fam]
     params = d.get("params") or {}
-    names = {f.name for f in fields(cls)}
-    bad = sorted(set(params) - names)
+    if not isinstance(params, dict):
+        raise GlanceError(f"policy JSON: params must be an object (got {type(params).__name__})")
+    defaults = {f.name: f.default for f in fields(cls)}
+    bad = sorted(set(params) - set(defaults))
     if bad:
-        raise GlanceError(f"policy JSON: family {fam!r} has no parameter(s) {', '.join(bad)}")
-    pol = cls(**params)
-    if pol.shape not in SHAPES:
-        raise GlanceError(f"policy JSON: shape must be one of {', '.join(SHAPES)} (got {pol.shape!r})")
+        raise GlanceError(f"policy JSON: family {fam!r} has no parameter(s) {', '.join(map(str, bad))}")
+    pol = cls(**{k: _check_param(fam, k, v, defaults[k]) for k, v in params.items()})
     return replace(pol)
 
 
@@ -460,13 +507,12 @@ def _json_default(o):
 def load_policy(path) -> tuple[Policy, dict]:
     """(policy, its fit record) from a JSON file written by :func:`save_policy`."""
     from pathlib import Path
+
+    from ..data.inputs import read_json_document
     p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise GlanceError(f"{p}: no such policy file") from None
-    except (OSError, ValueError) as exc:
-        raise GlanceError(f"{p}: not a policy JSON file ({exc})") from None
+    if not p.exists() and not p.is_symlink():
+        raise GlanceError(f"{p}: no such policy file")
+    d = read_json_document(p, "policy JSON file")       # regular file, size, depth bounded
     try:
         return policy_from_dict(d), dict(d.get("fit") or {})
     except GlanceError as exc:

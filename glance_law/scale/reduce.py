@@ -378,7 +378,8 @@ class Reduced(Result):
 
 
 def _count(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+    """A count the reduction can hold: an int in 0..2**62 (an int64 cell never overflows on merging)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and 0 <= v < (1 << 62)
 
 
 def _counts(v, depth: int = 1) -> bool:
@@ -389,9 +390,9 @@ def _counts(v, depth: int = 1) -> bool:
 
 #: The ``reduction`` entry of a reduced file's ``glance.run``: key -> (check, what it must be).
 METADATA_RULES: dict = {
-    "grid": (lambda v: isinstance(v, Mapping) and set(v) <= {"per_octave", "lo_exp", "hi_exp"}
-             and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()),
-             "an object with integer per_octave, lo_exp, hi_exp"),
+    "grid": (lambda v: isinstance(v, Mapping) and set(v) == {"per_octave", "lo_exp", "hi_exp"}
+             and all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= 4096 for x in v.values()),
+             "an object with integer per_octave, lo_exp, hi_exp (each of the three, |value| <= 4096)"),
     "buckets": (lambda v: _count(v) and v >= 1, "a positive integer"),
     "condition": (lambda v: v is None or isinstance(v, list) and all(isinstance(c, str) for c in v),
                   "null or a list of condition names"),

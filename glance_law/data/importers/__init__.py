@@ -38,7 +38,9 @@ from glance_law.data.importers.common import (
     realkey,
     supported_line,
 )
+from glance_law.data.inputs import check_regular
 from glance_law.data.tables import LogError
+from glance_law.errors import GlanceError
 
 __all__ = ["import_logs", "import_file", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
            "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS", "RUNS_NOTE"]
@@ -118,14 +120,18 @@ def foreign_files(paths) -> list:
             raise LogError(s, "the pattern matches no files", "check the path")
         for c in cand:
             if c.is_dir():
-                found = sorted(q for q in c.rglob("*") if q.is_file() and not q.name.startswith(".")
-                               and is_foreign(q))
+                found = sorted(q for q in c.rglob("*") if not q.name.startswith(".") and is_foreign(q)
+                               and not q.is_dir())
+                for q in found:
+                    check_regular(q)      # a FIFO or device among the logs is refused, not skipped silently
                 if not found:
                     raise LogError(c, "the folder holds no importable files (" + ", ".join(FOREIGN_SUFFIXES) + ")",
                                    supported_line())
                 out.extend(found)
             elif c.is_file():
                 out.append(c)
+            elif os.path.lexists(c):
+                check_regular(c)          # a FIFO, a device, a dangling link: one line naming it
             else:
                 raise LogError(c, "no such file or folder", "check the path")
     seen, uniq = set(), []
@@ -159,6 +165,26 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
         if chain is not None and after is not None:
             chain.restore(after)
         return res
+    try:
+        res, after = _import_one(path, format, horizon, skip_bad, task, chain)
+    except LogError as exc:
+        raise exc if exc.path is not None else exc.at(path) from None
+    except GlanceError as exc:
+        raise LogError(path, str(exc)) from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, UnicodeError,
+            RecursionError, ArithmeticError) as exc:
+        # a shape no check above foresaw: still one line naming the file (skip_bad skips it), never a traceback
+        msg = str(exc).splitlines()[0][:160] if str(exc) else ""
+        raise LogError(path, f"cannot be imported ({type(exc).__name__}: {msg})",
+                       "check the file against its format (docs/your-logs.md), or pass --skip-bad to leave it "
+                       "out") from None
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[ck] = (res, after)
+    return res
+
+
+def _import_one(path, format, horizon, skip_bad, task, chain):
     raw = open_bytes(path)
     fmt = format or detect_format(path, raw)
     if fmt not in FORMATS and fmt != QUESTIONS:
@@ -183,10 +209,7 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
         else:
             from glance_law.data.importers import sglang as mod
             res = mod.import_file(path, lines, horizon=horizon, task=task)
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[ck] = (res, after)
-    return res
+    return res, after
 
 
 def import_logs(paths, *, format: str | None = None, horizon=None, skip_bad: bool = False,

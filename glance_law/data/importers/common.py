@@ -7,8 +7,6 @@ the file (and line) and what to do.
 """
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from glance_law.data import inputs
 from glance_law.data.tables import LogError
 
 #: Formats an importer reads (``format=`` / the ingest CLI's FORMAT), with what they are.
@@ -47,28 +46,22 @@ def is_foreign(path) -> bool:
 
 
 def open_bytes(path) -> bytes:
-    """The whole file, gunzipped when it starts with the gzip magic (whatever its name)."""
+    """The file's non-blank lines (:class:`glance_law.data.inputs.Text`: bytes that map their
+    lines back to the file's line numbers), gunzipped in a stream when it starts with the gzip
+    magic (whatever its name), through the bounded reader (:mod:`glance_law.data.inputs`:
+    FIFOs and devices refused, lines of at most 64 MiB, corrupt or truncated gzip refused)."""
     from glance_law.data import uri
     p = str(path) if uri.is_uri(str(path)) else Path(path)
     try:
-        if uri.is_uri(p):             # a store object (glance_law.data.uri): read in place
-            with uri.open_input(p) as fh:
-                raw = fh.read()
-        else:
-            raw = p.read_bytes()
+        return inputs.read_text(p)
     except uri.StoreError as exc:
         raise LogError(p, exc.problem, exc.fix) from None
     except OSError as exc:
         raise LogError(p, f"cannot be opened ({exc.strerror})", "check the path and permissions") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            raise LogError(p, f"the gzip stream is corrupt or truncated ({exc})",
-                           "re-copy the file (gzip -t tells whether it is whole)") from None
-    if raw[:3] == b"\xef\xbb\xbf":          # a UTF-8 byte-order mark (Windows editors): an encoding marker, not data
-        raw = raw[3:]
-    return raw
+
+
+def _lineno(raw, i: int) -> int:
+    return raw.lineno(i) if isinstance(raw, inputs.Text) else i
 
 
 @dataclass
@@ -103,10 +96,11 @@ def is_sse(raw: bytes) -> bool:
 
 
 def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
-    """Every non-blank line parsed as JSON. A corrupt line raises (file and line number, the
-    fix) unless ``skip_bad``, which skips it and lists it. A file holding one JSON array (or
-    one object) is read as its elements; a streamed capture (``data: {...}`` lines) as the
-    JSON of its ``data:`` lines (``data: [DONE]``, events and comments skipped)."""
+    """Every non-blank line parsed as JSON (within :mod:`glance_law.data.inputs`' bounds:
+    nesting, lone surrogates). A corrupt line raises (file and line number, the fix) unless
+    ``skip_bad``, which skips it and lists it. A file holding one JSON array (or one object) is
+    read as its elements; a streamed capture (``data: {...}`` lines) as the JSON of its
+    ``data:`` lines (``data: [DONE]``, events and comments skipped)."""
     raw = open_bytes(path) if raw is None else raw
     path = str(path)
     if is_sse(raw):
@@ -114,17 +108,22 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
     stripped = raw.lstrip()
     if stripped[:1] == b"[":
         try:
-            data = json.loads(raw)
-            return Lines(path, [(1, d) for d in data], [])
+            data = inputs.loads(raw)
+            return Lines(path, [(_lineno(raw, 1), d) for d in data], [])
+        except inputs.JSONLimitError as exc:
+            raise LogError(path, f"line {_lineno(raw, 1)}: not valid JSON ({exc})",
+                           "repair the file; glance-law reads JSON nested at most "
+                           f"{inputs.MAX_JSON_DEPTH} levels deep") from None
         except ValueError:
             pass  # not one array: fall through to lines
     body = raw.strip()
     if body[:1] == b"{":
         # fast path: every line one object, no blank or corrupt line -> one JSON array parse
-        # (any problem falls through to the line-by-line parse, which finds and numbers it)
+        # (any problem, a bound included, falls through to the line-by-line parse, which finds
+        # and numbers it)
         try:
-            data = json.loads(b"[" + body.replace(b"\n", b",") + b"]")
-            return Lines(path, list(enumerate(data, 1)), [])
+            data = inputs.loads(b"[" + body.replace(b"\n", b",") + b"]")
+            return Lines(path, [(_lineno(raw, i), d) for i, d in enumerate(data, 1)], [])
         except ValueError:
             pass
     return _read_lines(path, raw, skip_bad, None)
@@ -132,8 +131,9 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
 
 def _read_lines(path: str, raw: bytes, skip_bad: bool, payload) -> Lines:
     recs, bad = [], []
-    loads = json.loads
-    for i, line in enumerate(raw.split(b"\n"), 1):
+    loads = inputs.loads
+    for k, line in enumerate(raw.split(b"\n"), 1):
+        i = _lineno(raw, k)
         if payload is not None:
             line = payload(line)
             if line is None:
@@ -219,16 +219,20 @@ def detect_format(path, raw: bytes | None = None) -> str:
         return "vllm"
     first = None
     seen = 0
-    for line in _head_lines(raw):
+    limit = None                         # the first line beyond the reader's bounds (too deep, lone surrogates)
+    for k, line in enumerate(_head_lines(raw), 1):
         line = sse_payload(line)         # a streamed capture's "data: {...}" line: its JSON
         if line is None or not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = inputs.loads(line)
+        except inputs.JSONLimitError as exc:
+            limit = limit or (_lineno(raw, k), exc)
+            continue
         except ValueError:
             if raw.lstrip()[:1] == b"[":
                 try:
-                    arr = json.loads(raw)
+                    arr = inputs.loads(raw)
                 except ValueError:
                     arr = None
                 if isinstance(arr, list) and arr:
@@ -248,6 +252,10 @@ def detect_format(path, raw: bytes | None = None) -> str:
         seen += 1
         if seen >= 5:
             break
+    if first is None and limit is not None:
+        raise LogError(path, f"line {limit[0]}: not valid JSON ({limit[1]})",
+                       f"repair or delete that line; glance-law reads JSON nested at most {inputs.MAX_JSON_DEPTH} "
+                       "levels deep, with text strings only")
     what = "no JSON records" if first is None else f"records with {_shape(first)}"
     raise LogError(path, f"not a log format glance-law can import ({what})",
                    supported_line() + " (or contract *.parquet files)")
@@ -420,12 +428,40 @@ def ids_list(ids, limit: int = 8) -> str:
 
 
 def concat(tables: list):
-    """Row-wise concatenation of Arrow tables (columns missing from some read as null), or None."""
+    """Row-wise concatenation of Arrow tables (columns missing from some read as null), or None.
+    A text column that one importer dictionary-encodes and another does not (``run_id`` of
+    Spec-Bench beside glance/vLLM/SGLang files) is dictionary-encoded in all of them first."""
     import pyarrow as pa
     tables = [t for t in tables if t is not None and t.num_rows]
     if not tables:
         return None
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables, promote_options="permissive")
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(_unify_text(tables), promote_options="permissive")
+
+
+def _unify_text(tables: list) -> list:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    types: dict = {}
+    for t in tables:
+        for f in t.schema:
+            types.setdefault(f.name, set()).add(f.type)
+    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_null)
+    mixed = {n for n, ts in types.items() if len(ts) > 1 and any(pa.types.is_dictionary(x) for x in ts)
+             and all(pa.types.is_dictionary(x) or any(f(x) for f in text) for x in ts)}
+    if not mixed:
+        return tables
+    enc = pa.dictionary(pa.int32(), pa.string())
+    out = []
+    for t in tables:
+        for n in mixed & set(t.column_names):
+            col = t.column(n)
+            if not pa.types.is_dictionary(col.type):
+                col = pc.dictionary_encode(col.cast(pa.string()))
+            t = t.set_column(t.column_names.index(n), pa.field(n, enc), col.cast(enc))
+        out.append(t)
+    return out
 
 
 def frame(cols: Mapping, n: int) -> pd.DataFrame:

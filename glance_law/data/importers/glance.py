@@ -26,6 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from glance_law.data import inputs
 from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
 from glance_law.data.tables import LogError
 
@@ -52,6 +53,18 @@ def _get(d: dict, name: str):
     return None
 
 
+_I16 = 32767          # the contract's int16 columns (accepted, horizon, budget)
+
+
+def _int(d: dict, name: str, path, lineno, lo: int = 0, hi: int = _I16):
+    """The first alias of ``name`` present, checked as an int in lo..hi (None when absent)."""
+    for k in ALIASES[name]:
+        v = d.get(k)
+        if v is not None:
+            return inputs.as_int(v, path, lineno, k, lo, hi)
+    return None
+
+
 def _pid(v) -> str:
     s = str(v)
     return s if len(s) <= 64 else "p-" + hashlib.md5(s.encode("utf-8", "replace")).hexdigest()[:12]
@@ -71,12 +84,12 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         if not isinstance(d, dict):
             raise LogError(path, f"line {lineno}: not a JSON object", "each line is one on_round dictionary")
         h = _get(d, "root_entropy")
-        a = _get(d, "accepted")
+        a = _int(d, "accepted", path, lineno)
         if a is None and d.get("tau") is not None:
-            a = int(d["tau"]) - 1
-        L = _get(d, "horizon")
+            a = inputs.as_int(d["tau"], path, lineno, "tau", 1, _I16 + 1) - 1
+        L = _int(d, "horizon", path, lineno)
         if L is None and d.get("block_size") is not None:
-            L = int(d["block_size"]) - 1
+            L = inputs.as_int(d["block_size"], path, lineno, "block_size", 1, _I16 + 1) - 1
         if L is None:
             L = default_L
         if a is None or L is None:
@@ -100,13 +113,13 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
             no_task += 1
             t = task or "unknown"
         key = (str(t), pid)
-        rnd = _get(d, "round")
+        rnd = _int(d, "round", path, lineno, hi=(1 << 31) - 2)
         if rnd is None:
             rnd = counters.get(key, 0)
         counters[key] = int(rnd) + 1
         a, L = int(a), int(L)
-        size = _get(d, "tree_size")
-        budget = int(size) - 1 if size is not None else _get(d, "budget")
+        size = _int(d, "tree_size", path, lineno, lo=1, hi=_I16 + 1)
+        budget = size - 1 if size is not None else _int(d, "budget", path, lineno)
         cols["run_id"].append(str(d.get("run_id") or base))
         cols["task"].append(str(t))
         cols["prompt_id"].append(pid)
@@ -119,7 +132,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         cols["budget"].append(None if budget is None else int(budget))
         for k in ("root_margin", "root_pmax", "round_ms"):
             v = _get(d, k)
-            cols[k].append(None if v is None else float(v))
+            cols[k].append(None if v is None else inputs.as_float(v, path, lineno, k))
         tg = _get(d, "target")
         cols["target"].append(None if tg is None else str(tg))
     n = len(cols["accepted"])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from glance_law.data import inputs
 from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
 from glance_law.data.tables import LogError
 
@@ -42,11 +43,22 @@ def _first(meta, keys):
     return next((meta[k] for k in keys if meta.get(k) is not None), None)
 
 
+def _first_count(meta, keys, path=None, lineno=None):
+    """The first of ``keys`` present, as a count (int >= 0), else None; a bad value is refused."""
+    k = next((k for k in keys if meta.get(k) is not None), None)
+    return None if k is None else inputs.as_int(meta[k], path, lineno, k, 0, 1 << 62)
+
+
+def _number(meta, key: str, path, lineno, scale: float = 1.0):
+    v = meta.get(key)
+    return None if v is None else inputs.as_float(v, path, lineno, key, lo=0.0) * scale
+
+
 def _setting(rec: dict, key: str):
     for where in _SETTINGS:
         d = rec if where is None else rec.get(where)
         if isinstance(d, dict) and d.get(key) is not None:
-            return int(d[key])
+            return inputs.as_int(d[key], None, None, key, 0, inputs.MAX_POSITION + 1)
     return None
 
 
@@ -67,7 +79,7 @@ def _depth(rec, meta, override, acc: np.ndarray, path, lineno) -> tuple[int, str
     L, how = depth_from_settings(rec)
     if L is not None:
         return L, how
-    ct, prop = meta.get("spec_verify_ct"), _first(meta, _PROP)
+    ct, prop = meta.get("spec_verify_ct"), _first_count(meta, _PROP, path, lineno)
     if prop is not None and ct and int(prop) % int(ct) == 0 and acc.size and int(acc.max()) == int(prop) // int(ct):
         return int(prop) // int(ct), "proposed per step, reached by a step (a chain)"
     per = f" ({int(prop) / int(ct):g} proposed per step)" if prop is not None and ct else ""
@@ -79,16 +91,11 @@ def _depth(rec, meta, override, acc: np.ndarray, path, lineno) -> tuple[int, str
 
 
 def _hist(meta, path, lineno):
-    ct = meta["spec_verify_ct"]
-    try:
-        ct = int(ct)
-        h = _first(meta, _HIST)
-        h = None if h is None else [int(x) for x in h]
-        cap = meta.get(_CAP_HIST)
-        cap = [int(x) for x in cap] if cap else []
-    except (TypeError, ValueError):
-        raise LogError(path, f"line {lineno}: spec_verify_ct or an acceptance histogram is not a number",
-                       "log the response as the server sent it") from None
+    ct = inputs.as_int(meta["spec_verify_ct"], path, lineno, "spec_verify_ct", 0, 1 << 62)
+    k = next((k for k in _HIST if meta.get(k) is not None), None)
+    h = None if k is None else inputs.as_histogram(meta[k], path, lineno, k).tolist()
+    cap = meta.get(_CAP_HIST)
+    cap = inputs.as_histogram(cap, path, lineno, _CAP_HIST).tolist() if cap else []
     return ct, h, cap
 
 
@@ -105,7 +112,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     for lineno, rec in lines.records:
         recs.extend((lineno, r) for r in (rec if isinstance(rec, list) else [rec]))
     how: dict = {}
-    ignored = capped = 0
+    ignored = capped = expanded = 0
     for lineno, rec in recs:
         meta = rec.get("meta_info") if isinstance(rec, dict) else None
         if not isinstance(meta, dict) or meta.get("spec_verify_ct") is None:
@@ -116,17 +123,20 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                        meta.get("id", f"line-{lineno}")))
         t = str(rec.get("task") or task or "unknown")
         tgt = next((str(rec[k]) for k in ("model", "model_path", "target") if rec.get(k) not in (None, "")), None)
-        e2e = meta.get("e2e_latency")
-        for k, v in (("prompt_id", pid), ("task", t), ("target", tgt), ("new_tokens", meta.get("completion_tokens")),
-                     ("rounds", ct), ("prompt_tokens", meta.get("prompt_tokens")),
-                     ("decode_ms", None if e2e is None else float(e2e) * 1000.0),
-                     ("spec_accept_length", meta.get("spec_accept_length")),
-                     ("spec_cap_length", meta.get("spec_cap_length")),
-                     ("spec_block_accept_length", meta.get("spec_block_accept_length")),
-                     ("accepted_tokens", _first(meta, _ACC)), ("draft_tokens", _first(meta, _PROP))):
+        for k, v in (("prompt_id", pid), ("task", t), ("target", tgt),
+                     ("new_tokens", _first_count(meta, ("completion_tokens",), path, lineno)),
+                     ("rounds", ct), ("prompt_tokens", _first_count(meta, ("prompt_tokens",), path, lineno)),
+                     ("decode_ms", _number(meta, "e2e_latency", path, lineno, 1000.0)),
+                     ("spec_accept_length", _number(meta, "spec_accept_length", path, lineno)),
+                     ("spec_cap_length", _number(meta, "spec_cap_length", path, lineno)),
+                     ("spec_block_accept_length", _number(meta, "spec_block_accept_length", path, lineno)),
+                     ("accepted_tokens", _first_count(meta, _ACC, path, lineno)),
+                     ("draft_tokens", _first_count(meta, _PROP, path, lineno))):
             P[k].append(v)
         if not hist:
             continue
+        expanded += sum(hist)
+        inputs.check_expansion(expanded, path, f"line {lineno}")
         acc = np.repeat(np.arange(len(hist)), np.asarray(hist, dtype=np.int64))
         used = [c for c, n in enumerate(cap) if n]
         if len(used) > 1 or (used and sum(cap) != acc.size):

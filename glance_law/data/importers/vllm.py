@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from glance_law.data import inputs
 from glance_law.data.importers.common import (
     FileResult,
     as_loc,
@@ -63,20 +64,25 @@ _NAMES = {"spec_decode_num_drafts": "drafts", "spec_decode_num_draft_tokens": "d
           "spec_decode_num_accepted_tokens": "accepted", "spec_decode_num_accepted_tokens_per_pos": "pos"}
 
 
-def parse_scrapes(text: str) -> list[dict]:
+def parse_scrapes(text: str, path=None, number=None) -> list[dict]:
     """Scrapes of one text: each {model: {"drafts": x, "draft_tokens": x, "accepted": x, "pos": {i: x}}},
-    summed over engines."""
+    summed over engines. A count that is not a finite number >= 0, or a position outside
+    0..MAX_POSITION - 1, is refused (``path``, and the line: ``number(i)`` maps the i-th line of
+    ``text`` to the file's)."""
     scrapes: list[dict] = []
     cur: dict = {}
     seen: set = set()
-    for line in text.splitlines():
+    for i, line in enumerate(text.split("\n"), 1):
         m = _SAMPLE.match(line.strip())
         if not m:
             continue
-        name, labels, value = m.group(1), m.group(3) or "", float(m.group(4))
+        name, labels = m.group(1), m.group(3) or ""
         what = _NAMES.get(name)
         if what is None:
             continue
+        lineno = i if number is None else number(i)
+        value = inputs.as_float(m.group(4), path, lineno, "vllm:" + name, lo=0.0,
+                                fix="scrape GET /metrics of the server as it is (counters are finite, >= 0)")
         lab = dict(_LABEL.findall(labels))
         series = (name, tuple(sorted(lab.items())))
         if series in seen:
@@ -86,8 +92,9 @@ def parse_scrapes(text: str) -> list[dict]:
         model = lab.get("model_name", "")
         d = cur.setdefault(model, {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "pos": {}})
         if what == "pos":
-            i = int(lab.get("position", "0"))
-            d["pos"][i] = d["pos"].get(i, 0.0) + value
+            j = inputs.as_int(lab.get("position", "0"), path, lineno, "position", 0, inputs.MAX_POSITION - 1,
+                              fix="scrape GET /metrics of the server as it is (positions are draft offsets)")
+            d["pos"][j] = d["pos"].get(j, 0.0) + value
         else:
             d[what] += value
     if cur:
@@ -131,6 +138,7 @@ def _interval(path, where: str, model: str, d: dict, p, K: int):
                        "pass the scrapes of one server run, in the order they were taken (one command per run)")
     else:
         delta, dtok = cur - p[0], (cum[0] - p[1][0], cum[1] - p[1][1])
+    inputs.check_expansion(delta[0], path, f"{where} ({model or 'model'})")
     n = delta[:-1] - delta[1:]
     if (n < -1e-9).any() or abs(delta[1:-1].sum() - dtok[1]) > 0.5:
         raise LogError(path, f"{where} ({model or 'model'}): the per-position counts are not consistent (a later "
@@ -139,11 +147,11 @@ def _interval(path, where: str, model: str, d: dict, p, K: int):
     return np.rint(n).astype(np.int64), dtok, (cur, cum)
 
 
-def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None) -> FileResult:
+def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None, number=None) -> FileResult:
     chain = ScrapeChain() if chain is None else chain
     first = chain.base is None
     base = chain.base = run_base(path) if first else chain.base
-    scrapes = parse_scrapes(text)
+    scrapes = parse_scrapes(text, path, number)
     if not scrapes:
         raise LogError(path, "no vllm:spec_decode_* samples", "scrape GET /metrics of a vLLM server with a "
                        "speculative config")
@@ -152,6 +160,7 @@ def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None)
              "no entropy; rounds are expanded from the per-position counts, one pseudo-prompt per scrape interval "
              "(prompt_id interval-<i>), so no prompt clustering is possible (each interval counts as one cluster)"]
     parts = []                   # (run, interval id, model, accepted lengths, K)
+    total = 0
     for i, sc in enumerate(scrapes):
         where = f"scrape {i + 1}"
         chain.intervals += 1
@@ -168,6 +177,8 @@ def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None)
                 notes.append(f"{path}: scrape interval {chain.intervals}: {int(K * n.sum() - dtok[0])} draft token(s) "
                              f"fewer than {K} per draft: some drafts were shorter, and the counters do not say which "
                              f"(their rounds are read at horizon {K}; per-request metrics with per_step_drafted do)")
+            total += int(n.sum())
+            inputs.check_expansion(total, path, f"{where} ({model or 'model'})")
             acc = np.repeat(np.arange(K + 1), n)
             if acc.size:
                 parts.append((f"{base}:{model}" if model else base, f"interval-{chain.intervals}", model, acc, K))
@@ -195,27 +206,13 @@ def _prometheus(path: Path, text: str, horizon, task, chain: ScrapeChain | None)
     return FileResult(str(path), "vllm", R, pd.DataFrame(), notes, run)
 
 
-def _histogram(h, what: str, path, lineno) -> np.ndarray:
-    """A dense accepted-count histogram from a list, or from a sparse {"j": n} map."""
-    try:
-        if isinstance(h, dict):
-            dense = np.zeros(max((int(k) for k in h), default=-1) + 1, dtype=np.int64)
-            for k, v in h.items():
-                dense[int(k)] = int(v)
-            return dense
-        return np.asarray([int(x) for x in h], dtype=np.int64)
-    except (TypeError, ValueError):
-        raise LogError(path, f"line {lineno}: {what} is not a list of counts",
-                       "log the response as the server sent it") from None
-
-
 def _steps(sd: dict, K, path, lineno):
     """(accepted, horizon, how) of one response's steps: how is "ordered", "by-length", "histogram" or None."""
     acc_l, dr_l = sd.get("per_step_accepted"), sd.get("per_step_drafted")
     if isinstance(acc_l, list):
-        acc = np.asarray(acc_l, dtype=np.int64)
+        acc = inputs.as_int_list(acc_l, path, lineno, "per_step_accepted", 0, inputs.MAX_POSITION)
         if isinstance(dr_l, list):
-            hor = np.asarray(dr_l, dtype=np.int64)
+            hor = inputs.as_int_list(dr_l, path, lineno, "per_step_drafted", 0, inputs.MAX_POSITION)
             if hor.size != acc.size:
                 raise LogError(path, f"line {lineno}: per_step_drafted lists {hor.size} steps, per_step_accepted "
                                      f"{acc.size}", "log the response as the server sent it")
@@ -224,23 +221,30 @@ def _steps(sd: dict, K, path, lineno):
         return acc, hor, "ordered"
     by_len = sd.get("acceptance_histogram_by_draft_length")
     if isinstance(by_len, dict) and by_len:
-        acc, hor = [], []
-        for k, h in sorted(by_len.items(), key=lambda kv: int(kv[0])):
-            h = _histogram(h, "acceptance_histogram_by_draft_length", path, lineno)
-            acc.append(np.repeat(np.arange(h.size), h))
-            hor.append(np.full(int(h.sum()), int(k)))
+        field = "acceptance_histogram_by_draft_length"
+        keyed = [(inputs.as_int(k, path, lineno, f"{field} key", 0, inputs.MAX_POSITION), h) for k, h in by_len.items()]
+        hists = [(k, inputs.as_histogram(h, path, lineno, f"{field}[{k}]")) for k, h in sorted(keyed, key=lambda kv: kv[0])]
+        inputs.check_expansion(sum(int(h.sum()) for _, h in hists), path, f"line {lineno}: {field}")
+        acc = [np.repeat(np.arange(h.size), h) for _, h in hists]
+        hor = [np.full(int(h.sum()), k) for k, h in hists]
         return np.concatenate(acc), np.concatenate(hor), "by-length"
     hist = sd.get("acceptance_histogram")
     if isinstance(hist, (list, dict)):
-        h = _histogram(hist, "acceptance_histogram", path, lineno)
+        h = inputs.as_histogram(hist, path, lineno, "acceptance_histogram")
         acc = np.repeat(np.arange(h.size), h)
         return acc, np.full(acc.size, -1 if K is None else K, dtype=np.int64), "histogram"
     return None, None, None
 
 
-def _ms(metrics: dict, key: str):
+def _count(d: dict, key: str, path, lineno):
+    """An optional count field (None when absent), an int >= 0 below 2**62, else refused in one line."""
+    v = d.get(key)
+    return None if v is None else inputs.as_int(v, path, lineno, key, 0, (1 << 62))
+
+
+def _ms(metrics: dict, key: str, path, lineno):
     v = metrics.get(key)
-    return None if v is None else float(v)
+    return None if v is None else inputs.as_float(v, path, lineno, key, lo=0.0)
 
 
 def _responses(path: Path, lines, horizon, task) -> FileResult:
@@ -250,7 +254,7 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
     P = {k: [] for k in ("prompt_id", "task", "new_tokens", "rounds", "prompt_tokens", "prefill_ms", "decode_ms",
                          "target")}
     how_n = {"ordered": 0, "by-length": 0, "histogram": 0}
-    short = skipped = 0
+    short = skipped = expanded = 0
     for lineno, rec in lines.records:
         if isinstance(rec, dict) and isinstance(rec.get("data"), dict):
             rec = rec["data"]
@@ -264,8 +268,11 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
         t = str(rec.get("task") or task or "unknown")
         tgt = None if rec.get("model") in (None, "") else str(rec["model"])   # the OpenAI response's served model
         K = sd.get("num_spec_tokens")
-        K = horizon_for(horizon, (path.name, base, "vllm", "*")) if K is None else int(K)
+        K = horizon_for(horizon, (path.name, base, "vllm", "*")) if K is None else \
+            inputs.as_int(K, path, lineno, "num_spec_tokens", 0, inputs.MAX_POSITION)
         acc, hor, how = _steps(sd, K, path, lineno)
+        expanded += 0 if acc is None else acc.size
+        inputs.check_expansion(expanded, path, f"line {lineno}")
         if acc is not None and (hor < 0).any():
             raise LogError(path, f"line {lineno}: num_spec_tokens is missing", "pass --horizon L")
         if acc is not None and acc.size:
@@ -274,11 +281,11 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
                                      f"num_spec_tokens = {K})", "check the response; num_spec_tokens is the deepest "
                                                                 "draft offset")
             how_n[how] += 1
-            n_steps = sd.get("num_spec_steps")
-            if n_steps is not None and int(n_steps) != acc.size:
+            n_steps = _count(sd, "num_spec_steps", path, lineno)
+            if n_steps is not None and n_steps != acc.size:
                 notes.append(f"{path}: line {lineno}: num_spec_steps {n_steps} differs from the {acc.size} steps listed")
             if how == "histogram" and sd.get("num_draft_tokens") is not None and \
-                    int(sd["num_draft_tokens"]) < K * acc.size:
+                    _count(sd, "num_draft_tokens", path, lineno) < K * acc.size:
                 short += 1
             R["prompt_id"].append((pid, acc.size))
             R["task"].append((t, acc.size))
@@ -286,15 +293,16 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
             R["round_order"].append(("known" if how == "ordered" else "unknown", acc.size))
             R["accepted"].append(acc)
             R["horizon"].append(hor)
-        usage = rec.get("usage") or {}
+        usage = rec.get("usage") if isinstance(rec.get("usage"), dict) else {}
         P["prompt_id"].append(pid)
         P["task"].append(t)
         P["target"].append(tgt)
-        P["new_tokens"].append(usage.get("completion_tokens"))
-        P["prompt_tokens"].append(usage.get("prompt_tokens"))
-        P["rounds"].append(sd.get("num_spec_steps", None if acc is None else int(acc.size)))
-        P["prefill_ms"].append(_ms(metrics, "time_to_first_token_ms"))
-        P["decode_ms"].append(_ms(metrics, "generation_time_ms"))
+        P["new_tokens"].append(_count(usage, "completion_tokens", path, lineno))
+        P["prompt_tokens"].append(_count(usage, "prompt_tokens", path, lineno))
+        steps = _count(sd, "num_spec_steps", path, lineno)
+        P["rounds"].append(steps if steps is not None else None if acc is None else int(acc.size))
+        P["prefill_ms"].append(_ms(metrics, "time_to_first_token_ms", path, lineno))
+        P["decode_ms"].append(_ms(metrics, "generation_time_ms", path, lineno))
     if not P["prompt_id"]:
         raise LogError(path, "no response carries metrics.speculative_decoding",
                        "start vLLM with --per-request-spec-decode-metrics summary (or detailed); when streaming, "
@@ -370,5 +378,6 @@ def import_file(path, *, horizon=None, skip_bad=False, task=None, raw: bytes | N
     path = as_loc(path)
     raw = open_bytes(path) if raw is None else raw
     if is_prometheus(raw) or not (raw.lstrip()[:1] in (b"{", b"[") or is_sse(raw)):
-        return _prometheus(path, raw.decode("utf-8", "replace"), horizon, task, chain)
+        return _prometheus(path, raw.decode("utf-8", "replace"), horizon, task, chain,
+                           raw.lineno if isinstance(raw, inputs.Text) else None)
     return _responses(path, read_json_lines(path, skip_bad, raw), horizon, task)

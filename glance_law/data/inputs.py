@@ -1,0 +1,376 @@
+"""The one bounded reader of foreign and JSON inputs (importers, ``glance-log --data`` and
+``--policy``, report manifests, reduction metadata).
+
+Every such input goes through here, so that a small hostile file cannot take the machine:
+
+* :func:`check_regular` refuses FIFOs, devices, sockets (and links to them, ``/dev/zero``)
+  before anything opens them: reading one could block forever or never end;
+* :func:`read_text` streams the file (gunzipping in chunks, whatever its name), drops blank
+  lines as it goes (a gzip of 1 GiB of newlines costs one pass, not 1 GiB of memory) and
+  refuses a line longer than :data:`MAX_LINE_BYTES`, corrupt deflate data and a truncated
+  gzip in one line; line numbers stay those of the file;
+* :func:`loads` parses JSON with a depth limit (:data:`MAX_JSON_DEPTH`, checked iteratively
+  before parsing: never a ``RecursionError``) and refuses strings holding lone UTF-16
+  surrogates (which no file can store);
+* :func:`read_json_document` reads one small JSON document (a policy, a manifest, a
+  metadata record), at most :data:`MAX_DOCUMENT_BYTES`;
+* :func:`as_int` / :func:`as_float` / :func:`as_count` check one field of a record and
+  refuse it in one line naming the file, the line and the field.
+
+Errors are :class:`glance_law.io.LogError` (one line, exit 2 in every CLI). The bounds are
+documented in ``docs/security.md``.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import re
+import stat
+import zlib
+
+import numpy as np
+
+from glance_law.data.tables import LogError
+
+#: The longest line (after decompression) any text input may hold.
+MAX_LINE_BYTES = 64 << 20
+#: The deepest nesting of arrays and objects in one JSON value.
+MAX_JSON_DEPTH = 64
+#: The largest single JSON document (policy, manifest, metadata) read whole.
+MAX_DOCUMENT_BYTES = 16 << 20
+#: The most rounds one file's counters or histograms may expand into (vLLM scrapes and
+#: histograms, SGLang histograms): one row per counted draft, so a count is refused above it.
+MAX_EXPANDED_ROUNDS = 2_000_000
+#: The largest draft offset (position, histogram index, horizon) a counter or histogram may name.
+MAX_POSITION = 4096
+
+_CHUNK = 1 << 20
+_BLANK = b" \t\r\n"
+_NONBLANK = re.compile(rb"[^ \t\r\n]")
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+class JSONLimitError(ValueError):
+    """A JSON value beyond the reader's bounds (too deep, lone surrogates): a corrupt line to
+    the importers (skipped and listed under ``skip_bad``). The message has no colon."""
+
+
+def check_regular(path, what: str = "input") -> None:
+    """Refuse ``path`` unless it is a regular file (links followed): a FIFO, a device
+    (``/dev/zero``), a socket could block or never end. URIs are not checked here."""
+    from glance_law.data import uri
+    if uri.is_uri(str(path)):
+        return
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise LogError(path, "no such file", "check the path") from None
+    except OSError as exc:
+        raise LogError(path, f"cannot be opened ({exc.strerror})", "check the path and its permissions") from None
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+    link = f" (a link to {os.path.realpath(path)})" if os.path.islink(path) else ""
+    raise LogError(path, f"is {kind}{link}, not a regular file",
+                   f"pass the {what} as a regular file (a pipe or device could block or never end)")
+
+
+class Text(bytes):
+    """The non-blank lines of a text input joined by newlines; :meth:`lineno` maps the i-th of
+    them (1-based) to its line number in the file."""
+
+    _at: tuple = ((), ())
+
+    def lineno(self, i: int) -> int:
+        idx, shift = self._at
+        k = bisect.bisect_right(idx, i) - 1
+        return i + (shift[k] if k >= 0 else 0)
+
+
+def _chunks(path):
+    """The file's bytes in chunks of at most about 1 MiB, gunzipped (all members) when it starts
+    with the gzip magic."""
+    from glance_law.data import uri
+    if uri.is_uri(str(path)):
+        fh = uri.open_input(str(path))
+    else:
+        check_regular(path)
+        fh = open(path, "rb")       # noqa: SIM115 - closed below
+    try:
+        first = fh.read(_CHUNK)
+        if first[:2] != b"\x1f\x8b":
+            while first:
+                yield first
+                first = fh.read(_CHUNK)
+            return
+        yield from _gunzip(path, first, fh)
+    finally:
+        fh.close()
+
+
+def _gunzip(path, first: bytes, fh):
+    d = zlib.decompressobj(31)
+    pending = first
+    try:
+        while True:
+            if not pending:
+                pending = fh.read(_CHUNK)
+                if not pending:
+                    break
+            out = d.decompress(pending, _CHUNK)
+            pending = d.unconsumed_tail
+            if out:
+                yield out
+            if d.eof:
+                pending = d.unused_data + pending
+                if not pending.strip(b"\x00"):
+                    pending = fh.read(_CHUNK)
+                    if not pending.strip(b"\x00"):
+                        return
+                d = zlib.decompressobj(31)       # the next member of a multi-member gzip
+        tail = d.flush()
+        if tail:
+            yield tail
+    except zlib.error as exc:
+        raise LogError(path, f"the gzip stream is corrupt ({exc})",
+                       "re-copy the file (gzip -t tells whether it is whole)") from None
+    if not d.eof:
+        raise LogError(path, "the gzip stream is truncated (it ends before its end-of-stream marker)",
+                       "re-copy the file (gzip -t tells whether it is whole)")
+
+
+def _too_long(path, lineno: int) -> LogError:
+    return LogError(path, f"line {lineno}: longer than {MAX_LINE_BYTES >> 20} MiB",
+                    "split the records one per line (JSON lines); glance-law reads lines of at most "
+                    f"{MAX_LINE_BYTES >> 20} MiB")
+
+
+def read_text(path) -> Text:
+    """The non-blank lines of a (possibly gzipped) text file, streamed: a line longer than
+    :data:`MAX_LINE_BYTES` is refused (file and line), and so are corrupt or truncated gzip
+    data, FIFOs and devices. A UTF-8 byte-order mark is dropped."""
+    out = bytearray()
+    idx, shift = [], []
+    buf = bytearray()
+    lineno = 1            # the file's line number at buf[0]
+    kept = 0
+    first = True
+    for chunk in _chunks(path):
+        if first:
+            chunk = chunk[3:] if chunk[:3] == b"\xef\xbb\xbf" else chunk
+            first = False
+        buf += chunk
+        pos = 0
+        if not buf.translate(None, _BLANK):          # blanks only: count the lines, keep nothing
+            lineno += buf.count(b"\n")
+            del buf[:buf.rfind(b"\n") + 1]
+            continue
+        while True:
+            m = _NONBLANK.search(buf, pos)
+            if m is None:
+                lineno += buf.count(b"\n", pos)
+                cut = buf.rfind(b"\n", pos) + 1
+                del buf[:max(cut, pos)]
+                break
+            s = m.start()
+            lineno += buf.count(b"\n", pos, s)
+            nl = buf.rfind(b"\n", pos, s)
+            start = pos if nl < 0 else nl + 1
+            end = buf.find(b"\n", s)
+            if end < 0:
+                del buf[:start]
+                if len(buf) > MAX_LINE_BYTES:
+                    raise _too_long(path, lineno)
+                break
+            if end - start > MAX_LINE_BYTES:
+                raise _too_long(path, lineno)
+            kept += 1
+            if lineno != kept + (shift[-1] if shift else 0):
+                idx.append(kept)
+                shift.append(lineno - kept)
+            out += buf[start:end]
+            out += b"\n"
+            lineno += 1
+            pos = end + 1
+    if buf.translate(None, _BLANK):
+        kept += 1
+        if lineno != kept + (shift[-1] if shift else 0):
+            idx.append(kept)
+            shift.append(lineno - kept)
+        out += buf.strip(_BLANK)
+    if out.endswith(b"\n"):
+        del out[-1:]
+    text = Text(out)
+    del out
+    text._at = (tuple(idx), tuple(shift))
+    return text
+
+
+# --------------------------------------------------------------------------- JSON
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of ``[`` / ``{`` in JSON text, counted without recursion (strings
+    blanked first; 4 MiB at a time, so its memory stays small whatever the text's size)."""
+    text = _STRING.sub(b'""', data)
+    depth = best = 0
+    step = 1 << 22
+    for at in range(0, len(text), step):
+        b = np.frombuffer(text, np.uint8, count=min(step, len(text) - at), offset=at)
+        sel = b[(b == 91) | (b == 123) | (b == 93) | (b == 125)]
+        if not sel.size:
+            continue
+        run = np.cumsum(np.where((sel == 91) | (sel == 123), 1, -1), dtype=np.int64) + depth
+        best = max(best, int(run.max()))
+        depth = int(run[-1])
+    return best
+
+
+def loads(data):
+    """``json.loads`` within the bounds: :class:`JSONLimitError` (a ``ValueError``, like a
+    syntax error) for nesting deeper than :data:`MAX_JSON_DEPTH` or a lone surrogate."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
+        raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    try:
+        obj = json.loads(data)
+    except RecursionError:
+        raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    if _SURROGATE.search(raw):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise JSONLimitError("a string holds a lone UTF-16 surrogate, which is not text") from None
+    return obj
+
+
+def read_json_document(path, what: str = "JSON file"):
+    """One JSON document (a policy, a manifest, a metadata record) read whole within the
+    bounds: a regular file of at most :data:`MAX_DOCUMENT_BYTES`, UTF-8, nesting at most
+    :data:`MAX_JSON_DEPTH`. Any problem raises :class:`LogError` naming the file."""
+    check_regular(path, what)
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise LogError(path, f"cannot be read ({exc.strerror})", "check the path and its permissions") from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise LogError(path, f"larger than {MAX_DOCUMENT_BYTES >> 20} MiB, too large for a {what}",
+                       f"pass the {what} glance-law wrote")
+    try:
+        return loads(raw)
+    except ValueError as exc:      # syntax, bad UTF-8, depth, surrogates
+        msg = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise LogError(path, f"not a valid {what} ({msg})", f"pass the {what} glance-law wrote") from None
+
+
+# --------------------------------------------------------------------------- fields
+
+def _refuse(path, lineno, field: str, value, want: str, fix: str) -> LogError:
+    where = f"line {lineno}: " if lineno is not None else ""
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return LogError(path, f"{where}field '{field}' is {shown}, not {want}", fix)
+
+
+_FIX = "log the record as the server or decoder wrote it"
+
+
+def as_int(value, path, lineno, field: str, lo: int | None = 0, hi: int | None = None, fix: str = _FIX) -> int:
+    """``value`` as an int in lo..hi (an integral float or a decimal string is accepted; a
+    bool, NaN, an infinity, a fraction are not), else :class:`LogError` naming file:line and field."""
+    shown_hi = hi if hi is not None and hi < (1 << 62) else None       # a mere int64 guard goes unsaid
+    want = "an integer" + (f" in {lo}..{shown_hi}" if lo is not None and shown_hi is not None else
+                           f" >= {lo}" if lo is not None else f" <= {shown_hi}" if shown_hi is not None else "")
+    v = value
+    if isinstance(v, str):
+        try:
+            v = int(v.strip(), 10)
+        except ValueError:
+            raise _refuse(path, lineno, field, value, want, fix) from None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise _refuse(path, lineno, field, value, want, fix)
+    if isinstance(v, (float, np.floating)) and (not math.isfinite(v) or v != math.floor(v)):
+        raise _refuse(path, lineno, field, value, want, fix)
+    v = int(v)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise _refuse(path, lineno, field, value, want, fix)
+    return v
+
+
+def as_float(value, path, lineno, field: str, lo: float | None = None, fix: str = _FIX) -> float:
+    """``value`` as a finite float (>= ``lo`` when given), else :class:`LogError`."""
+    want = "a finite number" + (f" >= {lo:g}" if lo is not None else "")
+    v = value
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            raise _refuse(path, lineno, field, value, want, fix) from None
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise _refuse(path, lineno, field, value, want, fix)
+    try:
+        v = float(v)
+    except OverflowError:
+        raise _refuse(path, lineno, field, value, want, fix) from None
+    if not math.isfinite(v) or (lo is not None and v < lo):
+        raise _refuse(path, lineno, field, value, want, fix)
+    return v
+
+
+def check_expansion(total, path, where: str) -> None:
+    """Refuse a counter or histogram that would expand into more than
+    :data:`MAX_EXPANDED_ROUNDS` rounds (one row per counted draft)."""
+    if total > MAX_EXPANDED_ROUNDS:
+        raise LogError(path, f"{where}: the counts add up to {float(total):.4g} rounds, more than the "
+                             f"{MAX_EXPANDED_ROUNDS:,} one file may expand into (one row per draft)",
+                       "import shorter intervals (scrape more often, or split the responses over files), or "
+                       "read the per-request tau from the prompt rows")
+
+
+def as_int_list(values, path, lineno, field: str, lo: int = 0, hi: int | None = None, fix: str = _FIX) -> np.ndarray:
+    """A JSON list of ints in lo..hi as an int64 array (vectorised; the first bad element is
+    refused as :func:`as_int` would)."""
+    if not isinstance(values, (list, tuple)):
+        raise _refuse(path, lineno, field, values, "a list of integers", fix)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, OverflowError):
+        arr = None
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "iuf" and arr.size:
+        ok = np.isfinite(arr) & (arr == np.floor(arr)) & (arr >= lo) if arr.dtype.kind == "f" else arr >= lo
+        if hi is not None:
+            ok &= arr <= hi
+        if ok.all():
+            return arr.astype(np.int64)
+    elif arr is not None and arr.size == 0:
+        return np.zeros(0, np.int64)
+    for j, v in enumerate(values):
+        as_int(v, path, lineno, f"{field}[{j}]", lo, hi, fix)
+    return np.asarray([int(v) for v in values], np.int64)      # pragma: no cover - every element passed
+
+
+def as_histogram(h, path, lineno, field: str, fix: str = _FIX) -> np.ndarray:
+    """A dense count histogram (index j: how many steps accepted j) from a list or a sparse
+    ``{"j": n}`` map: indices in 0..MAX_POSITION, counts >= 0, their sum at most
+    :data:`MAX_EXPANDED_ROUNDS` (a histogram becomes one round per count)."""
+    if isinstance(h, dict):
+        dense = np.zeros(0, np.int64)
+        if h:
+            keys = [as_int(k, path, lineno, f"{field} index", 0, MAX_POSITION, fix) for k in h]
+            dense = np.zeros(max(keys) + 1, np.int64)
+            for k, (key, v) in zip(keys, h.items()):
+                dense[k] = as_int(v, path, lineno, f"{field}[{key}]", 0, MAX_EXPANDED_ROUNDS, fix)
+    else:
+        if isinstance(h, (list, tuple)) and len(h) > MAX_POSITION + 1:
+            raise _refuse(path, lineno, field, f"<a list of {len(h)}>",
+                          f"a histogram of at most {MAX_POSITION + 1} entries", fix)
+        dense = as_int_list(h, path, lineno, field, 0, MAX_EXPANDED_ROUNDS, fix)
+    check_expansion(int(dense.sum()), path, f"line {lineno}: {field}")
+    return dense
