@@ -22,6 +22,7 @@ import torch
 
 from glance_law import schema as S
 from glance_law.data import uri
+from glance_law.data.outputs import check_output, make_folder, write_problem
 from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
 from glance_law.replay.tree import max_code_bits
@@ -248,6 +249,7 @@ def _validate(cfg: RunConfig) -> None:
                           f"{cfg.drafter}; for plain autoregressive decoding use --drafter ar")
     if cfg.budget < 0:
         raise GlanceError(f"--budget {cfg.budget}: must be >= 0")
+    check_output(cfg.out, [cfg.data, cfg.policy], folder=True)   # before the model loads: one line
     if cfg.branch_k < 1:
         raise GlanceError(f"--branch-k {cfg.branch_k}: must be >= 1")
     if cfg.max_new_tokens < 1:
@@ -278,7 +280,10 @@ def _run_lock(out: Path, run_id: str):
         yield
         return
     path = out / f".glance-log-{run_id}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as exc:              # a read-only or full folder: one line
+        raise write_problem(path, exc, "nothing was written") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -435,9 +440,8 @@ def _run_loaded(cfg: RunConfig, items) -> dict:
     if uri.is_uri(cfg.out):             # a store prefix: parts are single-upload objects (glance_law.data.uri)
         out = str(cfg.out).rstrip("/")
         uri.check_writable_prefix(out)
-    else:
-        out = Path(cfg.out)
-        out.mkdir(parents=True, exist_ok=True)
+    else:                               # the one output path: never a link, a file, or a folder holding an input
+        out = make_folder(check_output(cfg.out, [cfg.data, cfg.policy], folder=True))
     summary = {"out": str(out), "arms": []}
     perm = T.derangement(len(items)) if cfg.probe else None
     rids = [run_id_of(_config_key(cfg, name, dr.config(), target.device.type)) for dr, name in arms]

@@ -66,13 +66,14 @@ elif mode == "before_rename":
         return real_replace(a, b)
     gio.os.replace = replace
 elif mode == "before_dirsync":
-    real_dirsync = gio._fsync_dir
+    import glance_law.data.outputs as gout       # the one output path (write_table writes through it)
+    real_dirsync = gout.fsync_dir
     def fsync_dir(path):
         if calls["n"] == PAUSE_AT:
             pause()
         calls["n"] += 1
         return real_dirsync(path)
-    gio._fsync_dir = fsync_dir
+    gout.fsync_dir = fsync_dir
 
 def row(i):
     L = 3

@@ -66,7 +66,7 @@ from collections.abc import Sequence
 from glance_law.cli import reduce as _reduce
 from glance_law.cli.common import Parser, UsageError, add_horizon_argument, horizon_of, run_main
 from glance_law.data.io import LogSet, read_logs
-from glance_law.data.outputs import write_file
+from glance_law.data.outputs import check_output, write_file
 from glance_law.data.selection import LAW_INPUT
 from glance_law.errors import GlanceError
 from glance_law.results import format as _fmt
@@ -414,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> None:
         args, mods = parse_args(argv)
+        for flag in ("out", "width_plot"):     # checked before any work: never a link, never an input
+            if getattr(args, flag, None):
+                check_output(getattr(args, flag), args.paths, what="--" + flag.replace("_", "-"))
         if args.engine or _reduce.inputs_reduced(args.paths):  # out of core: glance_law.scale (issue 9)
             law, sections = _reduce.cli_fit(args, mods)
         else:

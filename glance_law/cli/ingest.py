@@ -10,17 +10,22 @@ FORMAT is one of ``spec-bench``, ``glance``, ``vllm``, ``sglang``, or ``auto`` (
 file from its records). ``--horizon L`` (or ``KEY=L``, repeatable; KEY a method, model_id or
 file name) overrides the method table. ``--skip-bad`` skips corrupt lines and refused files
 and lists each. Every note (what was done with each oddity) is printed on stderr. Files are
-written only inside DIR: ``rounds-<run>.parquet`` and ``prompts-<run>.parquet``.
+written only inside DIR: ``rounds-<run>.parquet`` and ``prompts-<run>.parquet``, through the one
+output path (:mod:`glance_law.data.outputs`): DIR is a local folder or a store prefix (``s3://...``),
+never one of the inputs; one ingest writes into DIR at a time (a second is refused); DIR holds an
+``INCOMPLETE`` marker until the last file is written (readers refuse it; rerunning completes it);
+a file holding the import of another source (same stem) is never replaced - refused in one line.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from glance_law.cli.common import Parser, run_main
+from glance_law.cli.common import Parser, UsageError, run_main
 
 PROG = "python -m glance_law.ingest"
 
@@ -54,34 +59,75 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from glance_law.data import schema as S
     from glance_law.data.importers import import_logs, parse_horizon_option
     from glance_law.data.io import write_table
+    from glance_law.data.outputs import check_output, folder_session
+    out = check_output(args.out, args.paths, folder=True)     # a store URI or a local folder, never an input
     imp = import_logs(args.paths, format=None if args.format == "auto" else args.format,
                       horizon=parse_horizon_option(args.horizon), skip_bad=args.skip_bad, task=args.task)
     for note in imp.notes:
         print(f"{PROG}: note: {note}", file=sys.stderr)
-    out = Path(args.out)
-    required = {k: set(S.required_names(k)) for k in ("rounds", "prompts")}
-    written, r0, p0 = [], 0, 0
-    used: set = set()
-    for path, _fmt, n_r, n_p, run in imp.parts:
-        stem = _safe(str(run.get("run_id") or Path(path).name))
-        while stem in used:
-            stem += "_"
-        used.add(stem)
-        for kind, whole, at, n in (("rounds", imp.rounds_table, r0, n_r), ("prompts", imp.prompts_table, p0, n_p)):
-            if n:
-                part = whole.slice(at, n)
-                keep = [c for c in part.column_names if c in required[kind] or part.column(c).null_count < n]
-                written.append(write_table(part.select(keep), out / f"{kind}-{stem}.parquet", kind, run))
-        r0, p0 = r0 + n_r, p0 + n_p
+    plan = _plan(imp, out)
+    with folder_session(out, PROG) as session:     # one writer; INCOMPLETE marker until the last file is written
+        _refuse_replacing(plan, session.found)
+        session.mark()
+        written = [write_table(table, target, kind, run) for kind, target, table, run in plan]
     nr = 0 if imp.rounds_table is None else imp.rounds_table.num_rows
     npr = 0 if imp.prompts_table is None else imp.prompts_table.num_rows
     print(f"{PROG}: {nr} rounds and {npr} prompt rows from {len(imp.sources)} file(s) ({imp.format}) written to "
           f"{len(written)} file(s) in {out}" + (f"; {len(imp.skipped)} file(s) refused and skipped"
                                                  if imp.skipped else ""))
     return 0
+
+
+def _origin(path) -> str:
+    """What an imported file came from, as stored in its ``glance.run`` (``ingested_from``)."""
+    from glance_law.data import uri
+    return str(path) if uri.is_uri(str(path)) else os.path.realpath(path)
+
+
+def _plan(imp, out) -> list[tuple]:
+    """(kind, target, table, run) of every file to write: ``<kind>-<stem>.parquet`` per source file,
+    the run metadata naming the source (``ingested_from``)."""
+    from glance_law.data import schema as S
+    from glance_law.data import uri
+    required = {k: set(S.required_names(k)) for k in ("rounds", "prompts")}
+    plan, r0, p0, used = [], 0, 0, set()
+    for path, _fmt, n_r, n_p, run in imp.parts:
+        stem = _safe(str(run.get("run_id") or Path(path).name))
+        while stem in used:
+            stem += "_"
+        used.add(stem)
+        run = {**run, "ingested_from": _origin(path)}
+        for kind, whole, at, n in (("rounds", imp.rounds_table, r0, n_r), ("prompts", imp.prompts_table, p0, n_p)):
+            if n:
+                part = whole.slice(at, n)
+                keep = [c for c in part.column_names if c in required[kind] or part.column(c).null_count < n]
+                plan.append((kind, uri.join(out, f"{kind}-{stem}.parquet"), part.select(keep), run))
+        r0, p0 = r0 + n_r, p0 + n_p
+    return plan
+
+
+def _refuse_replacing(plan, resuming: bool) -> None:
+    """Refuse (before anything is written) to replace a file that holds the import of another
+    source: an earlier ingest of a file with the same stem. The same source's file is replaced (a
+    rerun); so is any file when the folder holds the marker of a killed ingest (``resuming``) and
+    the file is not another source's import."""
+    from glance_law.data import uri
+    from glance_law.data.io import LogError, file_meta
+    for _kind, target, _table, run in plan:
+        if uri.size(target) is None:
+            continue
+        try:
+            prev = file_meta(target)[2].get("ingested_from")
+        except LogError:
+            prev = None                                # a partial or foreign file at that name
+            if resuming:
+                continue
+        if prev != run["ingested_from"]:
+            what = f"the import of {prev}" if prev else "a file this ingest did not write"
+            raise UsageError(f"{target} holds {what}; importing {run['ingested_from']} would replace it: "
+                             "ingest into another folder (--out), or remove that file first")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -119,9 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
 
     def body() -> None:
+        from glance_law.data.outputs import check_output
         from glance_law.scale.engines import reduce_logs
         from glance_law.scale.reduce import write_reduced
         args = build_parser().parse_args(argv)
+        check_output(args.out, args.paths)      # before any work: never a link, a folder or one of the inputs
         red = reduce_logs(args.paths, **options(args))
         for path, reason in red.info.get("skipped", []):
             print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)

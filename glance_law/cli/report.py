@@ -69,12 +69,16 @@ from glance_law.cli.common import (
 )
 from glance_law.data.inputs import read_json_document
 from glance_law.data.outputs import (
+    INCOMPLETE,
     OutputError,
+    check_output,
     check_output_path,
+    folder_session,
     remove_file,
     safe_stem,
     write_file,
 )
+from glance_law.data.uri import is_uri, scheme
 from glance_law.errors import GlanceError
 from glance_law.replay.width import parse_budgets
 from glance_law.results.format import md_escape
@@ -284,11 +288,21 @@ def _manifest_outputs(out: Path, prev: dict) -> dict:
     return listed
 
 
-def _prepare_out(out: Path) -> dict | None:
+def _prepare_out(out: Path, resumed: bool = False) -> dict | None:
+    """The previous report's manifest (validated), or None; refuses a folder that holds other things.
+    ``resumed``: a report killed during its first run into ``out`` left its INCOMPLETE marker and no
+    manifest: its tables and figures (names this tool writes) are removed and the report starts over."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out}: exists and is not a folder")
     prev = _previous(out) if out.exists() else None
-    if out.exists() and prev is None and any(out.iterdir()):
+    own = {INCOMPLETE, ".glance-write.lock"}
+    if out.exists() and prev is None and resumed:
+        for sub in ("tables", "figures"):
+            if (out / sub).is_dir() and not (out / sub).is_symlink():
+                for p in sorted((out / sub).iterdir()):
+                    if check_output_path(f"{sub}/{p.name}") is None:
+                        remove_file(out, f"{sub}/{p.name}")
+    elif out.exists() and prev is None and any(p.name not in own for p in out.iterdir()):
         raise UsageError(f"--out {out}: the folder is not empty and holds no {MANIFEST} of a previous report; "
                          "choose an empty or new folder")
     if prev is not None:
@@ -331,7 +345,8 @@ INLINE_ROWS = 30   # tables up to this many rows are shown in the index itself
 
 def _inline(out: Path | None, rel: str) -> list[str]:
     """A table's Markdown for the index: its title as a heading-less caption, the table and its notes."""
-    if out is None or not (out / rel).exists():
+    p = out / rel if out is not None else None
+    if p is None or p.parent.is_symlink() or p.is_symlink() or not p.is_file():   # never read through a link
         return []
     text = (out / rel).read_text().strip("\n").splitlines()
     if text and text[0].startswith("**") and text[0].endswith("**"):
@@ -415,15 +430,25 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
         raise UsageError("give the round logs (files, folders or globs)")
     if not args.out:
         raise UsageError("--out DIR is required")
-    out = Path(args.out)
+    if is_uri(args.out):
+        raise UsageError(f"--out {scheme(args.out)}://...: the report writes a local folder (tables, figures, index); "
+                         "write it locally, then copy it to the store")
+    out = check_output(args.out, args.paths, folder=True)
     t0 = time.perf_counter()
     inp = read_inputs(args.paths, options, args.skip_bad, horizon_of(args))
     files = input_files(inp)
-    prev = _prepare_out(out)
+    with folder_session(out, prog) as session:      # one writer; INCOMPLETE marker until the manifest is written
+        prev = _prepare_out(out, session.found)
+        session.mark()
+        return _write_report(args, argv, prog, log, options, sections, out, t0, inp, files, prev, session.found)
+
+
+def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files, prev, resumed) -> int:
+    """Run the sections and write the report into ``out`` (prepared, held by :func:`run`)."""
     notes = [f"skipped input {p}: {r}" if str(p) not in r else f"skipped input {r}" for p, r in inp.rounds.skipped]
     notes += list(inp.rounds.notes)
     opts = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(options).items()}
-    same_inputs = prev is not None and prev.get("inputs") == files
+    same_inputs = prev is not None and prev.get("inputs") == files and not resumed   # a killed run: keep nothing
     prev_entries = {e["name"]: e for e in (prev or {}).get("sections", [])}
     ran = {s.name for s in sections}
     command = _command(prog, argv)

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 from glance_law._version import __version__
 from glance_law.errors import GlanceError
 
+from . import outputs as _outputs
 from . import schema as S
 from . import uri as _uri
 from .inputs import check_regular
@@ -60,8 +61,9 @@ def _kv(kind: str, run: Mapping | None, version: str = S.SCHEMA_VERSION) -> dict
 # writing
 # --------------------------------------------------------------------------
 
-def _fsync_dir(path: Path) -> None:
-    _uri.fsync_dir(path)
+#: How every Parquet file is written: zstd, and a CRC32 checksum in every page header, which
+#: the reader verifies (a flipped byte in a data page is refused, not read as another value).
+PARQUET_OPTIONS = {"compression": "zstd", "write_page_checksum": True}
 
 
 def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, path,
@@ -70,7 +72,9 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
     (:func:`to_arrow`); ``run`` is the ``glance.run`` document (default :func:`run_metadata`).
     Refuses an empty table.
 
-    A local path: temporary hidden name, fsync, rename, fsync of the folder; returns the Path.
+    A local path: through :func:`glance_law.data.outputs.replacing` (temporary hidden name, fsync,
+    rename, fsync of the folder; one line on a full disk or a read-only folder, the previous file
+    unchanged); returns the Path. Pages carry checksums (:data:`PARQUET_OPTIONS`).
     A store URI (``s3://``, ``gs://``, ...): the file is serialized in memory and written as
     one object in one upload, visible only once complete (:func:`glance_law.data.uri.put_atomic`);
     returns the URI."""
@@ -92,23 +96,13 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
     table = table.replace_schema_metadata(_kv(kind, run if run is not None else run_metadata(), version))
     if remote:
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(table, sink, **PARQUET_OPTIONS)
         try:
             return _uri.put_atomic(path, sink.getvalue().to_pybytes())
         except _uri.StoreError as exc:
             raise LogError(path, exc.problem, exc.fix) from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        with open(tmp, "wb") as fh:
-            pq.write_table(table, fh, compression="zstd")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+    with _outputs.replacing(path) as fh:      # the one output path: temporary name, fsync, rename
+        pq.write_table(table, fh, **PARQUET_OPTIONS)
     return path
 
 
@@ -136,8 +130,7 @@ class LogWriter:
             except _uri.StoreError as exc:
                 raise LogError(exc.location, exc.problem, exc.fix) from None
         else:
-            self.out_dir = Path(out_dir)
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            self.out_dir = _outputs.make_folder(out_dir)   # one line when it cannot be created
         self.kind = kind
         self.run = dict(run) if run is not None else run_metadata()
         self.stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in str(stem))[:80]
@@ -294,7 +287,25 @@ def expand_paths(paths: str | os.PathLike | Iterable, problems: list | None = No
         if key not in seen:
             seen.add(key)
             uniq.append(p)
+    _refuse_incomplete(uniq)
     return uniq
+
+
+def _refuse_incomplete(files: list) -> None:
+    """A file in a folder that an ingest or a report is writing, or left unfinished when it was
+    killed (its :data:`glance_law.data.outputs.INCOMPLETE` marker), is refused: the folder may
+    hold some of its runs and not others, or a rounds file without its prompts file."""
+    parents = dict.fromkeys(p.rsplit("/", 1)[0] if isinstance(p, str) else str(Path(p).parent) for p in files)
+    for folder in parents:
+        try:
+            marker = _outputs.incomplete_marker(folder)
+        except _uri.StoreError as exc:
+            raise LogError(exc.location, exc.problem, exc.fix) from None
+        if marker is not None:
+            raise LogError(folder, f"holds an unfinished write (its {_outputs.INCOMPLETE} marker: an ingest or report "
+                                   "into it was killed, or is still running), so it may lack some files",
+                           "rerun the command that writes it to complete the folder (or, if you know its files "
+                           f"are whole, remove {marker})")
 
 
 def _broken_link(path: Path) -> LogError | None:
@@ -493,7 +504,7 @@ def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Ta
     strings = [n for n in to_read if n in contract and contract[n].family == S.STRING]
     try:
         with _uri_input(path) as source:
-            pf = pq.ParquetFile(source, read_dictionary=strings, metadata=md)
+            pf = pq.ParquetFile(source, read_dictionary=strings, metadata=md, page_checksum_verification=True)
             try:
                 table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
             finally:

@@ -1,30 +1,57 @@
-"""Writing and removing output files without leaving the folder the user named.
+"""The one output path: every file a command writes goes through this module.
 
-Every output of the command-line tools (``fit --out FILE``, the report's tables,
-figures, ``index.md`` and ``manifest.json``) goes through :func:`write_file`:
+``fit --out`` and ``--width-plot``, ``reduce --out``, ``ingest --out``, ``policy --out``, the
+report's tables, figures, ``index.md`` and ``manifest.json``, and glance-log's part files
+(:func:`glance_law.data.io.write_table`) are written by :func:`replacing` / :func:`write_file`:
 
-* the data go to a temporary file created in the target folder with
-  :func:`tempfile.mkstemp` (a random name, ``O_CREAT | O_EXCL``: a file or link
-  planted there beforehand is never opened), then ``os.replace`` moves it onto the
-  final name. ``rename`` replaces a symbolic link planted at the final name; it never
-  writes through it;
-* with ``root``, every folder between ``root`` and the file is created or checked
-  with ``lstat``: a symbolic link (or a non-folder) in the way is refused with one
-  line, so nothing is written outside ``root``.
+* **local or store**: a store URI (``s3://``, ``gs://``, ``abfs://``, ...) goes to the store
+  layer (:func:`glance_law.data.uri.put_atomic`), or is refused in one line when the scheme's
+  package is missing; a local path that looks like a URI with a slash lost (``s3:/bucket``,
+  ``gs:bucket``) is refused, never created as a folder named ``s3:``;
+* **atomic**: the data go to a temporary file in the target folder, created exclusively
+  (``O_CREAT | O_EXCL | O_NOFOLLOW``: nothing planted there is opened) and named
+  ``.<name>.<host>-<pid>-<random>.tmp``, fsync'ed, then ``os.replace``'d onto the final name
+  (a link planted at the final name is replaced, never written through). A temporary file of
+  a writer of this host whose process is dead is removed by the next writer in that folder
+  (:func:`clean_stale`);
+* **checked up front** (:func:`check_output`, before any work): ``--out`` may not be a symbolic
+  link, may not be one of the command's own inputs (paths resolved and compared; a folder input
+  counts every log file the reader would read in it; a pattern character left by a shell glob
+  that matched nothing is refused), a file output may not be a folder and a folder output not a
+  file;
+* **one line** for a full disk (ENOSPC, EDQUOT), a read-only file system (EROFS) or a folder the
+  user cannot write (EACCES, EPERM), and the previous output at that name is left as it was.
+
+Folder outputs (``ingest``, ``report``) hold a marker file, :data:`INCOMPLETE`, from their first
+write to their last (:func:`folder_session`, which also takes an exclusive lock so two writers
+never interleave in one folder); the readers refuse a folder that holds it
+(:func:`incomplete_marker`), and a rerun of the command completes the folder.
 
 :func:`remove_file` removes a previous output only when its relative path passes
-:func:`check_output_path` (relative, no ``..``, a name this tool writes) and no
-folder on the way is a link; a link at the name itself is removed as a link.
+:func:`check_output_path` (relative, no ``..``, a name this tool writes) and no folder on the
+way is a link; a link at the name itself is removed as a link.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob as _glob
+import hashlib
 import os
 import re
+import socket
 import stat
-import tempfile
+import time
+import uuid
 from pathlib import Path, PurePosixPath
 
 from glance_law.errors import GlanceError
+
+from . import uri as _uri
+
+__all__ = ["OutputError", "OUTPUT_PATTERN", "INCOMPLETE", "safe_stem", "check_output_path", "check_output",
+           "replacing", "write_file", "remove_file", "clean_stale", "temp_name", "folder_session",
+           "incomplete_marker", "same_file", "write_problem", "make_folder"]
 
 
 class OutputError(GlanceError):
@@ -35,12 +62,25 @@ class OutputError(GlanceError):
 OUTPUT_PATTERN = re.compile(r"(?:tables/[A-Za-z0-9][A-Za-z0-9._-]*\.(?:md|tex|csv)"
                             r"|figures/[A-Za-z0-9][A-Za-z0-9._-]*\.(?:png|pdf))")
 
+#: The marker of a folder output being written (or left unfinished by a killed writer).
+INCOMPLETE = "INCOMPLETE"
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+_TMP = re.compile(r"^\..+\.(?P<host>[0-9a-f]{6})-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
+_LOOKALIKE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):(?!//)")
+_cleaned: set = set()
+
 
 def safe_stem(name) -> str:
     """``name`` as one file-name component: letters, digits, ``. _ -`` kept, anything else ``_``,
-    no leading dot (a log-supplied drafter or task name can never make a path)."""
-    s = re.sub(r"[^A-Za-z0-9._-]", "_", str(name)).lstrip(".")
-    return s or "_"
+    no leading dot (a log-supplied drafter or task name can never make a path). A name that had to
+    be changed gets a short digest of the original (``x/y`` -> ``x_y-<6 hex>``), so two names that
+    differ only in replaced characters (``x/y`` and ``x_y``) never share a file."""
+    raw = str(name)
+    s = re.sub(r"[^A-Za-z0-9._-]", "_", raw).lstrip(".")
+    if s == raw and s:
+        return s
+    return f"{s or '_'}-{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:6]}"
 
 
 def check_output_path(rel) -> str | None:
@@ -56,12 +96,192 @@ def check_output_path(rel) -> str | None:
     return None
 
 
+# --------------------------------------------------------------------------
+# checks before any work
+# --------------------------------------------------------------------------
+
+def _is_log_name(name: str) -> bool:
+    """Whether the reader would read a file of this name found in a folder input."""
+    from glance_law.data.importers.common import is_foreign
+    return not name.startswith(".") and (name.endswith(".parquet") or is_foreign(name))
+
+
+def same_file(a, b) -> bool:
+    """Whether two local paths resolve to the same file (links, ``..`` and relative paths resolved)."""
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _input_hit(out: Path, inputs, folder: bool) -> str | None:
+    """The input (as given) that ``out`` is, or would be read as, or (``folder``) holds; else None."""
+    real = os.path.realpath(out)
+    for raw in inputs:
+        if raw is None or _uri.is_uri(raw):
+            continue
+        s = os.fspath(raw)
+        hits = _glob.glob(s, recursive=True) if set("*?[") & set(s) and not os.path.lexists(s) else [s]
+        for h in hits:
+            r = os.path.realpath(h)
+            if r == real:
+                return s
+            inside = real.startswith(r.rstrip(os.sep) + os.sep)
+            if not folder and inside and os.path.isdir(r) and os.path.lexists(out) and _is_log_name(out.name):
+                return s                            # an existing log file in a folder input: read as an input
+            if folder and r.startswith(real.rstrip(os.sep) + os.sep):
+                return s                            # the output folder holds an input
+    return None
+
+
+def check_output(location, inputs=(), *, what: str = "--out", folder: bool = False):
+    """Check an output location before any work; returns it (a Path, or the URI string).
+
+    Refused in one line: a path that looks like a store URI with a slash lost (``s3:/b``); a store
+    URI whose scheme has no filesystem here (its package missing) or that carries credentials; a
+    name with a pattern character (a shell glob that matched nothing); a symbolic link; a folder
+    where a file is written (or a file where a folder is); one of ``inputs`` (files, folders and
+    globs as the command got them: resolved and compared; for a file output, an existing log file
+    inside a folder input counts too; for a folder output, a folder that holds an input)."""
+    s = os.fspath(location)
+    if _uri.is_uri(s):
+        _uri.filesystem(s)                  # StoreError (one line) when the scheme's package is missing
+        if any(isinstance(i, str) and i.rstrip("/") == s.rstrip("/") for i in inputs):
+            raise OutputError(f"{what}: the output is one of the inputs; writing there would replace it; "
+                              "name another location")
+        return s
+    m = _LOOKALIKE.match(s)
+    if m:
+        sch = m.group(1)
+        raise OutputError(f"{what}: the path starts with '{sch}:' but not '{sch}://' (a store URI that lost a "
+                          f"slash?); refusing to create a local folder named '{sch}:'; write {sch}://bucket/path "
+                          f"for the store, or ./{sch}:... for a local folder of that name")
+    p = Path(s)
+    if set("*?[") & set(p.name):
+        raise OutputError(f"{what} {s}: the name holds a pattern character (*, ? or [): a shell glob that "
+                          "matched nothing or more than meant? name one file or folder")
+    if os.path.islink(p):
+        raise OutputError(f"{what} {s}: is a symbolic link; refusing to write through it or replace it "
+                          "(outputs stay where they are named); remove the link or name another path")
+    if folder and p.exists() and not p.is_dir():
+        raise OutputError(f"{what} {s}: exists and is not a folder; name a folder (new or holding earlier "
+                          "outputs of this command)")
+    if not folder and p.is_dir():
+        raise OutputError(f"{what} {s}: is a folder; name a file, e.g. {p / 'out'}")
+    _probe_writable(p, p if folder else p.parent)
+    hit = _input_hit(p, inputs, folder)
+    if hit is not None:
+        how = ("holds the input" if folder else "lies in the input folder, so it is read as an input:") \
+            if not same_file(hit, p) else "is the input"
+        raise OutputError(f"{what} {s}: {how} {hit}; writing there would replace or mix with what the command "
+                          "reads; name an output outside the inputs")
+    return p
+
+
+# --------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------
+
+def _probe_writable(out: Path, folder: Path) -> None:
+    """Fail early, in one line naming ``out``, when nothing can be created in ``folder`` (or in its
+    nearest existing ancestor): a read-only file system, no permission, no space for a new file."""
+    cur = folder.absolute()
+    while not cur.exists() and cur.parent != cur:
+        cur = cur.parent
+    if not cur.is_dir():
+        return                                  # a file in the way: the write names it
+    probe = cur / temp_name("probe")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600))
+        os.unlink(probe)
+    except OSError as exc:
+        raise write_problem(out, exc, "nothing was written", folder=cur) from None
+
+
+def fsync_dir(path) -> None:
+    """fsync a local folder, so a rename in it survives a power loss (no-op where unsupported)."""
+    _uri.fsync_dir(Path(path))
+
+
+def temp_name(name: str) -> str:
+    """The temporary name a writer of this process uses beside ``name`` (host, pid, random)."""
+    return f".{name[:160]}.{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return pid > 0
+    return True
+
+
+def clean_stale(folder) -> int:
+    """Remove the temporary files of dead writers of this host in ``folder`` (their pid is in the
+    name, :func:`temp_name`); once per folder and process. Returns how many were removed."""
+    key = os.path.realpath(folder)
+    if key in _cleaned:
+        return 0
+    _cleaned.add(key)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    n = 0
+    for name in names:
+        m = _TMP.match(name)
+        if m is None or m.group("host") != _HOST or _alive(int(m.group("pid"))):
+            continue
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(folder, name)).st_mode):
+                os.unlink(os.path.join(folder, name))
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def write_problem(path, exc: OSError, kept: str, folder=None) -> OutputError:
+    """One line for an OS error while writing ``path`` (in ``folder``, by default its parent):
+    full disk, read-only file system, permission, other."""
+    path = Path(path)
+    where = Path(folder) if folder is not None else path.parent
+    e = exc.errno
+    if e in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
+        what, fix = "no space left on the device (or the disk quota is used up)", "free space or write elsewhere"
+    elif e == errno.EROFS:
+        what, fix = f"{where} is on a read-only file system", "write the output elsewhere"
+    elif e in (errno.EACCES, errno.EPERM):
+        what, fix = f"permission denied in {where}", "write into a folder you can write to"
+    elif e == errno.EFBIG:
+        what, fix = "the file is larger than this system allows (file size limit)", "write elsewhere"
+    elif e == errno.ENOTDIR:
+        what, fix = "a component of the path is a file, not a folder", "check the path"
+    else:
+        what, fix = f"cannot be written ({exc.strerror or type(exc).__name__})", "check the path"
+    return OutputError(f"{path}: {what}; {kept}; {fix}, then run again")
+
+
+def make_folder(folder) -> Path:
+    """Create ``folder`` (and its parents) or check it is one; one line on any failure."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(f"{folder}: exists and is not a folder; name a folder") from None
+    except OSError as exc:
+        raise write_problem(folder, exc, "nothing was written") from None
+    return folder
+
+
 def _folder_chain(root: Path, parent: Path) -> None:
     """Create or check every folder from ``root`` down to ``parent`` (inclusive), refusing links."""
     try:
         rel = parent.relative_to(root)
     except ValueError:
         raise OutputError(f"{parent}: outside {root}; refusing to write there") from None
+    make_folder(root)
     cur = root
     for part in rel.parts:
         if part in ("", ".", ".."):
@@ -74,6 +294,8 @@ def _folder_chain(root: Path, parent: Path) -> None:
                 os.mkdir(cur)
             except FileExistsError:
                 pass
+            except OSError as exc:
+                raise write_problem(cur, exc, "nothing was written") from None
             st = os.lstat(cur)
         if stat.S_ISLNK(st.st_mode):
             raise OutputError(f"{cur}: is a symbolic link; refusing to write through it (outputs stay inside "
@@ -82,33 +304,53 @@ def _folder_chain(root: Path, parent: Path) -> None:
             raise OutputError(f"{cur}: exists and is not a folder; remove it and run again")
 
 
-def write_file(path, data: bytes | str, root=None) -> Path:
-    """Write ``data`` to ``path`` atomically: a fresh temporary file in the same folder (random
-    name, exclusive create), flushed, then renamed onto ``path``. With ``root``, the folders from
-    ``root`` to ``path`` are created as needed and none may be a symbolic link."""
+@contextlib.contextmanager
+def replacing(path, *, root=None, sync: bool = True):
+    """A fresh temporary file beside ``path``, open for binary writing; when the block ends without
+    error it is flushed, fsync'ed and renamed onto ``path`` (and the folder fsync'ed); on any error
+    it is removed and ``path`` keeps its previous content. OS errors become one-line OutputErrors.
+    With ``root``, the folders from ``root`` to ``path`` are created as needed and none may be a link."""
     path = Path(path)
     if root is not None:
         _folder_chain(Path(root), path.parent)
-    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    else:
+        make_folder(path.parent)
+    clean_stale(path.parent)
+    kept = "the previous file there is unchanged" if os.path.lexists(path) else "nothing was written"
+    tmp = path.parent / temp_name(path.name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd = os.open(tmp, flags, 0o666)
     except OSError as exc:
-        raise OutputError(f"{path}: cannot write the output ({exc.strerror or exc})") from None
+        raise write_problem(path, exc, kept) from None
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
+            yield fh
             fh.flush()
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fh.fileno(), 0o666 & ~umask)
+            if sync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
-        try:
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
-        raise OutputError(f"{path}: cannot write the output ({exc.strerror or exc})") from None
-    return path
+        if isinstance(exc, OSError):
+            raise write_problem(path, exc, kept) from None
+        raise
+    if sync:
+        fsync_dir(path.parent)
+
+
+def write_file(path, data: bytes | str, root=None):
+    """Write ``data`` at ``path`` atomically (:func:`replacing`); a store URI goes to
+    :func:`glance_law.data.uri.put_atomic` (one upload, visible only complete). Returns the location."""
+    blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    if _uri.is_uri(path):
+        if root is not None:
+            raise OutputError(f"{path}: a folder output with links checked must be a local folder")
+        return _uri.put_atomic(path, blob)
+    with replacing(path, root=root) as fh:
+        fh.write(blob)
+    return Path(path)
 
 
 def remove_file(root, rel: str) -> bool:
@@ -135,5 +377,100 @@ def remove_file(root, rel: str) -> bool:
         return False
     if stat.S_ISDIR(st.st_mode):
         return False
-    os.unlink(target)
+    try:
+        os.unlink(target)
+    except OSError as exc:
+        raise write_problem(target, exc, "the file is still there") from None
     return True
+
+
+# --------------------------------------------------------------------------
+# folder outputs: one writer at a time, recognisably incomplete until done
+# --------------------------------------------------------------------------
+
+def incomplete_marker(folder) -> str | None:
+    """The marker's location when ``folder`` (a local folder or a store prefix) holds an
+    unfinished folder output, else None."""
+    if _uri.is_uri(folder):
+        m = _uri.join(folder, INCOMPLETE)
+        return m if _uri.size(m) is not None else None
+    m = os.path.join(folder, INCOMPLETE)
+    return m if os.path.lexists(m) else None
+
+
+class FolderSession:
+    """What :func:`folder_session` yields: ``found`` (an unfinished earlier write left its marker)
+    and :meth:`mark` (place the marker; called before the first file is written)."""
+
+    def __init__(self, out, command: str):
+        self.out, self.command = out, command
+        self.marker = _uri.join(out, INCOMPLETE)
+        self.found = incomplete_marker(out) is not None
+        self.marked = self.found
+
+    def mark(self) -> None:
+        if self.marked:
+            return
+        text = (f"{self.command} started writing this folder at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} "
+                f"(pid {os.getpid()}) and has not finished: its files may be partial. Readers refuse the folder "
+                "while this file is here; rerun the same command to complete it.\n")
+        write_file(self.marker, text)
+        self.marked = True
+
+    def done(self) -> None:
+        if not self.marked:
+            return
+        if _uri.is_uri(self.out):
+            fs, inner = _uri.filesystem(self.marker)
+            try:
+                fs.delete_file(inner)
+            except (OSError, ValueError) as exc:
+                raise _uri.explain(self.marker, exc) from None
+        else:
+            try:
+                os.unlink(self.marker)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                raise write_problem(self.marker, exc, "the folder stays marked incomplete") from None
+            fsync_dir(self.out)
+        self.marked = False
+
+
+@contextlib.contextmanager
+def folder_session(out, command: str):
+    """Write the folder output ``out`` as its only writer: an exclusive lock (``fcntl.flock`` on
+    ``out/.glance-write.lock``; a second writer is refused in one line; the OS drops it when the
+    process dies) and the :data:`INCOMPLETE` marker from :meth:`FolderSession.mark` until the block
+    ends without error. A failure before anything was marked leaves the folder as it was; a store
+    prefix has no lock (one writer per prefix is the user's to ensure)."""
+    if _uri.is_uri(out):
+        sess = FolderSession(str(out).rstrip("/"), command)
+        yield sess
+        sess.done()
+        return
+    out = make_folder(out)
+    try:
+        import fcntl
+    except ImportError:                           # pragma: no cover - not POSIX: no lock
+        fcntl = None
+    lock = out / ".glance-write.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:
+        raise write_problem(lock, exc, "nothing was written") from None
+    try:
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise OutputError(f"{out}: another command (pid {holder}) is writing into this folder; wait for it "
+                                  "to finish, or write into another folder") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        sess = FolderSession(out, command)
+        yield sess
+        sess.done()
+    finally:
+        os.close(fd)

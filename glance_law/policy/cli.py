@@ -13,12 +13,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
 from .._version import __version__
 from ..data.importers.common import HORIZON_HELP, parse_horizon_option
+from ..data.outputs import check_output, write_file
 from ..errors import GlanceError
 from ..results import format as _fmt
 from .evaluate import FAMILY_NAMES, PolicyTable
@@ -156,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise GlanceError("--folds must be >= 2 (held-out evaluation)")
         if args.bootstrap < 0 or not 0 < args.level < 1:
             raise GlanceError("--bootstrap must be >= 0 and --level strictly between 0 and 1")
+        if args.out:                           # checked before the search: never a link, a folder or an input
+            check_output(args.out, args.paths)
         notes: list[str] = []
         res, pol, fit = search(args.paths, args, notes)
         for note in notes:                     # printed once the search succeeded (a refusal stays one line)
@@ -164,11 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not res.summary(args.format).endswith("\n"):
             sys.stdout.write("\n")
         if args.out:
-            out = Path(args.out)
-            if out.exists() and out.is_dir():
-                raise GlanceError(f"--out {out} is a folder; name a file, e.g. {out / 'policy.json'}")
+            out = args.out
             d = policy_to_dict(pol, fit)
-            out.write_text(json.dumps(d, indent=2, sort_keys=True, allow_nan=False) + "\n")
+            write_file(out, json.dumps(d, indent=2, sort_keys=True, allow_nan=False) + "\n")
             h = fit["heldout"]
             gain = h.get("note", "")
             if h.get("gain") is not None:

@@ -563,11 +563,32 @@ def plot_pareto(result: WidthAllocation, path=None, tasks: Sequence[str] | None 
     axes.ravel()[0].legend(fontsize=7, frameon=False)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=150)
+        save_plot(fig, path, close=False)
     return fig
 
 
 # --------------------------------------------------------------------------- CLI section
+
+def save_plot(fig, path, close: bool = True) -> None:
+    """Write the Pareto figure to ``path`` (its suffix: png, pdf or svg) through the one output
+    path (:func:`glance_law.data.outputs.write_file`: temporary name, rename, never through a
+    link), and close it unless ``close=False``."""
+    import io
+
+    import matplotlib.pyplot as plt
+
+    from glance_law.data.outputs import write_file
+    try:
+        fmt = str(path).rsplit(".", 1)[-1].lower() if "." in str(path).rsplit("/", 1)[-1] else "png"
+        if fmt not in ("png", "pdf", "svg"):
+            raise GlanceError(f"--width-plot {path}: name a .png, .pdf or .svg file")
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=150)
+        write_file(path, buf.getvalue())
+    finally:
+        if close:
+            plt.close(fig)
+
 
 def parse_budgets(text: str) -> list[int]:
     try:
@@ -608,6 +629,5 @@ def cli_section(logs, args) -> list[Result]:
                            n_boot=int(getattr(args, "width_bootstrap", 200)), level=getattr(args, "level", 0.95),
                            seed=getattr(args, "seed", 0), condition=cond)
     if getattr(args, "width_plot", None):
-        import matplotlib.pyplot as plt
-        plt.close(res.plot(args.width_plot))
+        save_plot(res.plot(), args.width_plot)
     return [res, res.rescue, res.regret]

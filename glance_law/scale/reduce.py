@@ -408,6 +408,8 @@ METADATA_RULES: dict = {
     "sources": (lambda v: isinstance(v, list) and all(isinstance(x, Mapping) for x in v), "a list of objects"),
     "targets": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of target names"),
     "arm_notes": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
+    "from_files": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                   "a list of the reduced rounds files' identities"),
 }
 
 
@@ -453,6 +455,8 @@ def merge(items: Sequence[Reduced]) -> Reduced:
         info[key] = acc
     info["skipped"] = [s for r in items for s in r.info.get("skipped", [])]
     info["sources"] = [s for r in items for s in r.info.get("sources", [{}])]
+    if any("from_files" in r.info for r in items):
+        info["from_files"] = sorted({f for r in items for f in r.info.get("from_files", [])})
     if names:
         info["targets"] = names
     arm_notes = list(dict.fromkeys([a for r in items for a in r.info.get("arm_notes", [])] + arm_notes))

@@ -37,7 +37,16 @@ from glance_law.scale.reduce import (
     read_reduced,
 )
 
-from .sources import READ_COLUMNS, BadFiles, Source, blame, scan, suspect_streams
+from .sources import (
+    READ_COLUMNS,
+    BadFiles,
+    Source,
+    blame,
+    refuse_mixing,
+    scan,
+    source_id,
+    suspect_streams,
+)
 
 __all__ = ["ENGINES", "Source", "BadFiles", "scan", "reduce_logs", "READ_COLUMNS", "suspect_streams", "blame"]
 
@@ -125,6 +134,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                 raise LogError(where, PROMPTS_ONLY, "a reduction needs per-round rows; " + PROMPTS_ONLY_FIX)
             return merge(parts)
     rounds, reduced, _, skipped = scan(files, skip_bad)
+    refuse_mixing(rounds, reduced)      # a reduction beside the rounds it came from: counted twice
     skipped = list(found) + list(skipped)
     if rounds:
         names = _one_target(rounds)
@@ -153,6 +163,8 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                              "rounds_read": int(info.get("rounds_read", 0))}]}
         if names:      # recorded: a merge with reductions of other targets keeps them apart
             info["targets"] = names
+        bad = {p for p, _ in skipped}
+        info["from_files"] = sorted(source_id(s) for s in rounds if s.path not in bad)   # refuse_mixing reads it
         if info["rounds_read"]:
             parts.append(plain_drafters(Reduced(normalize_cells(cells), grid, B, info)))   # ' @ ' in a name
     if reduced:

@@ -297,7 +297,7 @@ def _read(src: Source, columns, batch_rows: int):
     source = None
     try:
         source = uri.open_input(src.path)  # a store URI streams from the store: ranged reads per batch
-        pf = pq.ParquetFile(source, read_dictionary=[c for c in cols if c in STRINGS])
+        pf = pq.ParquetFile(source, read_dictionary=[c for c in cols if c in STRINGS], page_checksum_verification=True)
     except uri.StoreError as exc:
         raise LogError(src.path, exc.problem, exc.fix) from None
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types

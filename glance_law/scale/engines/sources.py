@@ -33,6 +33,38 @@ class Source:
     run: Mapping = field(default_factory=dict)
 
 
+def source_id(src: Source) -> str:
+    """What a reduction records of each rounds file it reduced (``from_files``): the file's name,
+    rows and a digest of its ``glance.run`` document, enough to recognise the same file again
+    (glance-log's part names carry a random token) wherever it was copied."""
+    import hashlib
+    import json
+    run = json.dumps(dict(src.run), sort_keys=True, default=str).encode()
+    return f"{str(src.path).replace(chr(92), '/').rsplit('/', 1)[-1]}:{int(src.rows)}:{hashlib.sha256(run).hexdigest()[:12]}"
+
+
+def refuse_mixing(rounds: list[Source], reduced: list[Source]) -> None:
+    """Refuse inputs that hold a reduction together with rounds files it was made from, or two
+    reductions of one rounds file: merged, those rounds would be counted twice (reductions
+    recognised by their ``from_files`` metadata)."""
+    mine = {source_id(s): s.path for s in rounds}
+    seen: dict = {}
+    for r in reduced:
+        meta = r.run.get("reduction") if isinstance(r.run, Mapping) else None
+        ids = meta.get("from_files") if isinstance(meta, Mapping) else None
+        if not isinstance(ids, list):
+            continue
+        for i in ids:
+            if i in mine:
+                raise GlanceError(f"{r.path} is a reduction of {mine[i]}, which is also among the inputs; merged, its "
+                                  "rounds would be counted twice: pass the rounds files or their reduction, not both "
+                                  "(e.g. write reductions outside the logs' folder)")
+            if i in seen and seen[i] != r.path:
+                raise GlanceError(f"{r.path} and {seen[i]} both reduce the rounds file {str(i).rsplit(':', 2)[0]}; "
+                                  "merged, its rounds would be counted twice: pass one of them")
+            seen[i] = r.path
+
+
 class BadFiles(GlanceError):
     """Files an engine refuses: ``files`` is a list of (path, one-line message)."""
 
