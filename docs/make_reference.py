@@ -72,6 +72,8 @@ MODULES = (
     ("glance_law.evidence.transfer", "Law transfer: fit on some groups, score on others.", None),
     ("glance_law.evidence.audit", "The lossless audit with the tie-aware gate.", None),
     ("glance_law.evidence.timing", "The timing ledger (Appendix E).", None),
+    ("glance_law.evidence.turns", "Tokens per verification step from per-turn counts (answers without per-step "
+     "lengths).", None),
     ("glance_law.scale.reduce", "Sufficient statistics at serving scale: cells, grid, merge, files.", None),
     ("glance_law.scale.law_reduced", "The law and the tail fitted from a reduction.", None),
     ("glance_law.scale.engines", "Reduction engines over Parquet files (arrow, duckdb, spark).", None),

@@ -50,6 +50,7 @@ _EXPORTS = {
     "task_order": "glance_law.evidence.order", "transfer": "glance_law.evidence.transfer",
     "audit": "glance_law.evidence.audit",
     "timing_ledger": "glance_law.evidence.timing", "round_cost": "glance_law.evidence.timing",
+    "turn_tau": "glance_law.evidence.turns", "TurnTau": "glance_law.evidence.turns",
     # serving scale
     "reduce_logs": "glance_law.scale.engines", "reduce_frame": "glance_law.scale.reduce",
     "read_reduced": "glance_law.scale.reduce", "write_reduced": "glance_law.scale.reduce",

@@ -63,6 +63,7 @@ def _instances() -> dict[str, Result]:
         "Reduced": gl.reduce_frame(sim), "LawFit(reduced)": gl.fit_reduced(gl.reduce_frame(sim)),
         "PolicyTable": evaluate_policies(tree, 7, n_max=15, n_boot=10, folds=2),
         "GroupSummary": group_summary(rounds),
+        "TurnTau": gl.turn_tau(prompts),
     }
     return out
 
@@ -87,7 +88,7 @@ IDS = ["LawFit", "LawChecks", "TailFit", "TailModels", "TailHeldout", "FanoCheck
        "RescueFit", "WidthRegret", "OffsetLaw", "OffsetHazards", "Assumption2Test", "RunSurvival", "ProbeResult",
        "SignalResult", "OrderResult", "OrderGaps", "OrderVerdict", "TransferResult", "TransferCalibration",
        "AuditResult", "AuditDivergences", "TimingResult", "RoundCostResult", "Reduced", "LawFit(reduced)", "PolicyTable",
-       "GroupSummary"]
+       "GroupSummary", "TurnTau"]
 
 
 def test_every_result_subclass_is_checked():
