@@ -56,6 +56,7 @@ class Options:
     reference: str | None = None       # Table 14's training drafter (default: block if present)
     vocab_size: float | None = None    # Fano check (default: the run metadata's vocab_size)
     tie_threshold: float = 0.1         # the audit's near-tie margin (logits)
+    by: str | None = "task"            # "task", or None (--by none): every section's pooled rows only
 
 
 @dataclass
@@ -115,13 +116,13 @@ class Inputs:
 
 def _law_fit(rounds, o: Options):
     from glance_law.law.fit import fit_law
-    return fit_law(rounds, by="task", level=o.level, seed=o.seed)
+    return fit_law(rounds, by=o.by, level=o.level, seed=o.seed)
 
 
 def _tail_fit(rounds, o: Options, law):
     from glance_law.tail.report import fit_tail
     return fit_tail(rounds, law=law, n_boot=o.tail_boot, seed=o.seed, level=o.level, quantile=o.tail_quantile,
-                    threshold=o.tail_threshold, folds=o.tail_folds)
+                    threshold=o.tail_threshold, folds=o.tail_folds, by=o.by)
 
 
 def _law_or_none(rounds, o: Options):
@@ -182,6 +183,7 @@ class Section:
     what: str
     build: Callable[[Inputs], list]
     needs: tuple[str, ...] = ()      # round columns it cannot do without (checked before it runs)
+    by_none: str = ""                # why it has no pooled row (then it does not run with --by none)
 
     def missing(self, inp: Inputs) -> list[str]:
         """The columns of ``needs`` the logs lack (absent or null in every row)."""
@@ -195,9 +197,9 @@ SECTIONS: list[Section] = []
 ENTROPY = ("root_entropy",)
 
 
-def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted", "horizon")):
+def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted", "horizon"), by_none: str = ""):
     def deco(fn):
-        SECTIONS.append(Section(name, paper, what, fn, tuple(needs)))
+        SECTIONS.append(Section(name, paper, what, fn, tuple(needs), by_none))
         return fn
     return deco
 
@@ -209,7 +211,7 @@ def summary_table(inp: Inputs) -> list:
         from glance_law.evidence.turns import turn_tau
         return [Table("summary_turns", turn_tau(inp.prompts, "task", inp.options.level))]
     from glance_law.evidence.summary import group_summary
-    return [Table("summary_accepted", group_summary(inp.rounds, "task", inp.options.level))]
+    return [Table("summary_accepted", group_summary(inp.rounds, inp.options.by, inp.options.level))]
 
 
 def _per_drafter(inp: Inputs, stem: str) -> list[tuple[str, str]]:
@@ -246,14 +248,19 @@ def _task_sorted(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.iloc[order].reset_index(drop=True)
 
 
-@section("decile-curves", "Figure 3(a)", "measured decile curves of every task", needs=ENTROPY)
+#: Why the per-task figures and comparisons do not run with ``--by none``.
+COMPARES_TASKS = "compares the tasks with one another"
+
+
+@section("decile-curves", "Figure 3(a)", "measured decile curves of every task", needs=ENTROPY, by_none=COMPARES_TASKS)
 def decile_curves(inp: Inputs) -> list:
     return [Figure(f"figure3a_{s}", plots.decile_curves(inp.law(), d),
                    f"Mean accepted length against measured root entropy by entropy decile ({d}), with "
                    "prompt-clustered intervals") for d, s in _per_drafter(inp, "decile_curves")]
 
 
-@section("law-fits", "Figure 8", "the law fitted per task, with decile means and the isotonic curve", needs=ENTROPY)
+@section("law-fits", "Figure 8", "the law fitted per task, with decile means and the isotonic curve", needs=ENTROPY,
+         by_none=COMPARES_TASKS)
 def law_fits(inp: Inputs) -> list:
     law = inp.law()
     out = [Figure(f"figure8_{s}", plots.law_fits(law, d),
@@ -289,7 +296,8 @@ def _budget(inp: Inputs, drafter: str) -> int:
     return 31
 
 
-@section("brackets", "Figure 4", "every task's law against the two brackets (AdaEDL below, 2 ln N / H above)", needs=ENTROPY)
+@section("brackets", "Figure 4", "every task's law against the two brackets (AdaEDL below, 2 ln N / H above)", needs=ENTROPY,
+         by_none=COMPARES_TASKS)
 def brackets(inp: Inputs) -> list:
     from .brackets import outside_counts
     out = []
@@ -334,7 +342,7 @@ def correlations(inp: Inputs) -> list:
                                  "a logger hook that adds it; name it with --signal COLUMN")
     out = []
     for c in cols:
-        res = signal_effect(inp.rounds, c, level=inp.options.level)
+        res = signal_effect(inp.rounds, c, level=inp.options.level, by=inp.options.by or "none")
         out += [Table(f"table13_correlations_{c}", res),
                 Table(f"table13_deciles_{c}", frame=res.deciles(), title=f"within-decile gaps of '{c}'",
                       notes=("per entropy decile: mean a with the signal high vs low, their ratio and "
@@ -342,7 +350,8 @@ def correlations(inp: Inputs) -> list:
     return out
 
 
-@section("ordering", "Corollary (B.2)", "task ordering by grounding: mean a, slopes, adjacent gaps")
+@section("ordering", "Corollary (B.2)", "task ordering by grounding: mean a, slopes, adjacent gaps",
+         by_none=COMPARES_TASKS)
 def ordering(inp: Inputs) -> list:
     from glance_law.evidence.order import task_order
     o = inp.options
@@ -362,13 +371,14 @@ def ordering(inp: Inputs) -> list:
 def offsets(inp: Inputs) -> list:
     from glance_law.evidence import offsets as off
     lv, nb = inp.options.level, inp.options.offset_bins
+    by = inp.options.by or "none"
     out, errs = [], []
     # the floor's two-state model is the survival section's (fitted once, in inp.tail())
-    for stem, make in (("assumption2_offset_law", lambda: off.offset_law(inp.rounds, by="task", level=lv)),
-                       ("assumption2_test", lambda: off.assumption2_test(inp.rounds, by="task", n_bins=nb, level=lv)),
-                       ("assumption2_hazards", lambda: off.offset_hazards(inp.rounds, by="task", n_bins=nb, level=lv)),
+    for stem, make in (("assumption2_offset_law", lambda: off.offset_law(inp.rounds, by=by, level=lv)),
+                       ("assumption2_test", lambda: off.assumption2_test(inp.rounds, by=by, n_bins=nb, level=lv)),
+                       ("assumption2_hazards", lambda: off.offset_hazards(inp.rounds, by=by, n_bins=nb, level=lv)),
                        ("assumption2_survival_deciles",
-                        lambda: off.run_survival(inp.rounds, by="task", n_bins=nb, level=lv, two_state=False))):
+                        lambda: off.run_survival(inp.rounds, by=by, n_bins=nb, level=lv, two_state=False))):
         try:
             out.append(Table(stem, make()))
         except MissingColumnError as exc:  # the tables the logs allow are still made
@@ -418,7 +428,7 @@ def width(inp: Inputs) -> list:
     from glance_law.replay.width import width_allocation
     o = inp.options
     res = width_allocation(inp.rounds, budgets=o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed,
-                           exchange_rate=o.exchange_rate)
+                           exchange_rate=o.exchange_rate, by=o.by)
     return [Figure("figure5_width_pareto", plots.width_pareto(res),
                    "Accepted value against mean verifier budget for the oracle, entropy-keyed and fixed-width "
                    "policies (replayed)"),
@@ -475,7 +485,8 @@ def transfer_drafters(inp: Inputs) -> list:
     return [Table("table14_transfer_drafters", res), Table("table14_calibration", res.calibration())]
 
 
-@section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it", needs=ENTROPY)
+@section("transfer-tasks", "Table 15", "leave one task out: the law fitted on the other tasks, scored on it", needs=ENTROPY,
+         by_none=COMPARES_TASKS)
 def transfer_tasks(inp: Inputs) -> list:
     from glance_law.evidence.transfer import transfer
     t = inp.law().to_frame()
@@ -519,7 +530,7 @@ def probe(inp: Inputs) -> list:
         raise MissingColumnError("rounds of the mismatched condition", "Table 16 (the probe)",
                                  SUPPLIED_BY["condition=mismatched"])
     o = inp.options
-    return [Table("table16_probe", run_probe(inp.rounds, by="task", level=o.level, n_boot=o.probe_boot, seed=o.seed))]
+    return [Table("table16_probe", run_probe(inp.rounds, by=o.by or "none", level=o.level, n_boot=o.probe_boot, seed=o.seed))]
 
 
 # ---------------------------------------------------------------------------
@@ -537,7 +548,7 @@ def _prompts(inp: Inputs, analysis: str, flag: str) -> pd.DataFrame:
 def audit(inp: Inputs) -> list:
     from glance_law.evidence.audit import audit as run_audit
     P = _prompts(inp, "Table 7 (the audit)", SUPPLIED_BY["greedy_match"])
-    res = run_audit(P, inp.frame, threshold=inp.options.tie_threshold)
+    res = run_audit(P, inp.frame, threshold=inp.options.tie_threshold, by=inp.options.by or "none")
     return [Table("table7_audit", res), Table("table7_divergences", res.divergences())]
 
 
@@ -551,7 +562,8 @@ def timing(inp: Inputs) -> list:
         raise MissingColumnError("the autoregressive baseline arm (drafter=ar)", "Appendix E (the timing ledger)",
                                  SUPPLIED_BY["drafter=ar"])
     o = inp.options
-    res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], n_boot=o.timing_boot, seed=o.seed, level=o.level)
+    res = timing_ledger(P.loc[arm == "ar"], P.loc[arm != "ar"], n_boot=o.timing_boot, seed=o.seed, level=o.level,
+                        by=o.by or "none")
     out = [Table("appE_timing", res)]
     f = inp.frame
     if inp.per_turn:           # no rounds: no round-cost regression
@@ -573,7 +585,7 @@ def fano(inp: Inputs) -> list:
     if V is None:
         raise MissingColumnError("the target's vocabulary size", "the Fano check",
                                  "--vocab-size V (or a vocab_size field in the logs' run metadata)")
-    return [Table("prop1_fano", fano_check(inp.rounds, vocab_size=V))]
+    return [Table("prop1_fano", fano_check(inp.rounds, vocab_size=V, by=inp.options.by))]
 
 
 def names() -> list[str]:

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 from scipy import special
 
+from glance_law.data.selection import POOLED, grouping
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results.base import Result
 
@@ -215,7 +216,8 @@ def fano_check(rounds, *, vocab_size=None, tol: float = 1e-4, by: str = "task") 
     bad = out_range | (ok_e & (excess > tol)) | (present & ~np.isfinite(Hc))
     e_min = np.full(H.shape, np.nan)
     e_min[ok_e] = inverse_fano(np.minimum(Hc[ok_e], np.log(V)), V)
-    groups = frame[by].astype(str).to_numpy() if by and by in frame.columns else np.full(len(frame), "all")
+    by = grouping(by)          # None ('none'), or a column the logs lack: one row labelled 'pooled'
+    groups = frame[by].astype(str).to_numpy() if by and by in frame.columns else np.full(len(frame), POOLED)
     rows = []
     for g in sorted(set(groups)):
         m = groups == g

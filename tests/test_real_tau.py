@@ -154,5 +154,5 @@ def test_by_none_gives_one_pooled_tail_row():
     assert len(raw_steps(path)) > 1                       # several tasks in the file
     args_t, _ = fit_cli.parse_args([str(path), "--tail", "--tail-bootstrap", "0"])
     per_task = cli_section(fit_cli.load(args_t, [m for _, m in mods]), args_t)[0].to_frame()
-    assert len(per_task) > 1 and len(table) == 1 and table["task"].iloc[0] == "all"
+    assert len(per_task) > 1 and len(table) == 1 and table["task"].iloc[0] == "pooled"
     assert table["floor_rounds"].iloc[0] == per_task["floor_rounds"].sum()   # every task's rounds in one row

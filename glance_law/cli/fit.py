@@ -189,8 +189,8 @@ def parse_args(argv: Sequence[str]):
         raise UsageError("--bootstrap must be >= 0")
     if not 0.0 < args.level < 1.0:
         raise UsageError("--level must lie strictly between 0 and 1")
-    if str(args.by).lower() in ("none", "pooled", ""):
-        args.by = None  # pooled row only (sections fall back to their own default grouping)
+    from glance_law.data.selection import grouping
+    args.by = grouping(args.by)  # None: the pooled row only, in every section (labelled 'pooled')
     return args, mods
 
 
@@ -341,6 +341,11 @@ def _sentences(lines: Sequence[str], fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def by_none_reason(flag: str, mod) -> str:
+    """Why a section whose rows compare groups (its ``BY_NONE``) does not run with ``--by none``."""
+    return f"{flag} {mod.BY_NONE}, so it has no pooled row; it does not run with --by none (drop --by none to run it)"
+
+
 def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     """The summary (always), the law (when the logs carry root entropy) and every requested
     section whose columns exist; returns (summary, law, law_skipped, sections, skipped)."""
@@ -381,6 +386,9 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
         lacking = needs.missing(frame, getattr(mod, "NEEDS", ()))
         if lacking:
             skipped.append((flag, needs.skip_reason(flag, lacking)))
+            continue
+        if args.by is None and getattr(mod, "BY_NONE", None):    # a section that has no pooled row
+            skipped.append((flag, by_none_reason(flag, mod)))
             continue
         try:
             sections.append((flag.lstrip("-"), list(mod.cli_section(logs, args))))

@@ -91,7 +91,8 @@ def cli_fit(args, mods) -> tuple:
     for path, reason in red.info.get("skipped", []):
         print(f"python -m glance_law.fit: skipped {reason if str(path) in reason else f'{path}: {reason}'}",
               file=sys.stderr)
-    by = None if str(args.by).lower() in ("none", "pooled", "") else args.by
+    from glance_law.data.selection import grouping
+    by = grouping(args.by)
     if not red.has_entropy:      # imported logs (Spec-Bench, vLLM, SGLang): what the reduction does allow
         if mods:
             raise UsageError(f"{mods[0][0]} on a reduction needs root_entropy, which these reduced logs do not carry "
@@ -99,7 +100,7 @@ def cli_fit(args, mods) -> tuple:
         print("python -m glance_law.fit: not run: law needs column 'root_entropy', which the reduced logs do not "
               "carry (their source did not record it); the table gives rounds, prompts and tau per group",
               file=sys.stderr)
-        return None, [("reduced", [red])]
+        return None, [("reduced", [red.pooled_rows() if by is None else red])]
     law = fit_reduced(red, by=by, method=args.method, level=args.level, n_boot=args.bootstrap, seed=args.seed,
                       condition=opts["condition"])
     sections = []
@@ -110,7 +111,7 @@ def cli_fit(args, mods) -> tuple:
             tail = tail_reduced(red, law=law, quantile=getattr(args, "tail_quantile", 0.1),
                                 threshold=getattr(args, "tail_threshold", None),
                                 n_boot=getattr(args, "tail_bootstrap", 199), seed=args.seed,
-                                folds=getattr(args, "tail_folds", 5), level=args.level)
+                                folds=getattr(args, "tail_folds", 5), level=args.level, by=by)
             sections.append(("tail", [tail, tail.models(), tail.heldout_table()]))
     return law, sections
 

@@ -78,6 +78,7 @@ from glance_law.data.outputs import (
     safe_stem,
     write_file,
 )
+from glance_law.data.selection import grouping
 from glance_law.data.uri import is_uri, scheme
 from glance_law.errors import GlanceError
 from glance_law.replay.width import parse_budgets
@@ -121,6 +122,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--list", action="store_true", help="list the sections and exit")
     p.add_argument("--skip-bad", action="store_true",
                    help="leave out unreadable log files (listed in the index) instead of stopping")
+    p.add_argument("--by", default="task", choices=("task", "none"),
+                   help="task: one row per task plus the pooled row (default); none: every section's pooled rows "
+                        "only (labelled 'pooled'; the sections that compare tasks are skipped, saying so)")
     add_horizon_argument(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
@@ -160,7 +164,7 @@ def options_from(args) -> A.Options:
                      offset_bins=args.offset_bins, transfer_bins=args.transfer_bins, signals=tuple(args.signal),
                      task_order=tuple(names(args.task_order)) if args.task_order else None,
                      reference=args.reference_drafter, vocab_size=args.vocab_size,
-                     tie_threshold=args.tie_threshold)
+                     tie_threshold=args.tie_threshold, by=grouping(args.by))
 
 
 # ---------------------------------------------------------------------------
@@ -503,6 +507,10 @@ def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict
              "status": "ok", "reason": "", "outputs": [], "artifacts": []}
     if inp.per_turn and s.name not in perturn.REPORT_SECTIONS:   # per-turn counts: one line says why not
         entry.update(status="skipped", reason=perturn.needs_steps(f"{s.name} ({s.paper})"))
+        return entry
+    if s.by_none and inp.options.by is None:      # a section that has no pooled row
+        entry.update(status="skipped", reason=f"{s.name} ({s.paper}) {s.by_none}, so it has no pooled row; it does "
+                                              "not run with --by none (drop --by none to run it)")
         return entry
     lacking = [] if inp.per_turn else s.missing(inp)
     if lacking:                     # the logs lack a column the section needs: named, with what records it

@@ -18,11 +18,21 @@ from glance_law.errors import GlanceError, MissingColumnError
 
 from .keys import cluster_codes
 
-__all__ = ["LAW_INPUT", "POOLED", "as_frame", "codes_of", "compact", "compact_counts", "cluster_ids", "prepare", "no_draft_causes",
+__all__ = ["LAW_INPUT", "POOLED", "NO_GROUPING", "grouping", "as_frame", "codes_of", "compact", "compact_counts", "cluster_ids", "prepare", "no_draft_causes",
            "output_ending", "with_drafted_horizons", "DRAFTED_NOTE", "no_draft_rounds", "tokens_per_round",
            "TOKENS_PER_ROUND_NOTE", "ROUND_ORDER", "unordered_rounds", "require_order"]
 
 POOLED = "pooled"
+#: ``--by`` values that mean "no grouping": every section prints its pooled row(s) only, labelled POOLED.
+NO_GROUPING = ("none", POOLED, "")
+
+
+def grouping(by):
+    """The grouping a ``--by`` value (or a ``by=`` argument) names: None for no grouping (None,
+    'none', 'pooled' or '': the pooled row only, labelled :data:`POOLED`), else ``by`` itself."""
+    if by is None or (isinstance(by, str) and by.strip().lower() in NO_GROUPING):
+        return None
+    return by
 
 
 LAW_INPUT = ("root_entropy", "accepted", "horizon")

@@ -230,7 +230,7 @@ def _n_out(row: dict, tok) -> int | None:
 
 
 def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
-          threshold: float = DEFAULT_TIE_THRESHOLD) -> AuditResult:
+          threshold: float = DEFAULT_TIE_THRESHOLD, by: str | None = "task") -> AuditResult:
     """Per-task lossless audit with near-tie labelling (see the module docstring).
 
     Parameters
@@ -241,6 +241,8 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
         The rounds of the same runs (for the near-tie margins).
     threshold : float, default 0.1
         The top-2 log-probability margin below which a divergence counts as a near-tie.
+    by : str, default "task"
+        "task": one row per task (and drafter); "none": one pooled row per drafter (task "pooled").
 
     Returns
     -------
@@ -352,8 +354,12 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
         pp = pp.drop(columns="run_id")
     rows = []
     lead = (["drafter"] if pp["drafter"].nunique() > 1 else []) + (["run_id"] if len(several) else [])
-    for key, sub in pp.groupby(lead + ["task"], sort=True):
+    pooled = not E.by_columns(by)
+    groups = pp.groupby(lead, sort=True) if pooled and lead else \
+        ([((), pp)] if pooled else pp.groupby(lead + ["task"], sort=True))
+    for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
+        key = key + ((E.GROUP_ALL,) if pooled else ())
         aud = sub.loc[sub["audited"] == True]  # noqa: E712
         div = aud.loc[aud["equal"] == False]  # noqa: E712
         n_tie = int((div["label"] == "near-tie").sum())
@@ -397,5 +403,6 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     prompts = E.prompt_table(logs, ANALYSIS)
-    res = audit(prompts, E.as_frame(logs), threshold=float(getattr(args, "tie_threshold", DEFAULT_TIE_THRESHOLD)))
+    res = audit(prompts, E.as_frame(logs), threshold=float(getattr(args, "tie_threshold", DEFAULT_TIE_THRESHOLD)),
+                by="task" if E.cli_by(args) else "none")     # --by none: one pooled row per drafter
     return [res, res.divergences()]

@@ -15,12 +15,12 @@ import pandas as pd
 
 from glance_law.data.arms import label_targets
 from glance_law.data.schema import SUPPLIED_BY
-from glance_law.data.selection import no_draft_causes
+from glance_law.data.selection import POOLED, grouping, no_draft_causes
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.law import model as _law
 from glance_law.stats.cluster import cluster_codes, cluster_sums, clustered_covariance, t_crit
 
-GROUP_ALL = "pooled"
+GROUP_ALL = POOLED      # the label of a pooled group (glance_law.data.selection.POOLED)
 
 
 def as_frame(rounds, notes: list | None = None) -> pd.DataFrame:
@@ -119,11 +119,7 @@ def arm_columns(frame: pd.DataFrame, by: Sequence[str] | str | None) -> list[str
     several drafters - rounds of different decoders are never pooled into one fit. Runs
     (run_id) are not split: shards of one configuration logged separately pool, and a
     probe's matched and mismatched runs pair across run ids."""
-    if by is None:
-        by = ["task"]
-    elif isinstance(by, str):
-        by = [by]
-    by = list(by)
+    by = by_columns(by)
     lead = []
     if "drafter" in frame.columns and "drafter" not in by and frame["drafter"].astype(str).nunique() > 1:
         lead.append("drafter")
@@ -131,6 +127,22 @@ def arm_columns(frame: pd.DataFrame, by: Sequence[str] | str | None) -> list[str
         if c not in frame.columns:
             raise GlanceError(f"cannot group by '{c}': the logs have no such column")
     return lead + by
+
+
+def by_columns(by: Sequence[str] | str | None) -> list[str]:
+    """The grouping columns a ``by`` argument names: None -> ["task"] (the default), a string
+    -> [it], 'none'/'pooled'/'' -> [] (no grouping: one pooled group per arm)."""
+    if by is None:
+        return ["task"]
+    if isinstance(by, str):
+        return [] if grouping(by) is None else [by]
+    return list(by)
+
+
+def pooled_key(key: dict, by: Sequence[str] | str | None) -> dict:
+    """A group's key, with ``task`` = :data:`GROUP_ALL` ('pooled', the label of the law's pooled row)
+    when ``by`` groups nothing: every pooled row is labelled alike."""
+    return {**key, "task": GROUP_ALL} if not by_columns(by) and "task" not in key else key
 
 
 def group_items(frame: pd.DataFrame, cols: Sequence[str]):
@@ -234,10 +246,8 @@ def proportion_ci(p: float, se: float, n_clusters: int, level: float = 0.95) -> 
 
 def cli_by(args) -> list[str]:
     """The grouping of ``python -m glance_law.fit --by``: ``none``/``pooled`` means no grouping."""
-    by = getattr(args, "by", "task")
-    if by is None or str(by).lower() in ("none", "pooled", ""):
-        return []
-    return [str(by)]
+    by = grouping(getattr(args, "by", "task"))
+    return [] if by is None else [str(by)]
 
 
 def cli_level(args) -> float:

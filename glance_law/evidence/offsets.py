@@ -296,6 +296,7 @@ def _prepare(rounds, by, need_match: bool = True, need_entropy: bool = True) -> 
     groups = []
     n_null = n_null_h = 0
     for key, sub in E.group_items(frame, cols):
+        key = E.pooled_key(key, by)
         if with_h:
             hn = sub["root_entropy"].isna().to_numpy()
             if hn.any():

@@ -354,6 +354,10 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
                    help="prompt-bootstrap resamples for the adjacent gaps (default 2000)")
 
 
+#: Why ``--by none`` does not apply (``python -m glance_law.fit`` lists the section as not run then).
+BY_NONE = "compares the tasks with one another"
+
+
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     given = getattr(args, "task_order", None)
     order = None if given is None else [t.strip() for t in str(given).split(",") if t.strip()]

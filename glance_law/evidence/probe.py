@@ -320,7 +320,8 @@ def probe(rounds, *, by="task", level: float = 0.95, n_boot: int = 2000, seed: i
     """
     notes: list[str] = []
     pairs = pair_conditions(rounds, notes)
-    by = [by] if isinstance(by, str) else list(by or ["task"])
+    pooled_only = not E.by_columns(by)          # by 'none': the pooled row of each arm only
+    by = ["task"] if pooled_only else E.by_columns(by)
     if "drafter" not in by and pairs["drafter"].nunique() > 1:
         by = ["drafter"] + by
     rows = []
@@ -330,9 +331,10 @@ def probe(rounds, *, by="task", level: float = 0.95, n_boot: int = 2000, seed: i
         for key, sub in E.group_items(arm, by):
             codes, G = cluster_codes(sub)
             pred = _law_offset(sub, codes, G, notes, E.fmt_group(key))
-            rows.append(_probe_row(sub, key, codes, G, np.zeros(G, int), level, n_boot, seed, notes, pred))
+            if not pooled_only:
+                rows.append(_probe_row(sub, key, codes, G, np.zeros(G, int), level, n_boot, seed, notes, pred))
             parts.append((sub, pred))
-        if len(parts) > 1:
+        if len(parts) > 1 or (pooled_only and parts):
             pooled = pd.concat([p for p, _ in parts], ignore_index=True)
             pred = None
             if all(pr is not None for _, pr in parts):
@@ -439,6 +441,7 @@ def signal_effect(rounds, column: str, *, by="task", n_bins: int = 10, control: 
     cols = E.arm_columns(frame, by)
     rows, drows = [], []
     for key, sub in E.group_items(frame, cols):
+        key = E.pooled_key(key, by)
         codes, G = cluster_codes(sub)
         H = sub["root_entropy"].to_numpy(float)
         a = sub["accepted"].to_numpy(float)
@@ -512,7 +515,7 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     level = E.cli_level(args)
     seed = int(getattr(args, "seed", 0) or 0)
-    by = E.cli_by(args) or ["task"]
+    by = E.cli_by(args)                 # []: --by none, the pooled row of each arm only
     n_boot = int(getattr(args, "probe_bootstrap", 2000))
     out: list[Result] = [probe(logs, by=by, level=level, n_boot=n_boot, seed=seed)]
     for col in getattr(args, "signal", None) or []:

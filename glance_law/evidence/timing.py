@@ -139,7 +139,7 @@ def _boot_weights(strata_sizes, n_boot, rng):
 
 
 def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: int = 8000, seed: int = 0,
-                  level: float = 0.95) -> TimingResult:
+                  level: float = 0.95, by: str | None = "task") -> TimingResult:
     """Paired per-task speedups of ``candidate`` over ``baseline`` prompt files (see the module docstring).
 
     Parameters
@@ -152,6 +152,9 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
         Bootstrap seed.
     level : float, default 0.95
         Interval level (prompt-clustered).
+    by : str, default "task"
+        "task": one row per task (and their geometric mean); "none": one row per arm over every
+        paired prompt, labelled "pooled".
 
     Returns
     -------
@@ -205,10 +208,11 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
             notes.append(f"{who}: no prompt decoded by both arms")
             continue
         tag = {"target": target} if by_target else {}
-        tasks = sorted(set(pairs["task"]))
+        pooled = not E.by_columns(by)
+        tasks = [E.GROUP_ALL] if pooled else sorted(set(pairs["task"]))
         boots = []
         for task in tasks:
-            sub = pairs.loc[pairs["task"] == task]
+            sub = pairs if pooled else pairs.loc[pairs["task"] == task]
             xb = sub["ms_per_token_base"].to_numpy(float)
             xc = sub["ms_per_token"].to_numpy(float)
             G = len(sub)
@@ -506,7 +510,8 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
     cand_p = E.prompt_table(logs, ANALYSIS)
     level = float(getattr(args, "level", 0.95) or 0.95)
     seed = int(getattr(args, "seed", 0) or 0)
-    res = timing_ledger(base_p, cand_p, n_boot=int(getattr(args, "timing_bootstrap", 8000)), seed=seed, level=level)
+    res = timing_ledger(base_p, cand_p, n_boot=int(getattr(args, "timing_bootstrap", 8000)), seed=seed, level=level,
+                        by="task" if E.cli_by(args) else "none")        # --by none: one pooled row per arm
     out: list[Result] = [res]
     rounds = E.as_frame(logs)
     base_drafters = set(plain_drafter(E.with_arm_labels(base_p)["drafter"]))

@@ -134,7 +134,7 @@ def _cr1(psi: np.ndarray, codes: np.ndarray, G: int):
 
 
 def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *, by: str = "task",
-             n_bins: int = 10, level: float = 0.95) -> TransferResult:
+             n_bins: int = 10, level: float = 0.95, pool_test: bool = False) -> TransferResult:
     """Fit the law on the ``train`` values of column ``by``, score it on each ``test`` value.
 
     Parameters
@@ -151,6 +151,9 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
         Equal-count entropy bins.
     level : float, default 0.95
         Interval level (prompt-clustered).
+    pool_test : bool, default False
+        Score the law on every ``test`` value pooled, one row per arm labelled "pooled"
+        (``python -m glance_law.fit --by none``), instead of one row per test value.
 
     Returns
     -------
@@ -200,8 +203,8 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
         if_tr = sc_tr @ np.linalg.inv(info_tr)
         if not np.isfinite(b_first[0]):
             b_first = (float(b_tr[0]), float(b_tr[1]))
-        for t in test:
-            mask = (av == t).to_numpy()
+        for t, values in ([(E.GROUP_ALL, test)] if pool_test else [(t, [t]) for t in test]):
+            mask = av.isin(values).to_numpy()
             if not mask.any():
                 notes.append(f"{E.fmt_group({**arm_key, by: t})}: no rounds; skipped")
                 continue
@@ -320,5 +323,6 @@ def cli_section(logs, args: argparse.Namespace) -> list[Result]:
         raise GlanceError("--transfer-bins must be >= 2")
     level = float(getattr(args, "level", 0.95) or 0.95)
     res = transfer(logs, train, test, by=getattr(args, "transfer_by", "task") or "task",
-                   n_bins=int(getattr(args, "transfer_bins", 10)), level=level)
+                   n_bins=int(getattr(args, "transfer_bins", 10)), level=level,
+                   pool_test=not E.cli_by(args))      # --by none: the held-out groups scored pooled, one row
     return [res, res.calibration()]

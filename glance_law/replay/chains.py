@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.schema import SUPPLIED_BY
+from glance_law.data.selection import POOLED, grouping
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results.base import Result
 from glance_law.stats.cluster import cluster_codes, clustered_mean, t_crit
@@ -296,12 +297,14 @@ def group_labels(frame: pd.DataFrame, by: str, notes: list) -> np.ndarray:
     get the arm label ``drafter @ target`` first (:func:`glance_law.data.arms.label_targets`)."""
     from glance_law.data.arms import label_targets
     frame = label_targets(frame)
-    g = frame[by].astype(str).to_numpy() if by in frame.columns else np.full(len(frame), "all", object)
+    by = grouping(by)    # None ('none'), or a column the logs lack: one pooled group per drafter, 'pooled'
+    g = frame[by].astype(str).to_numpy() if by in frame.columns else np.full(len(frame), POOLED, object)
     if "drafter" in frame.columns:
         dr = frame["drafter"].astype(str).to_numpy()
         names = sorted(set(dr.tolist()))
         if len(names) > 1:
-            notes.append(f"{len(names)} drafters analysed separately (groups drafter/{by}): {', '.join(names)}")
+            notes.append(f"{len(names)} drafters analysed separately (groups drafter/{by or POOLED}): "
+                         f"{', '.join(names)}")
             g = np.array([f"{a}/{b}" for a, b in zip(dr, g)], dtype=object)
     return g
 

@@ -45,6 +45,7 @@ import pandas as pd
 from scipy import special
 
 from glance_law.data.schema import SUPPLIED_BY
+from glance_law.data.selection import grouping
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.evidence.common import proportion_ci
 from glance_law.law.fit import fit_law
@@ -455,7 +456,13 @@ def width_allocation(rounds, *, budgets: Sequence[int] = (15, 31, 47, 63), n_max
     groups = group_labels(frame, by, notes)
     a, known = chain_run(rank)
     cens = (a == known) & (known < horizon)
-    law_in = pd.DataFrame({"task": groups, "prompt_id": frame["prompt_id"].astype(str).to_numpy(),
+    # the law per group, fitted under neutral names (a group may be labelled 'pooled', which fit_law keeps
+    # for its own pooled row) with prompts keyed by their task (the clusters of every other table)
+    gcode, gname = pd.factorize(pd.Series(groups), sort=True)
+    tasks = frame["task"].astype(str).to_numpy() if "task" in frame.columns else np.full(len(frame), "", object)
+    law_in = pd.DataFrame({"task": np.char.add("g", gcode.astype(str)),
+                           "prompt_id": pd.Series(tasks).str.cat(frame["prompt_id"].astype(str).to_numpy(), sep="\x1f")
+                           .to_numpy(),
                            "root_entropy": H, "accepted": np.minimum(a, horizon),
                            "horizon": np.where(cens, a, horizon)})
     live = law_in["horizon"].to_numpy() > 0
@@ -476,7 +483,7 @@ def width_allocation(rounds, *, budgets: Sequence[int] = (15, 31, 47, 63), n_max
         b = (np.nan, np.nan)
         if lf is not None:
             try:
-                b = lf.params(task)
+                b = lf.params(f"g{list(gname).index(task)}")
             except (GlanceError, KeyError):
                 b = (np.nan, np.nan)
         misses = int(has[m].sum())
@@ -620,10 +627,9 @@ def cli_section(logs, args) -> list[Result]:
     elif cond is not None:
         parts = [x.strip() for x in str(cond).split(",") if x.strip()]
         cond = parts[0] if len(parts) == 1 else parts
-    by = getattr(args, "by", "task")
-    by = "task" if by is None or str(by).lower() in ("none", "pooled", "") else by
+    by = grouping(getattr(args, "by", "task"))     # None: one pooled group per drafter
     if int(getattr(args, "width_bootstrap", 200)) < 0:
-        raise GlanceError("--width-boot must be >= 0")
+        raise GlanceError("--width-bootstrap must be >= 0")
     res = width_allocation(logs, budgets=parse_budgets(getattr(args, "budgets", "15,31,47,63")), by=by,
                            exchange_rate=float(getattr(args, "exchange_rate", 0.0)),
                            n_boot=int(getattr(args, "width_bootstrap", 200)), level=getattr(args, "level", 0.95),

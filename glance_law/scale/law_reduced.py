@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.arms import parse_label, target_values
-from glance_law.data.selection import POOLED
+from glance_law.data.selection import POOLED, grouping
 from glance_law.errors import GlanceError
 from glance_law.law.fit import fit_law
 from glance_law.law.model import (
@@ -501,7 +501,7 @@ def _floor_cells(sub: pd.DataFrame, quantile: float, threshold: float | None) ->
 
 def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold: float | None = None,
                  n_boot: int = 199, seed: int = 0, folds: int = 5, level: float = 0.95, n_boot_mean: int = 2000,
-                 min_expected: float = 5.0, heldout: bool = True):
+                 min_expected: float = 5.0, heldout: bool = True, by: str | None = "task"):
     """The grounded tail (a :class:`glance_law.tail.TailFit`) from a reduction.
 
     The tail depends on the floor regime's rounds only through their accepted lengths,
@@ -519,6 +519,9 @@ def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold
         The law of the reduction (default: ``fit_reduced(reduced)``).
     quantile, threshold, n_boot, seed, folds, level, n_boot_mean, min_expected, heldout
         As in :func:`glance_law.fit_tail`.
+    by : str, default "task"
+        "task", or None/"none": one tail per drafter over every task (labelled 'pooled', clusters
+        (task, bucket)).
 
     Returns
     -------
@@ -540,7 +543,9 @@ def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold
     c = reduced.cells
     multi = c["drafter"].nunique() > 1
     tasks, notes = [], []
-    for (d, t), sub in c.groupby(["drafter", "task"], observed=True, sort=True):
+    pooled = grouping(by) is None
+    for key, sub in c.groupby(["drafter"] if pooled else ["drafter", "task"], observed=True, sort=True):
+        d, t = (key[0], POOLED) if pooled else key
         fl = _floor_cells(sub, float(quantile), threshold)
         if not fl.any():
             notes.append(f"{d}/{t}: empty floor regime, not analysed")
@@ -553,8 +558,12 @@ def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold
             b0 = float("nan")
         rng = np.random.default_rng([int(seed), zlib.crc32(f"{d}/{t}".encode())])
         thr = float(threshold) if threshold is not None else float((f["sum_h"] / f["n"]).max())
+        # clusters: buckets, of each task apart when the tasks are pooled (a bucket holds one task's prompts)
+        clu = f["bucket"].to_numpy().astype(np.int64)
+        if pooled:
+            clu = pd.factorize(f["task"].astype(str))[0].astype(np.int64) * int(reduced.buckets) + clu
         tt, tn = tail_test(np.repeat(f["accepted"].to_numpy(), n), np.repeat(f["horizon"].to_numpy(), n),
-                           np.repeat(f["bucket"].to_numpy(), n), b0=b0, task=str(t), n_boot=n_boot, seed=rng,
+                           np.repeat(clu, n), b0=b0, task=str(t), n_boot=n_boot, seed=rng,
                            folds=folds, level=level, n_boot_mean=n_boot_mean, min_expected=min_expected,
                            threshold=thr, drafter=str(d) if multi else "", heldout=heldout)
         tasks.append(tt)
@@ -562,7 +571,7 @@ def tail_reduced(reduced: Reduced, law=None, *, quantile: float = 0.1, threshold
     if not tasks:
         raise GlanceError("the floor regime is empty for every task; raise the threshold")
     rule = f"cell-mean H <= {threshold} nats" if threshold is not None else f"bottom {quantile:g} by cell-mean H"
-    notes += [f"from a reduction: floor regime per task = {rule} (resolved to one fine entropy bin); "
+    notes += [f"from a reduction: floor regime {'of every task pooled' if pooled else 'per task'} = {rule} (resolved to one fine entropy bin); "
               "floor_prompts, the held-out splits, the floor_mean interval and the LRT's design effect (lrt_deff) "
               "use prompt buckets as clusters",
               f"cap = e^b0 from the reduced law fit; lrt_p_bootstrap: parametric bootstrap under the fitted "

@@ -270,7 +270,8 @@ class Reduced(Result):
     the ``grid`` and bucket count they were made with, and ``info`` (what was read,
     excluded and filled in; the prompts per drafter and task; the sources merged).
 
-    ``to_frame()`` summarises it per (drafter, task); ``cells`` is the table itself.
+    ``to_frame()`` summarises it per (drafter, task), or with ``pooled`` (:meth:`pooled_rows`,
+    ``--by none``) per drafter over every task, labelled 'pooled'; ``cells`` is the table itself.
     """
 
     title: ClassVar[str] = "reduced round logs (sufficient statistics)"
@@ -278,6 +279,11 @@ class Reduced(Result):
     grid: Grid = Grid()
     buckets: int = DEFAULT_BUCKETS
     info: Mapping = field(default_factory=dict)
+    pooled: bool = False
+
+    def pooled_rows(self) -> Reduced:
+        """The same reduction summarised per drafter over every task (one row labelled 'pooled')."""
+        return replace(self, pooled=True)
 
     @property
     def rounds(self) -> int:
@@ -302,15 +308,19 @@ class Reduced(Result):
         """Per (drafter, task): rounds (every verification round, the output-ending rounds that
         accepted 0 too), prompts, buckets, cells, mean entropy (of the measured rounds; NaN without
         any), mean accepted and tau = mean accepted + 1 over those rounds."""
+        from glance_law.data.selection import POOLED
         c = self.cells
         rows = []
-        for (d, t), g in c.groupby(["drafter", "task"], observed=True, sort=True):
+        for key, g in c.groupby(["drafter"] if self.pooled else ["drafter", "task"], observed=True, sort=True):
+            d, t = (key[0], POOLED) if self.pooled else key
             n = g["n"].to_numpy()
-            rounds = int(n.sum()) + self.ended_at_zero(d, t)
+            zero = self.info.get(ENDED_AT_ZERO, {}).get(str(d), {})
+            rounds = int(n.sum()) + (sum(int(v) for v in zero.values()) if self.pooled else self.ended_at_zero(d, t))
             hn = n[g["hbin"].to_numpy() >= 0].sum()
             mean_a = float((g["accepted"].to_numpy() * n).sum() / rounds)
-            rows.append({"drafter": str(d), "task": str(t), "rounds": rounds, "prompts": self.prompts(d, t),
-                         "buckets": int(g["bucket"].nunique()), "cells": len(g),
+            rows.append({"drafter": str(d), "task": str(t), "rounds": rounds,
+                         "prompts": self.prompts(d, None if self.pooled else t),
+                         "buckets": len(g[["task", "bucket"]].drop_duplicates()), "cells": len(g),
                          "mean_entropy": float(g["sum_h"].sum() / hn) if hn else float("nan"),
                          "mean_accepted": mean_a, "tau": mean_a + 1.0})
         cols = ["drafter", "task", "rounds", "prompts", "buckets", "cells", "mean_entropy", "mean_accepted", "tau"]

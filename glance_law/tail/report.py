@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import pandas as pd
 
+from glance_law.data.selection import POOLED, grouping
 from glance_law.errors import GlanceError
 from glance_law.law.model import law_supremum
 from glance_law.results.base import Result
@@ -520,7 +521,7 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
     data = prepare(frame, by, condition, None, CLUSTER_BY, notes)
     get_b0 = _b0_source(frame, by, condition, method, b0, law, notes)
     tasks, empty = [], []
-    dn, gn = data["dnames"], data["gnames"] if by else ["all"]
+    dn, gn = data["dnames"], data["gnames"] if by else [POOLED]
     gcodes = data["g"] if by else np.zeros(data["H"].size, dtype=np.int64)
     for di in np.unique(data["d"]):
         for gi in sorted(np.unique(gcodes[data["d"] == di]), key=lambda i: gn[i]):
@@ -601,8 +602,7 @@ def cli_section(logs, args) -> list:
     condition = None if cond.lower() == "all" else [c.strip() for c in cond.split(",") if c.strip()]
     if condition is not None and len(condition) == 1:
         condition = condition[0]
-    by = getattr(args, "by", "task")
-    by = None if str(by).lower() in ("none", "pooled", "") else by
+    by = grouping(getattr(args, "by", "task"))
     if getattr(args, "tail_bootstrap", 199) < 0:
         raise GlanceError("--tail-bootstrap must be >= 0")
     if getattr(args, "tail_folds", 5) < 2:
