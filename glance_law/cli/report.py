@@ -67,7 +67,7 @@ from glance_law.cli.common import (
     names,
     run_main,
 )
-from glance_law.data.inputs import read_json_document
+from glance_law.data.inputs import MAX_DOCUMENT_BYTES, check_regular, read_json_document
 from glance_law.data.outputs import (
     OutputError,
     check_output_path,
@@ -313,6 +313,9 @@ def _inline(out: Path | None, rel: str) -> list[str]:
     """A table's Markdown for the index: its title as a heading-less caption, the table and its notes."""
     if out is None or not (out / rel).exists():
         return []
+    check_regular(out / rel, "kept table")      # a FIFO or a link to /dev/zero would hang or never end
+    if (out / rel).stat().st_size > MAX_DOCUMENT_BYTES:
+        raise GlanceError(f"{out / rel}: a kept table larger than {MAX_DOCUMENT_BYTES >> 20} MiB; remove it")
     text = (out / rel).read_text().strip("\n").splitlines()
     if text and text[0].startswith("**") and text[0].endswith("**"):
         text = text[2:] if len(text) > 1 and not text[1] else text[1:]

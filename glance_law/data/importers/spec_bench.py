@@ -189,14 +189,17 @@ def _ints(x) -> list:
         return []
     if not isinstance(x, list):
         x = [x]
-    if set(map(type, x)) <= _INT:         # every element a plain int (as JSON gives): nothing to check
-        return x
+    if set(map(type, x)) <= _INT and (not x or -_BIG < min(x) and max(x) < _BIG):
+        return x                          # every element a plain int in int64 (as JSON gives): nothing to check
     out = []
     for v in x:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or int(v) != v:
-            raise ValueError(f"{v!r} is not an integer")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) >= _BIG or int(v) != v:
+            raise ValueError(f"{v!r:.40} is not an integer (below 2**62 in size)")
         out.append(int(v))
     return out
+
+
+_BIG = 1 << 62
 
 
 def _nums(x) -> list:
