@@ -189,17 +189,22 @@ def _ints(x) -> list:
         return []
     if not isinstance(x, list):
         x = [x]
-    if set(map(type, x)) <= _INT and (not x or -_BIG < min(x) and max(x) < _BIG):
-        return x                          # every element a plain int in int64 (as JSON gives): nothing to check
+    if set(map(type, x)) <= _INT:         # every element a plain int (as JSON gives): nothing to check
+        return x
     out = []
     for v in x:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) >= _BIG or int(v) != v:
-            raise ValueError(f"{v!r:.40} is not an integer (below 2**62 in size)")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v:
+            raise ValueError(f"{v!r:.40} is not an integer")
         out.append(int(v))
     return out
 
 
-_BIG = 1 << 62
+def _counts(x) -> list:
+    """:func:`_ints` of per-turn counts (new_tokens, decoding_steps) that fit an int64 column."""
+    out = _ints(x)
+    if out and not -(1 << 62) < min(out) <= max(out) < (1 << 62):
+        raise ValueError(f"{max(out, key=abs)} is beyond any count")
+    return out
 
 
 def _nums(x) -> list:
@@ -259,8 +264,8 @@ def _read_choice(c: dict):
     1 if the misspelt key was read else 0), or a string saying why it is left out
     (``empty``, ``mismatch``, or the reason)."""
     try:
-        nt = _ints(c.get("new_tokens"))
-        ds = _ints(c.get("decoding_steps"))
+        nt = _counts(c.get("new_tokens"))
+        ds = _counts(c.get("decoding_steps"))
     except ValueError as exc:
         return f"new_tokens/decoding_steps: {exc}"
     wt = _nums(c.get("wall_time"))
