@@ -72,7 +72,7 @@ def _lines(path: Path):
     (:mod:`glance_law.data.inputs`: gzip streamed, lines of at most 64 MiB, FIFOs and devices
     refused); unreadable bytes or gzip get one line."""
     from glance_law.data.inputs import read_text
-    text = read_text(path)
+    text = read_text(path, gzip_only=path.name.endswith(".gz"))
     for k, line in enumerate(text.split(b"\n"), 1):
         if not line.strip():
             continue

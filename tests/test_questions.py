@@ -155,7 +155,7 @@ def test_turns_keeps_the_first_turns_only():
     ('{"question_id": 1, "category": "x", "turns": ["a"], "reference": [1]}', "field 'reference'"),
     ('{"question_id": 1, "category": "x", "turns": ["a"], "reference": [[["deep"]]]}', "field 'reference'"),
     ('[1, 2]', "expected a JSON object"),
-    ('{"turns": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
+    ('{"turns": ' + "[" * 100000 + "]" * 100000 + "}", "nested deeper than 64"),
 ])
 def test_bad_lines_get_one_line_naming_file_line_and_field(tmp_path, line, field):
     f = tmp_path / "question.jsonl.gz"

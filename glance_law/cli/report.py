@@ -67,7 +67,7 @@ from glance_law.cli.common import (
     names,
     run_main,
 )
-from glance_law.data.inputs import read_json_document
+from glance_law.data.inputs import MAX_DOCUMENT_BYTES, check_regular, read_json_document
 from glance_law.data.outputs import (
     INCOMPLETE,
     OutputError,
@@ -352,6 +352,9 @@ def _inline(out: Path | None, rel: str) -> list[str]:
     p = out / rel if out is not None else None
     if p is None or p.parent.is_symlink() or p.is_symlink() or not p.is_file():   # never read through a link
         return []
+    check_regular(out / rel, "kept table")      # a FIFO or a link to /dev/zero would hang or never end
+    if (out / rel).stat().st_size > MAX_DOCUMENT_BYTES:
+        raise GlanceError(f"{out / rel}: a kept table larger than {MAX_DOCUMENT_BYTES >> 20} MiB; remove it")
     text = (out / rel).read_text().strip("\n").splitlines()
     if text and text[0].startswith("**") and text[0].endswith("**"):
         text = text[2:] if len(text) > 1 and not text[1] else text[1:]

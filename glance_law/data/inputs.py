@@ -90,9 +90,9 @@ class Text(bytes):
         return i + (shift[k] if k >= 0 else 0)
 
 
-def _chunks(path):
+def _chunks(path, gzip_only: bool = False):
     """The file's bytes in chunks of at most about 1 MiB, gunzipped (all members) when it starts
-    with the gzip magic."""
+    with the gzip magic (``gzip_only``: refused when it does not)."""
     from glance_law.data import uri
     if uri.is_uri(str(path)):
         fh = uri.open_input(str(path))
@@ -101,6 +101,9 @@ def _chunks(path):
         fh = open(path, "rb")       # noqa: SIM115 - closed below
     try:
         first = fh.read(_CHUNK)
+        if gzip_only and first[:2] != b"\x1f\x8b":
+            raise LogError(path, "not a readable gzip file (it does not start with the gzip magic)",
+                           "gzip it, or drop the .gz from its name")
         if first[:2] != b"\x1f\x8b":
             while first:
                 yield first
@@ -148,17 +151,18 @@ def _too_long(path, lineno: int) -> LogError:
                     f"{MAX_LINE_BYTES >> 20} MiB")
 
 
-def read_text(path) -> Text:
+def read_text(path, gzip_only: bool = False) -> Text:
     """The non-blank lines of a (possibly gzipped) text file, streamed: a line longer than
     :data:`MAX_LINE_BYTES` is refused (file and line), and so are corrupt or truncated gzip
-    data, FIFOs and devices. A UTF-8 byte-order mark is dropped."""
+    data, FIFOs and devices (and, with ``gzip_only``, a file that is not gzip). A UTF-8
+    byte-order mark is dropped."""
     out = bytearray()
     idx, shift = [], []
     buf = bytearray()
     lineno = 1            # the file's line number at buf[0]
     kept = 0
     first = True
-    for chunk in _chunks(path):
+    for chunk in _chunks(path, gzip_only):
         if first:
             chunk = chunk[3:] if chunk[:3] == b"\xef\xbb\xbf" else chunk
             first = False
@@ -304,9 +308,15 @@ def as_int(value, path, lineno, field: str, lo: int | None = 0, hi: int | None =
     return v
 
 
-def as_float(value, path, lineno, field: str, lo: float | None = None, fix: str = _FIX) -> float:
-    """``value`` as a finite float (>= ``lo`` when given), else :class:`LogError`."""
-    want = "a finite number" + (f" >= {lo:g}" if lo is not None else "")
+#: The largest magnitude a float32 column holds (a larger value would be stored as an infinity).
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def as_float(value, path, lineno, field: str, lo: float | None = None, fix: str = _FIX,
+             hi: float | None = None) -> float:
+    """``value`` as a finite float in lo..hi (when given), else :class:`LogError`."""
+    want = "a finite number" + (f" in {lo:g}..{hi:g}" if lo is not None and hi is not None else
+                                f" >= {lo:g}" if lo is not None else f" <= {hi:g}" if hi is not None else "")
     v = value
     if isinstance(v, str):
         try:
@@ -319,7 +329,7 @@ def as_float(value, path, lineno, field: str, lo: float | None = None, fix: str 
         v = float(v)
     except OverflowError:
         raise _refuse(path, lineno, field, value, want, fix) from None
-    if not math.isfinite(v) or (lo is not None and v < lo):
+    if not math.isfinite(v) or (lo is not None and v < lo) or (hi is not None and v > hi):
         raise _refuse(path, lineno, field, value, want, fix)
     return v
 

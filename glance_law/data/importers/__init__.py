@@ -95,15 +95,28 @@ _CACHE: dict = {}
 _CACHE_MAX = 64
 
 
-def foreign_files(paths) -> list:
+def foreign_files(paths, problems: list | None = None) -> list:
     """Files, folders (every importable file below them, hidden ones excluded) and globs;
     local ones as :class:`pathlib.Path`, URIs (``s3://bucket/answers/``, a glob on one; see
-    :mod:`glance_law.data.uri`) as the URI strings of the objects, read in place."""
+    :mod:`glance_law.data.uri`) as the URI strings of the objects, read in place. A FIFO,
+    device or dangling link raises :class:`LogError`, or, when ``problems`` is a list
+    (``skip_bad``), is appended to it as ``(path, reason)`` and left out."""
     import glob as _glob
 
     from glance_law.data import uri
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+
+    def regular(q) -> bool:
+        try:
+            check_regular(q)      # a FIFO, a device, a dangling link: one line naming it
+        except LogError as exc:
+            if problems is None:
+                raise
+            problems.append((str(q), str(exc)))
+            return False
+        return True
+
     out: list = []
     for p in paths:
         if uri.is_uri(p):
@@ -122,8 +135,9 @@ def foreign_files(paths) -> list:
             if c.is_dir():
                 found = sorted(q for q in c.rglob("*") if not q.name.startswith(".") and is_foreign(q)
                                and not q.is_dir())
-                for q in found:
-                    check_regular(q)      # a FIFO or device among the logs is refused, not skipped silently
+                found = [q for q in found if regular(q)]    # a FIFO or device: refused or listed, never silent
+                if not found and problems:
+                    continue
                 if not found:
                     raise LogError(c, "the folder holds no importable files (" + ", ".join(FOREIGN_SUFFIXES) + ")",
                                    supported_line())
@@ -131,7 +145,7 @@ def foreign_files(paths) -> list:
             elif c.is_file():
                 out.append(c)
             elif os.path.lexists(c):
-                check_regular(c)          # a FIFO, a device, a dangling link: one line naming it
+                regular(c)
             else:
                 raise LogError(c, "no such file or folder", "check the path")
     seen, uniq = set(), []
@@ -225,9 +239,9 @@ def import_logs(paths, *, format: str | None = None, horizon=None, skip_bad: boo
     """
     if format is not None and format not in FORMATS:
         raise LogError(None, f"unknown format {format!r}", supported_line())
-    files = foreign_files(paths) if not isinstance(paths, FileResult) else []
     results: list[FileResult] = []
     skipped: list[tuple[str, str]] = []
+    files = foreign_files(paths, skipped if skip_bad else None) if not isinstance(paths, FileResult) else []
     from glance_law.data.importers.vllm import ScrapeChain
     chain = ScrapeChain()         # vLLM scrape files: one run, read in the order given
     for f in files:

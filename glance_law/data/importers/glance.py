@@ -99,8 +99,9 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
                            if a is not None else "each row needs accepted, accept_len or tau")
         if h is None:
             no_entropy += 1
-        elif not (isinstance(h, (int, float)) and math.isfinite(float(h))):
-            raise LogError(path, f"line {lineno}: root entropy {h!r} is not a finite number",
+        elif isinstance(h, bool) or not (isinstance(h, (int, float)) and math.isfinite(float(h))
+                                         and abs(h) <= inputs.FLOAT32_MAX):
+            raise LogError(path, f"line {lineno}: root entropy {h!r:.40} is not a finite number",
                            "entropy is in nats from finite fp32 logits; fix the decoder's log", "root_entropy")
         raw_pid = _get(d, "prompt_id")
         if raw_pid is None:
@@ -132,7 +133,8 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         cols["budget"].append(None if budget is None else int(budget))
         for k in ("root_margin", "root_pmax", "round_ms"):
             v = _get(d, k)
-            cols[k].append(None if v is None else inputs.as_float(v, path, lineno, k))
+            cols[k].append(None if v is None else inputs.as_float(v, path, lineno, k, -inputs.FLOAT32_MAX,
+                                                                  hi=inputs.FLOAT32_MAX))
         tg = _get(d, "target")
         cols["target"].append(None if tg is None else str(tg))
     n = len(cols["accepted"])

@@ -194,9 +194,17 @@ def _ints(x) -> list:
         return x
     out = []
     for v in x:
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or int(v) != v:
-            raise ValueError(f"{v!r} is not an integer")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or int(v) != v:
+            raise ValueError(f"{v!r:.40} is not an integer")
         out.append(int(v))
+    return out
+
+
+def _counts(x) -> list:
+    """:func:`_ints` of per-turn counts (new_tokens, decoding_steps) that fit an int64 column."""
+    out = _ints(x)
+    if out and not -(1 << 62) < min(out) <= max(out) < (1 << 62):
+        raise ValueError(f"{max(out, key=abs)} is beyond any count")
     return out
 
 
@@ -257,8 +265,8 @@ def _read_choice(c: dict):
     1 if the misspelt key was read else 0), or a string saying why it is left out
     (``empty``, ``mismatch``, or the reason)."""
     try:
-        nt = _ints(c.get("new_tokens"))
-        ds = _ints(c.get("decoding_steps"))
+        nt = _counts(c.get("new_tokens"))
+        ds = _counts(c.get("decoding_steps"))
     except ValueError as exc:
         return f"new_tokens/decoding_steps: {exc}"
     wt = _nums(c.get("wall_time"))
