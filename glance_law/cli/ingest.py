@@ -65,13 +65,13 @@ def _run(argv: list[str]) -> int:
     out = check_output(args.out, args.paths, folder=True)     # a store URI or a local folder, never an input
     imp = import_logs(args.paths, format=None if args.format == "auto" else args.format,
                       horizon=parse_horizon_option(args.horizon), skip_bad=args.skip_bad, task=args.task)
-    for note in imp.notes:
-        print(f"{PROG}: note: {note}", file=sys.stderr)
     plan = _plan(imp, out)
     with folder_session(out, PROG) as session:     # one writer; INCOMPLETE marker until the last file is written
         _refuse_replacing(plan, session.found)
         session.mark()
         written = [write_table(table, target, kind, run) for kind, target, table, run in plan]
+    for note in imp.notes:                         # once written (a refusal stays one line)
+        print(f"{PROG}: note: {note}", file=sys.stderr)
     nr = 0 if imp.rounds_table is None else imp.rounds_table.num_rows
     npr = 0 if imp.prompts_table is None else imp.prompts_table.num_rows
     print(f"{PROG}: {nr} rounds and {npr} prompt rows from {len(imp.sources)} file(s) ({imp.format}) written to "

@@ -51,7 +51,7 @@ from . import uri as _uri
 
 __all__ = ["OutputError", "OUTPUT_PATTERN", "INCOMPLETE", "safe_stem", "check_output_path", "check_output",
            "replacing", "write_file", "remove_file", "clean_stale", "temp_name", "folder_session",
-           "incomplete_marker", "same_file", "write_problem", "make_folder"]
+           "incomplete_marker", "write_problem", "make_folder"]
 
 
 class OutputError(GlanceError):
@@ -106,13 +106,9 @@ def _is_log_name(name: str) -> bool:
     return not name.startswith(".") and (name.endswith(".parquet") or is_foreign(name))
 
 
-def same_file(a, b) -> bool:
-    """Whether two local paths resolve to the same file (links, ``..`` and relative paths resolved)."""
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def _input_hit(out: Path, inputs, folder: bool) -> str | None:
-    """The input (as given) that ``out`` is, or would be read as, or (``folder``) holds; else None."""
+def _input_hit(out: Path, inputs, folder: bool) -> tuple[str, str] | None:
+    """(how, the input as given) when ``out`` is an input, or would be read as one, or (``folder``)
+    holds one; else None."""
     real = os.path.realpath(out)
     for raw in inputs:
         if raw is None or _uri.is_uri(raw):
@@ -122,12 +118,12 @@ def _input_hit(out: Path, inputs, folder: bool) -> str | None:
         for h in hits:
             r = os.path.realpath(h)
             if r == real:
-                return s
+                return "is the input", s
             inside = real.startswith(r.rstrip(os.sep) + os.sep)
             if not folder and inside and os.path.isdir(r) and os.path.lexists(out) and _is_log_name(out.name):
-                return s                            # an existing log file in a folder input: read as an input
+                return "lies in the input folder, so it is read as an input:", s
             if folder and r.startswith(real.rstrip(os.sep) + os.sep):
-                return s                            # the output folder holds an input
+                return "holds the input", s
     return None
 
 
@@ -168,9 +164,7 @@ def check_output(location, inputs=(), *, what: str = "--out", folder: bool = Fal
     _probe_writable(p, p if folder else p.parent)
     hit = _input_hit(p, inputs, folder)
     if hit is not None:
-        how = ("holds the input" if folder else "lies in the input folder, so it is read as an input:") \
-            if not same_file(hit, p) else "is the input"
-        raise OutputError(f"{what} {s}: {how} {hit}; writing there would replace or mix with what the command "
+        raise OutputError(f"{what} {s}: {hit[0]} {hit[1]}; writing there would replace or mix with what the command "
                           "reads; name an output outside the inputs")
     return p
 
@@ -467,8 +461,9 @@ def folder_session(out, command: str):
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
                 raise OutputError(f"{out}: another command (pid {holder}) is writing into this folder; wait for it "
                                   "to finish, or write into another folder") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            with contextlib.suppress(OSError):    # the pid is for the refusal's message only (a full disk)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, str(os.getpid()).encode(), 0)
         sess = FolderSession(out, command)
         yield sess
         sess.done()
