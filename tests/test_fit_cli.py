@@ -162,8 +162,10 @@ def test_options_method_bootstrap_seed_by_level_out(tmp_path, capsys):
     target = tmp_path / "law.md"
     rc, out, err = run([f, "--format", "markdown", "--out", target], capsys)
     assert rc == 0 and out == "" and "**draftability law" in target.read_text()
-    rc, out, err = run([f, "--out", tmp_path / "no" / "such" / "dir.txt"], capsys)
-    assert rc == 2 and "cannot write" in err
+    rc, out, err = run([f, "--out", tmp_path / "no" / "such" / "dir.txt"], capsys)   # folders made, as every writer
+    assert rc == 0 and (tmp_path / "no" / "such" / "dir.txt").exists()
+    rc, out, err = run([f, "--out", target / "x.txt"], capsys)                       # a file in the way
+    assert rc == 2 and "not a folder" in err and len(err.strip().splitlines()) == 1
 
 
 def test_folders_globs_and_exclusions(tmp_path, capsys):

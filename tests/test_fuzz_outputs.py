@@ -392,3 +392,18 @@ def test_check_output_refuses_links_inputs_and_lookalikes(tmp_path):
         O.check_output(tmp_path, [])
     assert O.check_output(tmp_path / "new.parquet", [str(a)]) == tmp_path / "new.parquet"
     assert O.check_output("s3://bucket/x.parquet", []) == "s3://bucket/x.parquet"
+
+
+def test_glance_log_out_is_checked_before_the_model_loads(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from glance_log.cli import main
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    link = tmp_path / "logs"
+    link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    for out, words in ((link, "symbolic link"), (victim, "not a folder"), ("s3:/bucket/logs", "lost a slash")):
+        assert main(["--task", "docvqa", "--n", "1", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+    assert victim.read_text() == "precious\n" and not (tmp_path / "elsewhere").exists()
+    assert not (Path.cwd() / "s3:").exists()

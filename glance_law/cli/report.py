@@ -29,7 +29,11 @@ else. User errors (bad paths, bad options, unreadable logs) print one line and e
 With ``--only``, the sections run are replaced in ``DIR`` and the others are kept
 when the previous report there was made from the same input files; otherwise their
 stale outputs are removed. Files of a previous report that the new one does not
-produce are removed; a non-empty ``DIR`` without a ``manifest.json`` is refused.
+produce are removed; a non-empty ``DIR`` without a ``manifest.json`` is refused, unless it holds the
+``INCOMPLETE`` marker of a report killed during its first run there (its tables and figures are
+removed and the report starts over). ``DIR`` holds ``INCOMPLETE`` while the report writes (readers
+refuse it) and one report writes into it at a time (:func:`glance_law.data.outputs.folder_session`);
+a store URI as ``--out`` is refused (the report writes a local folder).
 
 Nothing is written or removed outside ``DIR`` (:mod:`glance_law.data.outputs`): the previous
 manifest's outputs are validated before anything is removed (relative names under
