@@ -307,6 +307,16 @@ def _fixed_sums(d: DenseData, cost: CostModel, top: int) -> dict:
     return {k: np.stack([p[k] for p in per], axis=1) for k in per[0]}
 
 
+def _timed_rounds(rounds) -> pd.DataFrame:
+    """The rounds the round-cost regression reads: the matched ones and the dense ones (each a
+    measured round of shape 0 that paid the drafter's passes: what a shape-0 round costs live)."""
+    frame = getattr(rounds, "frame", rounds)
+    if "condition" not in frame.columns:
+        return frame
+    cond = frame["condition"].astype(str)
+    return frame.assign(condition=np.where(cond == CONDITION_DENSE, "matched", cond))
+
+
 def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = None, drafter: str | None = None,
                           shape: str | None = None, families: Sequence[str] | None = None, folds: int = 5,
                           in_sample: bool = True, n_max: int = 255, n_boot: int = 200, level: float = 0.95,
@@ -327,7 +337,8 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
     if target > rd.n_max:
         raise GlanceError(f"the target shape {target:g} exceeds the largest replayed shape ({rd.n_max})")
     notes = list(d.notes)
-    cost = cost_model(rounds, d.drafter, node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, notes=notes)
+    cost = cost_model(_timed_rounds(rounds), d.drafter, node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms,
+                      notes=notes)
     names = families_for(rd, families)
     G = d.prompts
     pcodes = np.arange(G)
