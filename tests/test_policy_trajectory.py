@@ -182,3 +182,22 @@ def test_dense_refusals():
         simulate(d)
     with pytest.raises(GlanceError, match="must be positive"):
         evaluate_trajectories(frame, 0, data=d)
+
+
+def test_round_cost_reads_dense_rounds_as_shape_zero_rounds():
+    """Dense rounds are measured shape-0 rounds: with matched rounds at one budget they identify the
+    cost of a node, and the table then carries modelled speeds along the runs."""
+    rng = np.random.default_rng(5)
+    dense = dense_frame(n_prompts=20, seed=5, skip=0.0)
+    dense["round_ms"] = 5.0 + rng.normal(0, 0.05, len(dense))
+    matched = dense.assign(condition="matched", run_id="fixed", budget=4, accepted=0,
+                           round_ms=5.0 + 0.5 * 4 + rng.normal(0, 0.05, len(dense)))
+    frame = pd.concat([dense, matched], ignore_index=True)
+    res = evaluate_trajectories(frame, 2.0, shape="depth", families=["gated-cumprob"], n_boot=0)
+    assert res.cost.node_ms == pytest.approx(0.5, abs=0.05)
+    row = res.table.set_index(["family", "evaluated_on"]).loc[("fixed", "no fit")]
+    assert row["speedup"] == pytest.approx(1.0)
+    # the fixed shape's modelled ms per token: (constant + node x shape) per round over its tokens per round
+    tr = simulate(prepare_dense(frame, shape="depth"), FixedPolicy(shape="depth", size=2))
+    want = (res.cost.constant + 2 * res.cost.node_ms) / (tr.accepted + 1).mean()
+    assert row["ms_per_token"] == pytest.approx(want, rel=1e-6)
