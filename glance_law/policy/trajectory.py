@@ -130,7 +130,16 @@ def prepare_dense(rounds, *, drafter: str | None = None, shape: str | None = Non
     pos_all = sub["position"].to_numpy(np.int64)
     G = len(d.keys)
     n_out = np.zeros(G, np.int64)                      # a dense run has a round at every position 0 .. N-2
-    np.maximum.at(n_out, g_all[g_all >= 0], pos_all[g_all >= 0] + 2)
+    ok = g_all >= 0
+    if np.any(pos_all[ok] < 0):
+        raise GlanceError("dense rounds: a negative position")
+    np.maximum.at(n_out, g_all[ok], pos_all[ok] + 2)
+    count = np.bincount(g_all[ok], minlength=G)
+    bad = np.flatnonzero(count < n_out - 1)
+    if bad.size:
+        raise GlanceError(f"dense rounds: prompt {'/'.join(d.keys[bad[0]])} has {count[bad[0]]} round(s) but its last "
+                          f"position is {n_out[bad[0]] - 2}; a dense run logs every position 0 .. N-2 (an incomplete "
+                          "or edited log)")
     pos = d.stats.position.astype(np.int64)
     if np.any(pos >= n_out[d.codes]):
         raise GlanceError("dense rounds: a position past its prompt's last round")
