@@ -1,26 +1,31 @@
-"""Prediction vs reality for an exported draft policy, on the embedded default, in one run.
+"""Prediction vs reality for an exported draft policy, in one run (docs/policy.md section 5).
 
-    nice -n 15 .venv/bin/python benchmarks/bench_policy.py                  # docvqa, budget 15, 2 x 100 prompts
-    .venv/bin/python benchmarks/bench_policy.py --task chartqa --budget 31 --n 40
+    flock /tmp/glance-bench.lock nice -n 5 env OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_policy.py
+    ... benchmarks/bench_policy.py --model gemma-3-270m --drafter pld --budget 3 --n 6 --max-new-tokens 96
+    ... benchmarks/bench_policy.py --model gemma-3-270m --drafter early_exit --exit-layer 12 --draft-len 3 ...
 
-1. **Logs.** Training prompts are decoded with the block head at two fixed budgets (``--budget``
-   and 63, so the round-cost regression identifies the cost of a node); held-out prompts at 63.
-2. **Fit and export.** ``python -m glance_law.policy`` on the training logs (prompt-grouped
-   held-out search) writes ``policy.json``.
-3. **Prediction.** On the held-out prompts' logs: replayed tokens per round (accepted + 1) of
-   the exported policy and of the fixed budget, and the modelled ms per token (the training
-   logs' round-cost regression).
-4. **Reality.** The held-out prompts are decoded live with ``decode(policy=...)`` and with the
-   fixed budget, alternating the order per prompt and repetition; tokens per round, tokens per
-   second, and the policy/fixed ratios with prompt-bootstrap intervals. The live policy run is
-   also logged, so the script can say what the policy saw (the entropy of the row that
-   predicted the root) against the logged root entropy it was fitted on (verify row 0), and how
-   often the offline policy would have chosen another shape on the same live rounds.
+1. **Logs.** Training prompts are logged dense (``decode(dense=True)``: the drafter's proposal at
+   every output position, so every position is a root) and once at the fixed shape ``--budget``
+   (with the dense rounds, which are shape-0 rounds, the round-cost regression identifies the
+   cost of a node).
+2. **Search and export.** ``python -m glance_law.policy`` on the training logs: the trajectory
+   replay's prompt-grouped held-out search (each family's threshold fitted on its own simulated
+   run); the best family is exported (if the search exports the fixed shape, the best non-fixed
+   family is still compared, and the script says so).
+3. **Prediction.** The search's held-out row (cross-validated on the training prompts), and on
+   the held-out prompts' own dense logs (``--no-dense-test`` skips them) the trajectory replay of
+   the policy and of the fixed shapes on either side of its mean shape.
+4. **Reality.** The held-out prompts decoded live with the policy and with those two fixed shapes,
+   the order rotating per prompt and repetition. The fixed shape at the policy's mean shape is the
+   mix of the two fixed arms whose mean shape (every round counted, shape-0 rounds included)
+   equals the policy's; tokens per round (accepted + 1) and tokens per second of the policy over
+   it, with prompt-bootstrap intervals; the best fixed arm's tokens per second beside them.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -29,172 +34,257 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
-def _log(decode, t, dr, items, out, run_id, task, budget, mnt, policy=None, seen=None):
+class _Shapes:
+    """A decoder callback keeping each round's shape (tree nodes; the depth of a chain)."""
+
+    def __init__(self):
+        self.shapes = []
+
+    def on_round(self, ev):
+        self.shapes.append(int(ev.budget))
+
+    def on_prompt_end(self, ev):
+        pass
+
+
+def _items(args, target):
+    """(prompt id, encoded prompt) pairs: the embedded suite's task, or first turns of a question file."""
+    if args.data:
+        from glance_log import questions as Q
+
+        qs = Q.load_questions(args.data, "all", None, seed=0, turns=1)
+        qs = sorted(qs, key=lambda q: (q.prompt_ids[0]))
+        rng = np.random.default_rng(0)
+        qs = [qs[i] for i in rng.permutation(len(qs))[:2 * args.n]]
+        return [(q.prompt_ids[0], Q.encode_conversation(target, q.turns[:1], [])) for q in qs]
+    from glance_log.tasks import load_items
+
+    return [(it.prompt_id, target.encode(it.prompt)) for it in load_items(args.task, None, n=2 * args.n, seed=0)]
+
+
+def _log(decode, t, dr, items, out, run_id, drafter, args, *, dense=False, budget=0, k=1):
     from glance_log.record import RoundLogger
 
-    lg = RoundLogger(out, run_id=run_id, task=task, tokenizer=t.tokenizer, drafter="block",
-                     run={"run_id": run_id, "budget": budget})
-    for it, pr in items:
-        lg.begin_prompt(it.prompt_id, [it.reference] if it.reference else None)
-        decode(t, dr, pr, budget=budget, branch_k=8, max_new_tokens=mnt, callbacks=[lg], policy=policy)
+    lg = RoundLogger(out, run_id=run_id, task=args.task, tokenizer=t.tokenizer, drafter=drafter,
+                     condition="dense" if dense else "matched", run={"run_id": run_id, "budget": budget})
+    for pid, pr in items:
+        lg.begin_prompt(pid, None)
+        decode(t, dr, pr, budget=budget, branch_k=k, max_new_tokens=args.max_new_tokens, callbacks=[lg], dense=dense,
+               eos_ids=args.eos)
     lg.close()
 
 
-def _boot(num_a, den_a, num_b, den_b, rng, B=2000):
-    """Ratio of (sum num_a / sum den_a) over (sum num_b / sum den_b) with a prompt bootstrap."""
-    a = [np.asarray(x, float) for x in (num_a, den_a, num_b, den_b)]
-    n = a[0].size
-    idx = rng.integers(0, n, (B, n))
-    r = (a[0][idx].sum(1) / a[1][idx].sum(1)) / (a[2][idx].sum(1) / a[3][idx].sum(1))
-    est = (a[0].sum() / a[1].sum()) / (a[2].sum() / a[3].sum())
-    return float(est), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+def _mix(A, B, shape):
+    """Per-prompt sums of the mix of two fixed arms whose mean shape (shape sum over rounds) is
+    ``shape``: rounds of A weighted w, of B 1 - w (w in [0, 1], closed form)."""
+    SA, SB, RA, RB = A["shape"].sum(), B["shape"].sum(), A["rounds"].sum(), B["rounds"].sum()
+    den = SA - SB - shape * (RA - RB)
+    w = float(np.clip((shape * RB - SB) / den, 0.0, 1.0)) if den != 0 else 1.0
+    return {k: w * A[k] + (1 - w) * B[k] for k in A}, w
+
+
+def _compare(P, A, B, rng, B_boot=2000, has_time=True) -> dict:
+    """Policy vs the fixed mix at its mean shape: point and prompt-bootstrap 95% intervals of the
+    tokens-per-round ratio (and tokens/s ratio when timed), the mean shapes, shape-0 shares."""
+    S = P["shape"].sum() / P["rounds"].sum()
+    M, w = _mix(A, B, S)
+    def stats(idx):
+        def r(X, a, b):
+            return X[a][idx].sum() / X[b][idx].sum()
+        out = {"tokens_ratio": r(P, "tokens", "rounds") / r(M, "tokens", "rounds")}
+        if has_time:
+            out["speed_ratio"] = r(P, "emitted", "ms") / r(M, "emitted", "ms")
+        return out
+    n = P["rounds"].size
+    point = stats(np.arange(n))
+    draws = [stats(rng.integers(0, n, n)) for _ in range(B_boot)]
+    res = {"policy_mean_shape": S, "policy_share_shape0": P["zero"].sum() / P["rounds"].sum(),
+           "policy_tokens_per_round": P["tokens"].sum() / P["rounds"].sum(),
+           "fixed_tokens_per_round_at_equal_shape": M["tokens"].sum() / M["rounds"].sum(), "mix_weight_upper": w}
+    for k, v in point.items():
+        d = np.array([x[k] for x in draws])
+        res[k] = [float(v), float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))]
+    if has_time:
+        res["policy_tokens_per_s"] = 1e3 * P["emitted"].sum() / P["ms"].sum()
+        best = max((A, B), key=lambda X: X["emitted"].sum() / X["ms"].sum())
+        res["best_fixed_tokens_per_s"] = 1e3 * best["emitted"].sum() / best["ms"].sum()
+    return res
+
+
+def _sums(rounds_list):
+    """Per-prompt sums from [(accepted list, shape list, emitted, ms), ...]."""
+    keys = ("rounds", "tokens", "shape", "zero", "emitted", "ms")
+    out = {k: np.zeros(len(rounds_list)) for k in keys}
+    for i, (acc, sh, em, ms) in enumerate(rounds_list):
+        acc, sh = np.asarray(acc), np.asarray(sh)
+        out["rounds"][i], out["tokens"][i] = acc.size, (acc + 1).sum()
+        out["shape"][i], out["zero"][i] = sh.sum(), (sh == 0).sum()
+        out["emitted"][i], out["ms"][i] = em, ms
+    return out
+
+
+def _predicted_on_test(test_dir, drafter, policy, shape, lo, hi, cost, rng):
+    """The trajectory replay of the policy and the fixed shapes lo, hi on the held-out prompts' dense logs."""
+    from glance_law import read_logs
+    from glance_law.policy import FixedPolicy
+    from glance_law.policy.trajectory import prepare_dense, simulate, trajectory_sums
+
+    d = prepare_dense(read_logs(str(test_dir)), drafter=drafter, shape=shape)
+    def sums(pol):
+        s = trajectory_sums(d, simulate(d, pol), cost)
+        s["emitted"] = d.n_out.astype(float)
+        s.setdefault("ms", np.full(d.prompts, np.nan))
+        return s
+    P = sums(policy)
+    A, B = sums(FixedPolicy(shape=shape, size=hi)), sums(FixedPolicy(shape=shape, size=lo))
+    out = _compare(P, A, B, rng, has_time=bool(np.isfinite(P["ms"]).all()))
+    if "policy_tokens_per_s" in out:
+        out["modelled"] = True
+    return out, [k[1] for k in d.keys]
+
+
+def _search(train_dir, args, drafter, pj):
+    from glance_law.policy import cli as pcli
+    from glance_law.policy import policy_to_dict
+
+    argv = [str(train_dir), "--budget", str(args.budget), "--drafter", drafter, "--shape", args.shape,
+            "--bootstrap", str(args.bootstrap), "--out", str(pj)]
+    ns = pcli.build_parser().parse_args(argv)
+    res, pol, fit = pcli.search([str(train_dir)], ns)
+    print(res.summary("markdown"))
+    pj.write_text(json.dumps(policy_to_dict(pol, fit), indent=2, sort_keys=True, default=float) + "\n")
+    h = res.heldout()
+    note = None
+    if pol.family == "fixed":
+        fam = h.loc[h["family"] != "fixed"].sort_values("gain", ascending=False)
+        if fam.empty:
+            return None, res, None, "no family could be fitted"
+        name = str(fam.iloc[0]["family"])
+        pol = res.policies[name]
+        note = f"the search exported the fixed shape (no family beat it held-out); comparing {name} anyway"
+    row = h.loc[h["family"] == (pol.family if pol.family == "fixed" else _row_name(h, res, pol))].iloc[0].to_dict()
+    return pol, res, row, note
+
+
+def _row_name(h, res, pol):
+    return next(n for n, p in res.policies.items() if p is pol)
+
+
+def _live(decode, t, dr, test, policy, lo, hi, args):
+    """Both fixed arms and the policy arm on every held-out prompt, order rotating."""
+    from glance_law.policy import FixedPolicy
+
+    arms = {"policy": policy, "hi": FixedPolicy(shape=args.shape, size=hi), "lo": FixedPolicy(shape=args.shape, size=lo)}
+    names = list(arms) if hi != lo else ["policy", "hi"]
+    rec = {a: [[] for _ in test] for a in names}
+    k = args.branch_k if args.shape == "budget" else 1
+    for rep in range(args.repeat):
+        for i, (_, pr) in enumerate(test):
+            rot = (i + rep) % len(names)
+            for a in names[rot:] + names[:rot]:
+                cb = _Shapes()
+                r = decode(t, dr, pr, budget=args.budget, branch_k=k, max_new_tokens=args.max_new_tokens,
+                           policy=arms[a], callbacks=[cb], eos_ids=args.eos)
+                rec[a][i].append((r.accepted, cb.shapes, len(r.tokens), r.decode_ms))
+    out = {}
+    for a in names:
+        per = [(sum((x[0] for x in reps), []), sum((x[1] for x in reps), []), sum(x[2] for x in reps),
+                sum(x[3] for x in reps)) for reps in rec[a]]
+        out[a] = _sums(per)
+    out.setdefault("lo", out["hi"])
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--task", default="docvqa")
-    ap.add_argument("--budget", type=int, default=15, help="target mean tree budget (or depth with --shape depth)")
-    ap.add_argument("--shape", choices=("budget", "depth"), default="budget",
-                    help="depth: chain policies on the block head's top-1 path, against a fixed-depth chain")
-    ap.add_argument("--feature", default="auto", help="entropy the fits read (auto: pred_entropy)")
-    ap.add_argument("--n", type=int, default=100, help="prompts per half (training, held-out)")
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default=None, help="target (default: the embedded default; e.g. gemma-3-270m)")
+    ap.add_argument("--drafter", default=None, help="block (embedded default), pld or early_exit")
+    ap.add_argument("--exit-layer", type=int, default=None)
+    ap.add_argument("--draft-len", type=int, default=None)
+    ap.add_argument("--task", default="docvqa", help="embedded-suite task (the embedded default)")
+    ap.add_argument("--data", default=None, help="a question file (default for --model: Spec-Bench's questions)")
+    ap.add_argument("--budget", type=int, default=4, help="target mean shape (depth, or tree nodes)")
+    ap.add_argument("--shape", choices=("budget", "depth"), default="depth")
+    ap.add_argument("--branch-k", type=int, default=8)
+    ap.add_argument("--n", type=int, default=60, help="prompts per half (training, held-out)")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--bootstrap", type=int, default=200)
+    ap.add_argument("--ignore-eos", action="store_true",
+                    help="decode past end-of-sequence to max_new_tokens (the embedded default's answers are a few "
+                         "tokens; past them it writes further question/answer pairs: many rounds per prompt)")
+    ap.add_argument("--no-dense-test", action="store_true", help="skip the held-out prompts' dense logs")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    args.eos = () if args.ignore_eos else None
+    w_start, c_start = time.perf_counter(), _cpu()
 
     from glance_log.decode import decode
     from glance_log.drafters import make_drafter
     from glance_log.models import load_target
     from glance_log.run import default_block, default_model
-    from glance_log.tasks import load_items
 
     from glance_law import read_logs
-    from glance_law.policy import cli as pcli
-    from glance_law.policy import cost_model, load_policy, prepare
+    from glance_law.policy.trajectory import prepare_dense
 
-    if not (default_model() / "config.json").exists():
-        print("the embedded default models are missing (data/models)", file=sys.stderr)
-        return 2
+    name = args.drafter or ("block" if args.model is None else "pld")
+    if args.model is not None and args.data is None:
+        args.data = str(Path(__file__).resolve().parents[2] / "shared/realdata/spec-bench/vase/question.jsonl.gz")
+    t = load_target(args.model or default_model(), "fp32", "cpu")
+    dr = make_drafter(name, t, draft_model=default_block() if name == "block" else None, branch_k=args.branch_k,
+                      draft_len=args.draft_len, exit_layer=args.exit_layer)
+    label = dr.name
+    items = _items(args, t)
+    train, test = items[:args.n], items[args.n:]
     tmp = Path(tempfile.mkdtemp(prefix="bench-policy-"))
-    t = load_target(default_model(), "fp32", args.device)
-    dr = make_drafter("block", t, draft_model=default_block(), branch_k=8)
-    items = load_items(args.task, None, n=2 * args.n, seed=0)
-    enc = [(it, t.encode(it.prompt)) for it in items]
-    train, test = enc[:args.n], enc[args.n:]
-    print(f"embedded default on {t.device}; task {args.task}; {len(train)} training + {len(test)} held-out prompts; "
-          f"target budget {args.budget}; max_new_tokens {args.max_new_tokens}; torch threads {torch.get_num_threads()}")
-    decode(t, dr, train[0][1], budget=63, branch_k=8, max_new_tokens=8)            # warm-up
+    print(f"{args.model or 'embedded default'}; drafter {label}; {len(train)} training + {len(test)} held-out prompts; "
+          f"{args.shape} target {args.budget}; max_new_tokens {args.max_new_tokens}; torch threads "
+          f"{torch.get_num_threads()}; logs in {tmp}")
+    decode(t, dr, train[0][1], budget=args.budget, branch_k=1, max_new_tokens=8)            # warm-up
     w0 = time.perf_counter()
-    _log(decode, t, dr, train, tmp / "train", "train-fixed", args.task, args.budget, args.max_new_tokens)
-    _log(decode, t, dr, train, tmp / "train", "train-63", args.task, 63, args.max_new_tokens)
-    _log(decode, t, dr, test, tmp / "test", "test-63", args.task, 63, args.max_new_tokens)
-    print(f"logging: {time.perf_counter() - w0:.1f} s")
-
-    pj = tmp / "policy.json"
-    rc = pcli.main([str(tmp / "train"), "--budget", str(args.budget), "--drafter", "block", "--bootstrap", "200",
-                    "--shape", args.shape, "--feature", args.feature, "--out", str(pj), "--format", "markdown"])
-    if rc:
-        return rc
-    policy, fit = load_policy(pj)
-    if policy.family == "fixed":
-        print("the search exported the fixed shape (no family beat it held-out); comparing the rescue-keyed fit anyway")
-        from glance_law.policy import fit_family
-        dtr = prepare(read_logs(str(tmp / "train")), drafter="block", shape=args.shape, feature=args.feature)
-        policy, why = fit_family("keyed-rescue" if args.shape == "budget" else "gated-cumprob", dtr.take(np.flatnonzero(~dtr.cut)), args.budget,
-                                 max_size=min(255, max(63, 4 * args.budget)))
-        if policy is None:
-            print(f"no keyed policy can be fitted on these training logs ({why}); nothing to compare")
-            return 0
-
-    # prediction on the held-out prompts' logs
-    tl = read_logs(str(tmp / "test"))
-    d = prepare(tl, drafter="block", shape=args.shape, feature=args.feature)
-    d = d.take(np.flatnonzero(~d.cut))     # as the evaluation does: cut proposals say nothing about a shape
-    notes: list = []
-    cm = cost_model(read_logs(str(tmp / "train")), "block", notes=notes)
-    s_pol = np.minimum(policy(d.stats), d.cap)
-    s_fix = np.minimum(np.full(d.rounds, args.budget), d.cap)
-    pred = {}
-    for name, s in (("policy", s_pol), ("fixed", s_fix)):
-        tok = d.accepted_at(s) + 1.0
-        ms = cm.ms(s) if cm.identified else np.full(d.rounds, np.nan)
-        pred[name] = {"tokens_per_round": float(tok.mean()), "mean_shape": float(s.mean()),
-                      "ms_per_token": float(ms.sum() / tok.sum())}
-
-    # reality: both arms live on the held-out prompts, alternating
-    from glance_log.record import RoundLogger
-
-    seen = []
-
-    def traced(stats, _p=policy):
-        out = _p(stats)
-        seen.append((float(stats.entropy[0]), int(out[0])))
-        return out
-    traced.shape = policy.shape
-    live = {k: {"tokens": [], "rounds": [], "ms": [], "emitted": []} for k in ("policy", "fixed")}
-    lg = RoundLogger(tmp / "live", run_id="live-policy", task=args.task, tokenizer=t.tokenizer, drafter="block")
-    for rep in range(args.repeat):
-        for i, (it, pr) in enumerate(test):
-            order = ("policy", "fixed") if (i + rep) % 2 == 0 else ("fixed", "policy")
-            for arm in order:
-                cbs = []
-                if arm == "policy" and rep == 0:
-                    lg.begin_prompt(it.prompt_id, None)
-                    cbs = [lg]
-                r = decode(t, dr, pr, budget=args.budget, branch_k=8 if args.shape == "budget" else 1,
-                           max_new_tokens=args.max_new_tokens,
-                           policy=traced if arm == "policy" else None, callbacks=cbs)
-                L = live[arm]
-                L["tokens"].append(int(np.sum(r.accepted)) + r.rounds)
-                L["rounds"].append(r.rounds)
-                L["ms"].append(r.decode_ms)
-                L["emitted"].append(len(r.tokens))
-    lg.close()
+    kdense = args.branch_k
+    _log(decode, t, dr, train, tmp / "train", "train-dense", label, args, dense=True, k=kdense)
+    _log(decode, t, dr, train, tmp / "train", "train-fixed", label, args, budget=args.budget,
+         k=args.branch_k if args.shape == "budget" else 1)
+    if not args.no_dense_test:
+        _log(decode, t, dr, test, tmp / "test", "test-dense", label, args, dense=True, k=kdense)
+    log_s = time.perf_counter() - w0
+    policy, res, row, note = _search(tmp / "train", args, label, tmp / "policy.json")
+    if policy is None:
+        print(f"nothing to compare: {note}")
+        return 0
+    if note:
+        print(note)
+    S = float(row["mean_shape"])
+    lo, hi = int(np.floor(S)), int(np.ceil(S))
+    out = {"model": args.model or "embedded default", "drafter": label, "shape": args.shape, "target": args.budget,
+           "prompts_per_half": args.n, "max_new_tokens": args.max_new_tokens, "repeat": args.repeat,
+           "policy": {"family": policy.family, "params": policy.describe(), "note": note},
+           "fixed_shapes_live": [lo, hi], "predicted_heldout_search": {k: row[k] for k in row if k not in ("params",)},
+           "cost_model": {"constant_ms": res.cost.constant, "pass_ms": res.cost.pass_ms, "node_ms": res.cost.node_ms}}
     rng = np.random.default_rng(0)
-    out = {"task": args.task, "budget": args.budget, "policy": {"family": policy.family, "params": policy.describe()},
-           "heldout_search": fit.get("heldout"), "predicted": pred, "cost_model": notes, "live": {}}
-    for arm, L in live.items():
-        out["live"][arm] = {"tokens_per_round": float(np.sum(L["tokens"]) / np.sum(L["rounds"])),
-                            "tokens_per_s": float(np.sum(L["emitted"]) / (np.sum(L["ms"]) / 1e3)),
-                            "ms_per_token": float(np.sum(L["ms"]) / np.sum(L["emitted"]))}
-    P, F = live["policy"], live["fixed"]
-    out["live"]["ratio_tokens_per_round"] = _boot(P["tokens"], P["rounds"], F["tokens"], F["rounds"], rng)
-    out["live"]["speedup_tokens_per_s"] = _boot(P["emitted"], P["ms"], F["emitted"], F["ms"], rng)
-    out["predicted"]["ratio_tokens_per_round"] = pred["policy"]["tokens_per_round"] / pred["fixed"]["tokens_per_round"]
-    out["predicted"]["speedup_modelled"] = pred["fixed"]["ms_per_token"] / pred["policy"]["ms_per_token"]
-
-    # why the prediction misses: what the live policy saw vs what it was fitted on
-    lv = read_logs(str(tmp / "live")).frame
-    lv = lv[lv["horizon"] > 0]
-    dl = prepare(lv, drafter="block", shape=args.shape, feature=args.feature)
-    seen_h = np.array([h for h, _ in seen[:len(seen)]])
-    off_shapes = np.minimum(policy(dl.stats), dl.cap)
-    live_shapes = lv["budget"].to_numpy()
-    n = min(len(off_shapes), len(live_shapes))
-    out["why"] = {
-        "live_rounds_logged": int(len(lv)),
-        "mean_live_shape": float(live_shapes.mean()), "mean_offline_shape_same_rounds": float(off_shapes.mean()),
-        "share_rounds_other_shape": float(np.mean(off_shapes[:n] != live_shapes[:n])),
-        "share_other_shape_not_cut": float(np.mean((off_shapes[:n] != live_shapes[:n])[~dl.cut[:n]])),
-        "rounds_cut_at_output_end": int(dl.cut.sum()),
-        "feature_fitted_on": d.feature,
-        "entropy_seen_mean": float(seen_h.mean()) if seen_h.size else None,
-        "pred_entropy_logged_mean": float(lv["pred_entropy"].mean()),
-        "root_entropy_logged_mean": float(lv["root_entropy"].mean()),
-        "live_vs_replayed_tokens_same_rounds": [float((lv["accepted"].to_numpy() + 1).mean()),
-                                                float((dl.accepted_at(live_shapes) + 1).mean())],
-    }
-    print(json.dumps(out, indent=2))
+    if not args.no_dense_test:
+        out["predicted_test_prompts"], _ = _predicted_on_test(tmp / "test", label, policy, args.shape, lo, hi,
+                                                              res.cost, rng)
+    w1 = time.perf_counter()
+    live = _live(decode, t, dr, test, policy, lo, hi, args)
+    out["live"] = _compare(live["policy"], live["hi"], live["lo"], rng)
+    out["live"]["fixed_mean_shapes"] = [float(live[a]["shape"].sum() / live[a]["rounds"].sum()) for a in ("lo", "hi")]
+    d = prepare_dense(read_logs(str(tmp / "train")), drafter=label, shape=args.shape)
+    out["train_positions"] = d.rounds
+    out["seconds"] = {"logging_wall": log_s, "live_wall": time.perf_counter() - w1,
+                      "total_wall": time.perf_counter() - w_start, "total_cpu": _cpu() - c_start}
+    print(json.dumps(out, indent=2, default=float))
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(out, indent=2, default=float) + "\n")
     return 0
 
 

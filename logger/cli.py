@@ -50,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, metavar="FILE",
                    help="a draft policy JSON (python -m glance_law.policy --out) choosing each round's budget or "
                         "depth from the live root statistics (overrides --budget)")
+    p.add_argument("--dense", action="store_true",
+                   help="dense logging for trajectory replays: decode autoregressively (the same greedy output) and "
+                        "log the drafter's whole proposal at every output position (condition 'dense'), so a "
+                        "policy's own run can be replayed position by position (python -m glance_law.policy)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--n", type=int, default=20,
                    help="number of prompts (default 20); with a question file, questions per category, each "
@@ -107,6 +111,7 @@ def main(argv=None) -> int:
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
                     seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, turns=args.turns, label=args.label, policy=args.policy,
+                    dense=args.dense,
                     command="glance-log " + shlex.join(argv),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:

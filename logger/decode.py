@@ -247,6 +247,15 @@ def _draft_tree(prop: Proposal | None, budget: int, branch_k: int, policy, depth
     return tree, lq, ii
 
 
+def _dense_rows(prop: Proposal | None, branch_k: int):
+    """Dense logging: the drafter's whole proposal as top-k rows on the host (nothing of it is
+    verified): (logq rows, id rows), empty when the drafter proposes nothing."""
+    if prop is None or prop.horizon == 0:
+        return np.zeros((0, 1), np.float32), np.zeros((0, 1), np.int64)
+    k = 1 if prop.point_mass else max(1, min(int(branch_k), prop.logq.shape[1]))
+    return prop.logq[:, :k].float().cpu().numpy(), prop.ids[:, :k].cpu().numpy()
+
+
 def _verify_tree(target, cache, root: int, tree: Tree | None, node_tokens: np.ndarray):
     """ONE target pass over the root and the tree's nodes (ancestor-only mask, positions past +
     depth): (logits rows, hidden rows, the tokens verified on the host)."""
@@ -308,7 +317,7 @@ def _commit_forced(target, cache, past: int, forced: Forced, rounds: int, positi
 def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int = 8,
            max_new_tokens: int = 256, temperature: float = 0.0, generator=None,
            callbacks: Sequence = (), forced: Forced | None = None,
-           eos_ids: Sequence[int] | None = None, policy=None) -> DecodeResult:
+           eos_ids: Sequence[int] | None = None, policy=None, dense: bool = False) -> DecodeResult:
     """Decode one prompt; returns the emitted tokens and per-round summaries.
 
     ``policy``: a draft policy (``glance_law.policy``, or any callable ``f(RootStats) -> ints``)
@@ -319,7 +328,17 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
     which exists only after this round's drafting, so a decoder cannot know it in time
     (docs/policy.md, "What the decoder knows"). They are computed on the device and travel to the
     host in the same copy as the drafter's top-k rows, so the policy adds no host-device
-    synchronisation."""
+    synchronisation.
+
+    ``dense``: the dense logging mode (``glance-log --dense``). Every round verifies its root
+    only (autoregressive decoding, one token a round, the same greedy output), but the drafter
+    still proposes at every position and the round event carries the whole proposal (``horizon``
+    its length, ``budget`` 0, ``accepted`` 0), so the logger resolves the proposal against the
+    target's continuation at every output position: each position is a root a trajectory
+    replay (:mod:`glance_law.policy.trajectory`) can start a round from. One host copy of the
+    proposal's top-k rows a round (a logging mode, not a speed mode)."""
+    if dense and (policy is not None or forced is not None):
+        raise ValueError("dense logging decodes autoregressively; it takes neither a policy nor a forced trajectory")
     if policy is not None and forced is not None:
         raise ValueError("teacher-forced replay takes the live run's shapes; it does not run a draft policy")
     depth_policy = policy is not None and getattr(policy, "shape", "budget") == "depth"
@@ -353,12 +372,15 @@ def decode(target, drafter: Drafter, prompt, *, budget: int = 63, branch_k: int 
                            hidden=hidden, round=rounds)
         prop: Proposal | None = drafter.propose(state)
         # 2. tree (host, numpy)
-        tree, logq_h, ids_h = _draft_tree(prop, budget, branch_k, policy, depth_policy, root_row, zero,
-                                          len(stream) - 1, prev)
+        if dense:
+            tree, (logq_h, ids_h) = None, _dense_rows(prop, branch_k)
+        else:
+            tree, logq_h, ids_h = _draft_tree(prop, budget, branch_k, policy, depth_policy, root_row, zero,
+                                              len(stream) - 1, prev)
         # horizon: the deepest offset the drafter proposed (the schema's L), not the tree's
         # depth - the per-offset vectors and top-k rows cover every proposed offset, so the
         # replay can place the target path at any budget
-        horizon = 0 if tree is None else int(logq_h.shape[0])
+        horizon = int(logq_h.shape[0]) if (dense or tree is not None) else 0
         n = 0 if tree is None else tree.size
         node_tokens = tree.tokens(ids_h) if tree is not None else np.zeros(0, np.int64)
         m1 = mark()                                             # drafting + tree building end here

@@ -76,6 +76,7 @@ class RunConfig:
     exit_layer: int | None = None   # --drafter early_exit: the decoder layers that draft (1 <= k < N)
     policy: str | None = None      # a policy JSON file (python -m glance_law.policy --out): shapes every round
     policy_dict: dict | None = field(default=None, repr=False)   # the loaded policy (set by run)
+    dense: bool = False             # dense logging: autoregressive, the drafter's proposal at every position
     command: str | None = None
     progress: bool = True
     trust_remote_code: bool = False     # run code shipped in a model folder (auto_map); only on request
@@ -91,6 +92,7 @@ def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) ->
         "seed": cfg.seed if cfg.temperature > 0 else None, "data": str(Path(cfg.data).resolve()) if cfg.data else None,
         "logger_version": LOGGER_VERSION,
         **({"policy": cfg.policy_dict} if getattr(cfg, "policy_dict", None) and drafter != "ar" else {}),
+        **({"dense": True} if cfg.dense and drafter != "ar" else {}),
     }
 
 
@@ -261,6 +263,9 @@ def _validate(cfg: RunConfig) -> None:
     if cfg.drafter == "early_exit" and cfg.exit_layer is None:
         raise GlanceError("--drafter early_exit needs --exit-layer K, the number of the target's decoder layers "
                           "that draft (1 <= K < the target's num_hidden_layers)")
+    if cfg.dense and (cfg.drafter == "ar" or cfg.policy is not None or cfg.probe or cfg.temperature > 0):
+        raise GlanceError("--dense logs a drafter's proposal at every position of a greedy autoregressive decode; "
+                          "it takes a speculative --drafter and neither --policy, --probe nor --temperature > 0")
     if not (isinstance(cfg.temperature, (int, float)) and math.isfinite(cfg.temperature) and cfg.temperature >= 0):
         raise GlanceError(f"--temperature {cfg.temperature}: must be a finite number >= 0 (0 = greedy)")
 
@@ -478,6 +483,7 @@ class _Arm:
     stats: dict
     limit: int | None = None
     outputs: dict = field(default_factory=dict)     # logged prompt id -> emitted tokens (earlier turns)
+    main: str = S.CONDITIONS_DEFAULT                 # the arm's condition: matched, or dense (--dense)
 
 
 def _unit_ids(unit) -> list:
@@ -498,7 +504,8 @@ def _open_arm(cfg, dr, name, target, ref_target, out, device, policy, items) -> 
                         data=cfg.data or "embedded-suite", command=cfg.command, policy=key.get("policy"),
                         prompt_format=Q.prompt_format(target) if conversations else None)
     probed = cfg.probe and (name != "ar" or cfg.drafter == "ar")     # the drafter's arm, not the baseline
-    conditions = [S.CONDITIONS_DEFAULT] + (["mismatched"] if probed else [])
+    main = S.CONDITION_DENSE if (cfg.dense and name != "ar") else S.CONDITIONS_DEFAULT
+    conditions = [main] + (["mismatched"] if probed else [])
     done = {c: logged_prompts(out, rid, c) for c in conditions}
     removed = sum(_orphan_rounds(out, rid, c, done[c]) for c in conditions)
     if removed:
@@ -508,14 +515,15 @@ def _open_arm(cfg, dr, name, target, ref_target, out, device, policy, items) -> 
                               tokenizer=target.tokenizer, drafter=name) for c in conditions}
     todo = [i for i, it in enumerate(items) if any(p not in done[c] for p in _unit_ids(it) for c in conditions)]
     ids = [p for it in items for p in _unit_ids(it)]
-    stats = {"run_id": rid, "drafter": name, "skipped": sum(p in done[S.CONDITIONS_DEFAULT] for p in ids),
+    stats = {"run_id": rid, "drafter": name, "skipped": sum(p in done[main] for p in ids),
              "prompts": 0, "rounds": 0, "accepted": 0, "tokens": 0, "decode_ms": 0.0, "greedy_mismatches": 0,
              "context_limit": Q.context_limit(target), "context_skipped": 0, "context_skipped_ids": []}
-    prog = Progress(sum(p not in done[S.CONDITIONS_DEFAULT] for i in todo for p in _unit_ids(items[i])),
+    prog = Progress(sum(p not in done[main] for i in todo for p in _unit_ids(items[i])),
                     f"{cfg.task}/{name}", cfg.progress)
-    arm = _Arm(cfg, target, ref_target, dr, name, rid, policy, loggers, done, prog, stats, stats["context_limit"])
+    arm = _Arm(cfg, target, ref_target, dr, name, rid, policy, loggers, done, prog, stats, stats["context_limit"],
+               main=main)
     if conversations:       # earlier turns already logged: their answers open the next turn's prompt
-        arm.outputs = logged_outputs(out, rid, S.CONDITIONS_DEFAULT,
+        arm.outputs = logged_outputs(out, rid, main,
                                      [p for i in todo for p in _unit_ids(items[i])[:-1]])
     return arm, todo
 
@@ -538,7 +546,7 @@ def _decode_prompt(arm: _Arm, prompt_id: str, task: str, prompt, encode, refs, l
     """Decode one prompt with the arm's drafter; when ``log``, audit it (``encode(target)`` gives
     the prompt for the reference target) and write its rounds under ``task``."""
     cfg, target = arm.cfg, arm.target
-    lg = arm.loggers[S.CONDITIONS_DEFAULT]
+    lg = arm.loggers[arm.main]
     t0 = time.perf_counter()
     if log:
         audit = None
@@ -549,7 +557,8 @@ def _decode_prompt(arm: _Arm, prompt_id: str, task: str, prompt, encode, refs, l
     live = decode(target, arm.dr, prompt, budget=cfg.budget, branch_k=cfg.branch_k,
                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.temperature,
                   generator=_generator(cfg, target.device, prompt_id),
-                  callbacks=[lg] if log else [], policy=arm.policy if arm.name != "ar" else None)
+                  callbacks=[lg] if log else [], policy=arm.policy if arm.name != "ar" else None,
+                  dense=arm.main == S.CONDITION_DENSE)
     if log:
         st = arm.stats
         st["prompts"] += 1
@@ -570,7 +579,7 @@ def _log_item(arm: _Arm, items, i: int, perm) -> None:
     if not _fits(arm, item.prompt_id, prompt):
         return
     live = _decode_prompt(arm, item.prompt_id, cfg.task, prompt, lambda t: _encode(t, item), _ref_texts(item),
-                          log=item.prompt_id not in arm.done[S.CONDITIONS_DEFAULT])
+                          log=item.prompt_id not in arm.done[arm.main])
     if "mismatched" in arm.loggers and item.prompt_id not in arm.done["mismatched"]:
         mprompt = _encode(arm.target, item, items[perm[i]])
         lm = arm.loggers["mismatched"]
@@ -590,7 +599,7 @@ def _log_conversation(arm: _Arm, q) -> None:
     and this arm's answers to them. A turn already logged is not decoded again: its answer is
     the ``tokens`` of its prompt row (decoded again, unlogged, only if that row has none).
     A turn that does not fit the context is skipped and counted, and so are the turns after it."""
-    done = arm.done[S.CONDITIONS_DEFAULT]
+    done = arm.done[arm.main]
     answers: list = []
     ids = q.prompt_ids
     for t in range(len(q.turns)):

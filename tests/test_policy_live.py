@@ -237,3 +237,66 @@ def test_policy_rounds_are_valid_contract_rows(env, tmp_path, pol):
                                                         else f["budget"] <= pol.size).all()
     if isinstance(pol, FixedPolicy) and pol.size == 0:
         assert (f["horizon"] == 0).all() and (f["budget"] == 0).all()
+
+
+@pytest.mark.parametrize("name", ["block", "pld", "two_model"])
+def test_dense_log_replays_the_live_policy_run_exactly(env, tmp_path, name):
+    """A dense log (decode(dense=True): autoregressive, the proposal logged at every position) gives the
+    live run of any policy round by round: the trajectory replay's positions, shapes and accepted counts
+    equal those of decoding live with the policy, and the dense output is the greedy one."""
+    from glance_log.record import RoundLogger
+
+    from glance_law import read_logs
+    from glance_law.policy.trajectory import prepare_dense, simulate
+
+    t = env["target"]
+    dm = {"block": env["head"], "two_model": env["target_path"], "pld": None}[name]
+    dr = make_drafter(name, t, draft_model=dm, branch_k=4)
+    lg = RoundLogger(tmp_path / "dense", run_id="d", task="docvqa", tokenizer=t.tokenizer, drafter=name,
+                     condition="dense")
+    prompts = {}
+    for i, q in enumerate(PROMPTS):
+        pr = t.encode(q)
+        prompts[f"p{i}"] = pr
+        lg.begin_prompt(f"p{i}")
+        r = decode(t, dr, pr, budget=0, branch_k=4, max_new_tokens=MAX_NEW, callbacks=[lg], dense=True)
+        assert r.tokens == greedy_reference(t, pr, MAX_NEW)[0]
+    lg.close()
+    logs = read_logs(str(tmp_path / "dense"))
+    assert set(logs.frame["condition"]) == {"dense"} and (logs.frame["accepted"] == 0).all()
+    pols = [("depth", FixedPolicy(shape="depth", size=2)), ("budget", FixedPolicy(size=5))]
+    if name != "pld":
+        pols += [("depth", GatedDepthPolicy(mode="cumprob", threshold=0.3, max_size=6)),
+                 ("budget", KeyedBudgetPolicy(key="paper", b0=2.0, b1=0.8, threshold=0.05, max_size=63))]
+    for shape, pol in pols:
+        d = prepare_dense(logs, shape=shape)
+        tr = simulate(d, pol)
+        for g, (_, pid) in enumerate(d.keys):
+            live = decode(t, dr, prompts[pid], budget=63, branch_k=4, max_new_tokens=MAX_NEW, policy=pol)
+            m = tr.prompt == g
+            assert tr.position[m].tolist() == live.positions, (name, pol, pid)
+            assert tr.accepted[m].tolist() == live.accepted, (name, pol, pid)
+    with pytest.raises(ValueError, match="dense"):
+        decode(t, dr, prompts["p0"], max_new_tokens=4, dense=True, policy=FixedPolicy(size=1))
+
+
+def test_glance_log_dense_end_to_end(env, tmp_path, capsys):
+    from glance_log.cli import main
+
+    from glance_law import read_logs
+    from glance_law.policy.search import prepare_for
+    from glance_law.policy.trajectory import DenseData
+
+    args = ["--task", "docvqa", "--model", str(env["target_path"]), "--out", str(tmp_path / "logs"),
+            "--max-new-tokens", str(MAX_NEW), "--quiet", "--device", DEVICE, "--drafter", "block",
+            "--draft-model", str(env["head"]), "--branch-k", "4", "--n", "2"]
+    assert main(args + ["--dense"]) == 0
+    f = read_logs(str(tmp_path / "logs")).frame
+    assert set(f["condition"]) == {"dense"} and (f["budget"] == 0).all() and (f["horizon"] > 0).all()
+    assert isinstance(prepare_for(f, shape="depth"), DenseData)
+    assert main(args + ["--dense"]) == 0                      # resumes: nothing logged twice
+    assert len(read_logs(str(tmp_path / "logs")).frame) == len(f)
+    capsys.readouterr()
+    assert main(args + ["--dense", "--temperature", "0.7", "--out", str(tmp_path / "l2")]) == 2
+    err = capsys.readouterr().err
+    assert "--dense" in err and len(err.strip().splitlines()) == 1

@@ -41,6 +41,9 @@ KIND_REDUCED = "reduced"
 KINDS = (KIND_ROUNDS, KIND_PROMPTS, KIND_REDUCED)
 
 CONDITIONS_DEFAULT = "matched"
+#: the dense logging mode's condition (glance-log --dense): one row per output position, the drafter's
+#: proposal there resolved against the target's greedy continuation; nothing but the root was verified
+CONDITION_DENSE = "dense"
 
 #: Entropies above this (nats) are logging bugs (ln of any vocabulary is < 30 nats): the
 #: reader and every reduction engine refuse them.
@@ -113,7 +116,10 @@ ROUND_COLUMNS: tuple[Column, ...] = (
     # --- optional, standard ----------------------------------------------
     _c("condition", pa.string(), STRING, False,
        "Experimental condition; 'matched' when absent (or null). The mismatched-image "
-       "probe logs 'mismatched'."),
+       "probe logs 'mismatched'; the dense logging mode (glance-log --dense) logs 'dense': one "
+       "autoregressive round per output position (accepted 0, budget 0) carrying the drafter's "
+       "whole proposal there, resolved against the target's continuation (the trajectory replay's "
+       "input; the law fits and summaries keep to 'matched')."),
     _c("drafter", pa.string(), STRING, False,
        "Drafter name: block, pld, two_model, ar, or a hook's name; 'unknown' when "
        "absent (or null)."),

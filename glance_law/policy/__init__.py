@@ -6,7 +6,9 @@
   prompt-grouped held-out evaluation (:func:`evaluate_policies`);
 * :mod:`glance_law.policy.runs` - depth policies replayed from accepted runs alone (Spec-Bench
   answers): acceptance-keyed depth with a shadow price, Hugging Face's heuristic schedule;
-* :mod:`glance_law.policy.search` - one entry over both replays (:func:`policy_table`);
+* :mod:`glance_law.policy.trajectory` - the trajectory replay on dense logs (``glance-log --dense``):
+  a policy's own run walked position by position, its held-out search (:func:`evaluate_trajectories`);
+* :mod:`glance_law.policy.search` - one entry over the replays (:func:`policy_table`);
 * ``python -m glance_law.policy LOGS --budget N --out policy.json`` - search and export.
 """
 from .evaluate import (
@@ -43,10 +45,12 @@ from .policies import (
 )
 from .runs import RunData, evaluate_run_policies, fit_accept_policy, prepare_runs, replay_policy
 from .search import policy_table, prepare_for
+from .trajectory import DenseData, Trajectory, evaluate_trajectories, prepare_dense, simulate
 
 __all__ = ["RootStats", "Policy", "ThresholdPolicy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy",
            "GatedDepthPolicy", "FAMILIES", "apply_policy", "fit_threshold", "policy_to_dict", "policy_from_dict",
            "save_policy", "load_policy", "PolicyData", "CostModel", "PolicyTable", "prepare", "cost_model",
            "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on", "score_policy",
            "AcceptKeyedDepthPolicy", "HeuristicDepthPolicy", "ACCEPT_CONTEXTS", "accept_context", "RunData", "prepare_runs",
-           "fit_accept_policy", "replay_policy", "evaluate_run_policies", "policy_table", "prepare_for"]
+           "fit_accept_policy", "replay_policy", "evaluate_run_policies", "policy_table", "prepare_for",
+           "DenseData", "Trajectory", "prepare_dense", "simulate", "evaluate_trajectories"]

@@ -115,9 +115,25 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
                            compared_with=f"fixed {data.shape} at equal mean shape") if row else
            {"evaluated_on": "held-out", "note": "no family beat the fixed shape on held-out prompts"},
            "selected_from": sorted(set(res.table["family"]) - {"fixed"}),
+           "replay": getattr(data, "replay", "logged roots"),
+           "assumptions": list(_assumptions(data)),
            "cost_model": {"constant_ms": _num(res.cost.constant), "pass_ms": _num(res.cost.pass_ms),
                           "node_ms": _num(res.cost.node_ms), "source": res.cost.source}}
     return pol, fit
+
+
+def _assumptions(data) -> tuple:
+    """What the figures of the fit record assume (the replay they come from)."""
+    from .trajectory import DENSE_ASSUMPTIONS, DenseData
+
+    if isinstance(data, DenseData):
+        return DENSE_ASSUMPTIONS
+    if isinstance(data, RunData):
+        return ("accepted-run replay (Spec-Bench style): depth schedules replayed token by token from the logged "
+                "accepted runs",)
+    return ("logged-root replay: each logged round scored at the policy's shape on the logged run's roots (not the "
+            "policy's own trajectory); rounds ending the output with a cut proposal left out; log with "
+            "glance-log --dense for the trajectory replay",)
 
 
 def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[PolicyTable, Policy, dict]:
