@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 from glance_law.errors import GlanceError
 
 __all__ = ["UsageError", "Parser", "run_main", "one_line", "names", "add_section_options",
-           "deprecated_alias"]
+           "deprecated_alias", "add_declare_arguments", "horizon_of", "chain_of"]
 
 
 class UsageError(GlanceError):
@@ -102,14 +102,21 @@ def add_section_options(parser: argparse.ArgumentParser, module, only: Collectio
     add(parser if only is None else _Only(parser, only))
 
 
-def add_horizon_argument(parser) -> None:
-    """``--horizon L|KEY=L`` (repeatable): declare the drafted depth the method table cannot know,
-    for foreign logs imported in memory (as ``python -m glance_law.ingest --horizon``)."""
-    from glance_law.data.importers.common import HORIZON_HELP
-    parser.add_argument("--horizon", action="append", metavar="L|KEY=L", help=HORIZON_HELP)
+def add_declare_arguments(parser) -> None:
+    """``--horizon L|KEY=L`` and ``--chain [DRAFTER]`` (repeatable): declare what the method table
+    cannot know (the drafted depth; that a drafter drafted one top-1 chain), applied when the logs
+    are read and recorded in the notes (:mod:`glance_law.data.declare`)."""
+    from glance_law.data.declare import add_declare_arguments as add
+    add(parser)
 
 
 def horizon_of(args):
     """The parsed ``--horizon`` values (None when not given)."""
-    from glance_law.data.importers import parse_horizon_option
-    return parse_horizon_option(getattr(args, "horizon", None))
+    from glance_law.data.declare import horizon_of as parsed
+    return parsed(args)
+
+
+def chain_of(args):
+    """The ``--chain`` declarations (None when not given)."""
+    from glance_law.data.declare import chain_of as parsed
+    return parsed(args)

@@ -64,7 +64,14 @@ import sys
 from collections.abc import Sequence
 
 from glance_law.cli import reduce as _reduce
-from glance_law.cli.common import Parser, UsageError, add_horizon_argument, horizon_of, run_main
+from glance_law.cli.common import (
+    Parser,
+    UsageError,
+    add_declare_arguments,
+    chain_of,
+    horizon_of,
+    run_main,
+)
 from glance_law.data.io import LogSet, read_logs
 from glance_law.data.outputs import check_output, write_file
 from glance_law.data.selection import LAW_INPUT
@@ -126,7 +133,7 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                    help="conditions to fit (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true",
                    help="fit the valid files and list every skipped file with its reason")
-    add_horizon_argument(p)
+    add_declare_arguments(p)
     p.add_argument("--wide", action="store_true",
                    help=f"text tables print every column (default: fit {_fmt.TEXT_WIDTH} characters, naming the "
                         "columns left out)")
@@ -213,7 +220,8 @@ def load(args, modules: Sequence = ()) -> LogSet:
         columns += list(extra)
     if columns is not None:
         columns = list(dict.fromkeys(columns))
-    return read_logs(args.paths, "rounds", columns=columns, skip_bad=args.skip_bad, horizon=horizon_of(args))
+    return read_logs(args.paths, "rounds", columns=columns, skip_bad=args.skip_bad, horizon=horizon_of(args),
+                     chain=chain_of(args))
 
 
 def law_result(logs: LogSet, args):
@@ -361,7 +369,8 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     if arm_notes:
         logs = replace(logs, frame=frame, notes=tuple(logs.notes) + tuple(arm_notes))
     summary = group_summary(logs, by=args.by, level=args.level)
-    runs = [n for n in logs.notes if str(n).startswith(RUNS_NOTE)] + arm_notes
+    from glance_law.data.declare import DECLARED_PREFIX
+    runs = [n for n in logs.notes if str(n).startswith((RUNS_NOTE, DECLARED_PREFIX))] + arm_notes
     if runs:   # which runs and targets are kept apart or pooled: printed once, under the summary
         summary = replace(summary, extra_notes=tuple(dict.fromkeys(runs + list(summary.extra_notes))))
     law, law_skipped, skipped = None, None, []

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from glance_law.cli.common import Parser, UsageError, run_main
+from glance_law.data.declare import add_declare_arguments
 
 PROG = "python -m glance_law.ingest"
 
@@ -41,9 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write the Parquet files into")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip corrupt lines and refused files, listing each (default: stop at the first)")
-    p.add_argument("--horizon", action="append", metavar="L|KEY=L",
-                   help="the deepest draft offset L, overriding the method table: for every file, or for the files "
-                        "whose method, model_id or name is KEY (repeatable)")
+    add_declare_arguments(p, chain=False)     # --horizon, as on fit, report, reduce and policy
     p.add_argument("--task", metavar="NAME", help="task of records that carry none (default: unknown)")
     return p
 

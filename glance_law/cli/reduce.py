@@ -7,7 +7,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from glance_law.cli.common import Parser, UsageError, add_horizon_argument, horizon_of, run_main
+from glance_law.cli.common import (
+    Parser,
+    UsageError,
+    add_declare_arguments,
+    chain_of,
+    horizon_of,
+    run_main,
+)
 from glance_law.data import schema as S
 
 # The reduction and the reduced fit (scale.*, scipy) are imported where they run, so that
@@ -45,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--condition", default="matched", metavar="C[,C...]",
                    help="conditions kept (default: matched); 'all' pools every condition")
     p.add_argument("--skip-bad", action="store_true", help="reduce the valid files and list every skipped file")
-    add_horizon_argument(p)
+    add_declare_arguments(p)
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="format of the summary on stdout")
     add_reduce_arguments(p)
     return p
@@ -57,7 +64,7 @@ def options(args) -> dict:
     cond = str(getattr(args, "condition", "matched"))
     return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
                 condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),
-                check_keys=not args.no_key_check, horizon=horizon_of(args))
+                check_keys=not args.no_key_check, horizon=horizon_of(args), chain=chain_of(args))
 
 
 def inputs_reduced(paths) -> bool:

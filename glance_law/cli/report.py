@@ -64,8 +64,9 @@ from glance_law._version import __version__
 from glance_law.cli.common import (
     Parser,
     UsageError,
-    add_horizon_argument,
+    add_declare_arguments,
     add_section_options,
+    chain_of,
     deprecated_alias,
     horizon_of,
     names,
@@ -129,7 +130,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p.add_argument("--by", default="task", choices=("task", "none"),
                    help="task: one row per task plus the pooled row (default); none: every section's pooled rows "
                         "only (labelled 'pooled'; the sections that compare tasks are skipped, saying so)")
-    add_horizon_argument(p)
+    add_declare_arguments(p)
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), metavar="N",
                    help="processes: with N >= 2 the tail's bootstrap runs in a second process while the other "
@@ -186,16 +187,17 @@ def sha256(path) -> str:
     return h.hexdigest()
 
 
-def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None) -> A.Inputs:
-    """The round logs (every column) and the prompt files among ``paths`` (``horizon``: for
-    foreign logs imported in memory, as ``--horizon``)."""
+def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None,
+                chain=None) -> A.Inputs:
+    """The round logs (every column) and the prompt files among ``paths`` (``horizon``, ``chain``:
+    the declarations of ``--horizon`` and ``--chain``, :mod:`glance_law.data.declare`)."""
     from dataclasses import replace
 
     from glance_law.cli import perturn
     from glance_law.data.arms import label_targets
     from glance_law.data.io import PromptsOnlyError, read_logs
     try:
-        rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad, horizon=horizon)
+        rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad, horizon=horizon, chain=chain)
         turns = perturn.per_turn_only(rounds)
     except PromptsOnlyError:           # per-turn counts only: the summary and timing sections run on them
         turns = True
@@ -446,7 +448,7 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
                          "write it locally, then copy it to the store")
     out = check_output(args.out, args.paths, folder=True)
     t0 = time.perf_counter()
-    inp = read_inputs(args.paths, options, args.skip_bad, horizon_of(args))
+    inp = read_inputs(args.paths, options, args.skip_bad, horizon_of(args), chain_of(args))
     files = input_files(inp)
     with folder_session(out, prog) as session:      # one writer; INCOMPLETE marker until the manifest is written
         prev = _prepare_out(out, session.found)

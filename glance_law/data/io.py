@@ -588,7 +588,7 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
 # --------------------------------------------------------------------------
 
 def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
-              skip_bad: bool = False, horizon=None) -> LogSet:
+              skip_bad: bool = False, horizon=None, chain=None) -> LogSet:
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
 
     ``columns``: the columns to read; the contract's required and key columns are
@@ -601,6 +601,9 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     optional column absent from some files reads as null there (see ``notes``).
     ``horizon``: for foreign logs imported in memory, the deepest draft offset L overriding the
     method table (an int, or a mapping KEY -> L: :func:`glance_law.data.importers.import_logs`).
+    ``chain``: drafter names (``"*"``: every drafter) declared to have drafted one top-1 chain
+    (``--chain``): their rounds read with budget = horizon, with a note
+    (:func:`glance_law.data.declare.declare_chain`).
 
     A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
     column, out-of-range value, duplicate key within or across files) raises
@@ -669,6 +672,10 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
         if not infos:
             raise LogError(None, f"every {kind} file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
                            "fix the files or point at other logs")
+    if chain and kind == S.KIND_ROUNDS:
+        from glance_law.data.declare import declare_chain
+        frame, declared = declare_chain(frame, chain)
+        notes += declared
     return LogSet(kind, frame, tuple(infos), tuple(skipped), tuple(other), tuple(notes))
 
 

@@ -287,8 +287,9 @@ def _prepare(rounds, by, need_match: bool = True, need_entropy: bool = True) -> 
         chain = _needs.chain_rounds(frame)
         if not chain.all():
             raise MissingColumnError(
-                "the 'match' column (per-offset top-1 matches): the drafter is not a chain (budget differs from "
-                "horizon), so its accepted run is not its top-1 run", ANALYSIS, _needs.recorded_by("match"))
+                "the 'match' column (per-offset top-1 matches): the drafter is not known to be a chain (no budget "
+                "equal to its horizon is logged), so its accepted run may not be its top-1 run (a drafter that did "
+                "draft one top-1 chain: declare it with --chain DRAFTER)", ANALYSIS, _needs.recorded_by("match"))
         notes.append("match derived from the accepted run (a chain drafter: 1 at offsets 1..a, 0 at a+1, unknown "
                      "beyond); marginal match rates past the first miss are therefore the conditional ones")
     with_h = _needs.present(frame, "root_entropy")

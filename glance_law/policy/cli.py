@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._version import __version__
-from ..data.importers.common import HORIZON_HELP, parse_horizon_option
+from ..data.declare import add_declare_arguments, chain_of, horizon_of
 from ..data.outputs import check_output, write_file
 from ..errors import GlanceError
 from ..results import format as _fmt
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="table format (default text)")
     p.add_argument("--skip-bad", action="store_true",
                    help="skip corrupt lines and unreadable log files (each listed in a note) instead of stopping")
-    p.add_argument("--horizon", action="append", metavar="L|KEY=L", help=HORIZON_HELP)
+    add_declare_arguments(p)        # --horizon, --chain: what the method table cannot know
     return p
 
 
@@ -142,8 +142,7 @@ def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[Polic
     from ..data.io import read_logs, require_steps
 
     skip_bad = bool(getattr(args, "skip_bad", False))
-    logs = require_steps(read_logs(list(paths), skip_bad=skip_bad,
-                                   horizon=parse_horizon_option(getattr(args, 'horizon', None))))
+    logs = require_steps(read_logs(list(paths), skip_bad=skip_bad, horizon=horizon_of(args), chain=chain_of(args)))
     if notes is not None:                   # what the reader / importers did with each oddity
         notes.extend(' '.join(str(n).split()) for n in logs.notes)
         notes.extend(f"skipped {p}: {' '.join(str(why).split())}" for p, why in logs.skipped
@@ -153,7 +152,7 @@ def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[Polic
     prompts = None
     if isinstance(data, RunData):          # accepted runs only: the turns' timings give the round cost
         try:
-            prompts = read_logs(list(paths), kind="prompts", skip_bad=skip_bad, horizon=parse_horizon_option(getattr(args, 'horizon', None))).frame
+            prompts = read_logs(list(paths), kind="prompts", skip_bad=skip_bad, horizon=horizon_of(args)).frame
         except GlanceError:
             prompts = None
     res = policy_table(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,

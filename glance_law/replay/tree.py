@@ -84,7 +84,7 @@ def check_logq(logq: np.ndarray) -> np.ndarray:
         L, k = shape[1], shape[2]
         raise CodeWidthError(f"horizon L={L} with top-k width k={k} is too large for the exact replay's node "
                              f"codes (L x log2(k) = {max_code_bits(L, k):.1f} > 62; at k={k} the replay handles "
-                             f"horizons up to {int(62 // np.log2(max(k, 2)))}); log with a smaller --branch-k or "
+                             f"horizons up to {int(62 // np.log2(max(k, 2)))}); log with a smaller glance-log --branch-k or "
                              "horizon, or select rounds with a shorter horizon")
     logq = np.array(logq, dtype=np.float64)       # a copy: cleaned in place below
     logq[np.isnan(logq)] = -np.inf

@@ -66,6 +66,8 @@ FORMAT = 1
 #: rounds and mean accepted, as the in-memory summary counts them at their drafted depth) but carry
 #: no information for the law's likelihood (a run known to reach at least 0), so no cell holds them.
 ENDED_AT_ZERO = "ended_at_zero"
+#: ``info`` key: what the user declared about the logs (``--chain``), one note each (glance_law.data.declare).
+DECLARED = "declared"
 BUCKET_HASH = "md5(utf8(task + U+001F + prompt_id)): the first 8 hex digits as an unsigned integer, modulo B"
 KEY = ("task", "drafter", "bucket", "hbin", "horizon", "accepted")
 SUMS = ("n", "sum_h", "sum_h2")
@@ -362,6 +364,7 @@ class Reduced(Result):
             out.append(f"the reduced rounds hold {len(tg)} target models ({', '.join(tg)}): cells are keyed by "
                        "drafter @ target, never pooling one method's rounds across targets")
         out.extend(info.get("arm_notes", []))     # drafter or target names altered to label arms
+        out.extend(info.get(DECLARED, []))        # what the user declared (--chain)
         src = info.get("sources", [])
         if len(src) > 1:
             out.append(f"merged from {len(src)} reductions; prompts are summed over them (a prompt seen by "
@@ -420,6 +423,7 @@ METADATA_RULES: dict = {
     "arm_notes": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
     "from_files": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                    "a list of the reduced rounds files' identities"),
+    DECLARED: (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
 }
 
 
@@ -472,6 +476,9 @@ def merge(items: Sequence[Reduced]) -> Reduced:
     arm_notes = list(dict.fromkeys([a for r in items for a in r.info.get("arm_notes", [])] + arm_notes))
     if arm_notes:
         info["arm_notes"] = arm_notes
+    declared = list(dict.fromkeys(a for r in items for a in r.info.get(DECLARED, [])))
+    if declared:
+        info[DECLARED] = declared
     cells = normalize_cells(pd.concat([r.cells for r in items], ignore_index=True))
     return Reduced(cells, first.grid, first.buckets, info)
 

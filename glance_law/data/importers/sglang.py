@@ -157,7 +157,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         R["horizon"].append(np.full(acc.size, L))
     if not P["prompt_id"]:
         raise LogError(path, "no response carries meta_info.spec_verify_ct",
-                       "log the /generate responses of a server started with --speculative-algorithm")
+                       "log the /generate responses of an SGLang server started with --speculative-algorithm")
     if ignored:
         notes.append(f"{path}: {ignored} record(s) without meta_info.spec_verify_ct ignored")
     if capped:

@@ -319,11 +319,11 @@ def _response_notes(path, skipped: int, how_n: dict, short: int, P: dict) -> lis
     if how_n["by-length"]:
         notes.append(f"{path}: {how_n['by-length']} response(s) give acceptance_histogram_by_draft_length: each step "
                      "at the length it drafted, their order unknown (sorted by draft length, then accepted length); "
-                     "--per-request-spec-decode-metrics detailed keeps the order")
+                     "vLLM's --per-request-spec-decode-metrics detailed keeps the order")
     if how_n["histogram"]:
         notes.append(f"{path}: {how_n['histogram']} response(s) give only the acceptance histogram: rounds expanded "
                      "from it at horizon num_spec_tokens, their order unknown (sorted by accepted length); "
-                     "--per-request-spec-decode-metrics detailed keeps the order and each step's drafted length")
+                     "vLLM's --per-request-spec-decode-metrics detailed keeps the order and each step's drafted length")
     if short:
         notes.append(f"{path}: {short} of them drafted fewer than num_spec_tokens tokens on some steps "
                      "(num_draft_tokens < num_spec_tokens x num_spec_steps): the histogram does not say which, so "

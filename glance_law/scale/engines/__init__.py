@@ -67,7 +67,7 @@ def _engine(name: str):
 
 def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = None,
                 condition="matched", skip_bad: bool = False, check_keys: bool = True, horizon=None,
-                **engine_options) -> Reduced:
+                chain=None, **engine_options) -> Reduced:
     """Reduce the round logs among ``paths`` (files, folders, globs) with ``engine`` and merge any
     reduced files among them. ``condition``: the conditions kept (None pools all).
     ``engine_options`` go to the engine (arrow: ``batch_rows``, ``workers``; duckdb: ``threads``,
@@ -92,6 +92,9 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     horizon : int or mapping, optional
         For foreign logs imported in memory: the deepest draft offset L overriding the method
         table (:func:`glance_law.data.importers.import_logs`).
+    chain : sequence of str, optional
+        Drafters declared to have drafted one top-1 chain (``--chain``; ``"*"``: every drafter):
+        recorded in ``info["declared"]`` and the notes (a reduction keeps no per-round shape).
     **engine_options
         arrow: ``batch_rows``, ``workers``; duckdb: ``threads``, ``memory_limit``,
         ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``.
@@ -132,7 +135,7 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                 from glance_law.data.io import PROMPTS_ONLY, PROMPTS_ONLY_FIX
                 where = ", ".join(str(p) for p in (per_turn or foreign)[:3]) + (" ..." if len(per_turn or foreign) > 3 else "")
                 raise LogError(where, PROMPTS_ONLY, "a reduction needs per-round rows; " + PROMPTS_ONLY_FIX)
-            return merge(parts)
+            return _declare(merge(parts), chain) if chain else merge(parts)
     rounds, reduced, _, skipped = scan(files, skip_bad)
     refuse_mixing(rounds, reduced)      # a reduction beside the rounds it came from: counted twice
     skipped = list(found) + list(skipped)
@@ -179,7 +182,22 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
         if not rounds and skipped:
             parts[-1] = Reduced(red.cells, red.grid, red.buckets,
                                 {**red.info, "skipped": list(red.info.get("skipped", [])) + [list(s) for s in skipped]})
-    return merge(parts)
+    return _declare(merge(parts), chain) if chain else merge(parts)
+
+
+def _declare(red: Reduced, chain) -> Reduced:
+    """A reduction with the ``--chain`` declarations recorded (checked against its drafters)."""
+    from glance_law.data.declare import ALL, CHAIN_NOTE
+    from glance_law.scale.reduce import DECLARED
+    have = sorted({str(d).split(" @ ")[0] for d in red.cells["drafter"].astype(str).unique()})
+    unknown = [c for c in chain if c != ALL and c not in have]
+    if unknown:
+        raise GlanceError(f"--chain {unknown[0]}: no drafter of that name in the logs (they hold {', '.join(have)}); "
+                          "pass one of those names")
+    who = ", ".join(have if ALL in chain else chain)
+    note = CHAIN_NOTE.format(who=who, n=red.rounds).replace("read with budget = horizon", "recorded; a reduction "
+                                                              "keeps no per-round shape")
+    return Reduced(red.cells, red.grid, red.buckets, {**red.info, DECLARED: list(red.info.get(DECLARED, [])) + [note]})
 
 
 def _one_target(sources) -> list[str]:
