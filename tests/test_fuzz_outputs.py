@@ -407,3 +407,19 @@ def test_glance_log_out_is_checked_before_the_model_loads(tmp_path, capsys):
         assert len(err) == 1 and words in err[0], err
     assert victim.read_text() == "precious\n" and not (tmp_path / "elsewhere").exists()
     assert not (Path.cwd() / "s3:").exists()
+
+
+def test_report_rerun_never_inlines_a_kept_table_through_a_link(tmp_path, logs):
+    import json
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET\n")
+    out = tmp_path / "app"
+    run_cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law,summary"]).expect_ok()
+    kept = [o for e in json.loads((out / "manifest.json").read_text())["sections"] if e["name"] == "summary"
+            for o in e["outputs"] if o.endswith(".md")]
+    assert kept
+    for rel in kept:
+        (out / rel).unlink()
+        (out / rel).symlink_to(secret)                # planted: the kept section's table now points outside
+    run_cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law"]).expect_handled()
+    assert "TOPSECRET" not in (out / "index.md").read_text() and secret.read_text() == "TOPSECRET\n"

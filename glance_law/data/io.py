@@ -78,9 +78,10 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
     A store URI (``s3://``, ``gs://``, ...): the file is serialized in memory and written as
     one object in one upload, visible only once complete (:func:`glance_law.data.uri.put_atomic`);
     returns the URI."""
-    remote = _uri.is_uri(path)
-    if not remote:
-        path = Path(path)
+    remote = _uri.is_uri(path) and _uri.scheme(path) != "file"
+    if not remote:     # a file:// URI is a local path: the same writer, the URI returned
+        local = Path(_uri.filesystem(path)[1]) if _uri.is_uri(path) else Path(path)
+        path = path if _uri.is_uri(path) else local
     table = to_arrow(table, kind)
     if table.num_rows == 0:
         raise LogError(path, "refusing to write a log file without rows",
@@ -101,7 +102,7 @@ def write_table(table: pa.Table | pd.DataFrame | Sequence[Mapping] | Mapping, pa
             return _uri.put_atomic(path, sink.getvalue().to_pybytes())
         except _uri.StoreError as exc:
             raise LogError(path, exc.problem, exc.fix) from None
-    with _outputs.replacing(path) as fh:      # the one output path: temporary name, fsync, rename
+    with _outputs.replacing(local) as fh:      # the one output path: temporary name, fsync, rename
         pq.write_table(table, fh, **PARQUET_OPTIONS)
     return path
 

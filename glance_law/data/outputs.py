@@ -338,13 +338,14 @@ def write_file(path, data: bytes | str, root=None):
     """Write ``data`` at ``path`` atomically (:func:`replacing`); a store URI goes to
     :func:`glance_law.data.uri.put_atomic` (one upload, visible only complete). Returns the location."""
     blob = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if _uri.is_uri(path):
+    if _uri.is_uri(path) and _uri.scheme(path) != "file":
         if root is not None:
             raise OutputError(f"{path}: a folder output with links checked must be a local folder")
         return _uri.put_atomic(path, blob)
-    with replacing(path, root=root) as fh:
+    local = Path(_uri.filesystem(path)[1]) if _uri.is_uri(path) else Path(path)   # file:// is local
+    with replacing(local, root=root) as fh:
         fh.write(blob)
-    return Path(path)
+    return path if _uri.is_uri(path) else local
 
 
 def remove_file(root, rel: str) -> bool:
