@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-ms", type=float, default=None, help="ms per tree node (overrides the round-cost regression)")
     p.add_argument("--pass-ms", type=float, default=None, help="ms per drafter pass (overrides the regression)")
     p.add_argument("--constant-ms", type=float, default=None, help="ms per round constant (overrides the regression)")
+    p.add_argument("--host-ms", type=float, default=None,
+                   help="the policy's host work per round in ms, when the logs hold no policy run to fit it from "
+                        "(benchmarks/bench_policy_host.py measures it; default: fitted, else 0)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the best policy as JSON to FILE")
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="table format (default text)")
     p.add_argument("--skip-bad", action="store_true",
@@ -115,9 +118,21 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
                            compared_with=f"fixed {data.shape} at equal mean shape") if row else
            {"evaluated_on": "held-out", "note": "no family beat the fixed shape on held-out prompts"},
            "selected_from": sorted(set(res.table["family"]) - {"fixed"}),
-           "cost_model": {"constant_ms": _num(res.cost.constant), "pass_ms": _num(res.cost.pass_ms),
-                          "node_ms": _num(res.cost.node_ms), "source": res.cost.source}}
+           "cost_model": res.cost.to_dict(),
+           "scored_under": _assumptions(res, data)}
     return pol, fit
+
+
+def _assumptions(res: PolicyTable, data) -> list[str]:
+    """What the held-out figures take for granted (recorded with the exported policy)."""
+    out = [f"the policy reads {getattr(data, 'feature', 'the acceptance history')} at each round's root",
+           "gains compare with the fixed shape at the policy's mean shape on the same rounds (tokens per round; "
+           "with an identified cost model also modelled ms per token at equal mean modelled cost)",
+           "rounds are exchangeable between the fitting prompts and deployment (no distribution shift)"]
+    out += [f"cost model: {a}" for a in res.cost.assumptions]
+    if not res.cost.identified:
+        out.append("cost model: not identified from these logs; the policy was chosen on tokens per round alone")
+    return out
 
 
 def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[PolicyTable, Policy, dict]:
@@ -141,7 +156,7 @@ def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[Polic
             prompts = None
     res = policy_table(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
                        level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
-                       constant_ms=args.constant_ms, data=data, prompts=prompts)
+                       constant_ms=args.constant_ms, host_ms=getattr(args, "host_ms", None), data=data, prompts=prompts)
     fam, row = _best(res.table)
     pol, fit = export_record(res, fam, row, args.budget, paths, data, args.folds, args.seed)
     return res, pol, fit
