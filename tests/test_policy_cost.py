@@ -12,7 +12,8 @@ import pytest
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.policy.cost import CostModel, cost_model, fit_cost, policy_runs
 
-TRUTH = {"constant_ms": 20.0, "ms_per_draft_pass": 3.0, "ms_per_tree_node": 0.5, "policy_host_ms": 1.5}
+TRUTH = {"constant_ms": 20.0, "ms_per_draft_pass": 3.0, "ms_per_tree_node": 0.5, "tree_round_ms": 4.0,
+         "policy_host_ms": 1.5}
 
 
 def _rounds(seed: int, prompts: int = 40, per: int = 30):
@@ -27,7 +28,7 @@ def _rounds(seed: int, prompts: int = 40, per: int = 30):
             depth = int(rng.integers(0, 8))
             passes = 8 if pol else depth          # a policy round pays the full proposal
             ms = (TRUTH["constant_ms"] + TRUTH["ms_per_draft_pass"] * passes + TRUTH["ms_per_tree_node"] * depth
-                  + TRUTH["policy_host_ms"] * pol + u + rng.normal(0, 1.0))
+                  + TRUTH["tree_round_ms"] * (depth > 0) + TRUTH["policy_host_ms"] * pol + u + rng.normal(0, 1.0))
             rows.append({"task": "t", "prompt_id": str(g), "round": r, "drafter": "chain", "condition": "matched",
                          "run_id": "pol" if pol else "fix", "round_ms": ms, "draft_passes": passes,
                          "budget": depth, "accepted": int(rng.integers(0, depth + 1))})
@@ -49,9 +50,10 @@ def test_fit_recovers_every_term_inside_its_interval():
     assert m.policy_passes == 8 and m.host_ms == pytest.approx(fit.coefficient("policy_host_ms")[0])
     # a policy round pays the full proposal and its host work at every shape, a fixed one does not
     assert m.ms(0, policy=True) - m.ms(0) == pytest.approx(m.pass_ms * 8 + m.host_ms)
+    assert m.ms(1) - m.ms(0) == pytest.approx(m.pass_ms + m.node_ms + m.tree_ms)
     p = fit.predictions
     row = p[(p["quantity"] == "ms_per_round") & (p["arm"] == "fixed") & (p["shape"] == 4)].iloc[0]
-    true4 = TRUTH["constant_ms"] + 4 * (TRUTH["ms_per_draft_pass"] + TRUTH["ms_per_tree_node"])
+    true4 = TRUTH["constant_ms"] + TRUTH["tree_round_ms"] + 4 * (TRUTH["ms_per_draft_pass"] + TRUTH["ms_per_tree_node"])
     assert row["estimate_lo"] <= true4 <= row["estimate_hi"]
     tok = p[p["quantity"] == "ms_per_token"]
     assert len(tok) == 8 and (tok["estimate_lo"] <= tok["estimate"]).all() and (tok["estimate"] <= tok["estimate_hi"]).all()
@@ -69,6 +71,17 @@ def test_coefficient_intervals_cover_near_nominal():
             hits[t] += lo <= true <= hi
     for t in TRUTH:
         assert 0.90 <= hits[t] / n <= 0.99, (t, hits[t] / n)
+
+
+def test_a_given_node_cost_identifies_a_chain_pass():
+    """A chain drafted one pass per offset: passes = nodes, so only their sum is identified by the
+    fit; a node cost known from elsewhere identifies the pass."""
+    f = _rounds(5).frame                 # (coverage of this interval: 98 of 100 seeds)
+    f = f.loc[f["run_id"] == "fix"]
+    fit = fit_cost(f, node_ms=TRUTH["ms_per_tree_node"], n_boot=0)
+    est, lo, hi = fit.coefficient("ms_per_draft_pass")
+    assert lo <= TRUTH["ms_per_draft_pass"] <= hi and fit.model.node_ms == TRUTH["ms_per_tree_node"]
+    assert np.isnan(fit.coefficient("ms_per_tree_node")[0]) and any("given" in n for n in fit.notes)
 
 
 def test_terms_that_do_not_vary_are_not_identified_and_noted():

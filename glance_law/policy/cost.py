@@ -2,7 +2,8 @@
 
 A round's wall time is modelled from its shape:
 
-    round_ms = constant + pass_ms x draft passes + node_ms x verified nodes (+ host_ms for a policy round)
+    round_ms = constant + tree_ms x [nodes > 0] + pass_ms x draft passes + node_ms x verified nodes
+               (+ host_ms for a policy round)
 
 fitted by OLS over one drafter's live rounds (``round_ms``, ``draft_passes``, ``budget`` = the
 tree's nodes), with prompt-clustered CR1 covariance (Student t, G - 1 degrees of freedom):
@@ -49,17 +50,18 @@ __all__ = ["CostModel", "CostFit", "fit_cost", "cost_model", "policy_runs", "COS
 
 #: regression terms: (name in the result, column of the round log)
 COST_TERMS = (("constant_ms", None), ("ms_per_draft_pass", "draft_passes"), ("ms_per_tree_node", "budget"),
-              ("policy_host_ms", "policy"))
+              ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"))
 
 
 @dataclass(frozen=True)
 class CostModel:
     """Modelled ms of a round of shape s.
 
-    Fixed shape: ``constant + pass_ms * passes(s) + node_ms * s`` with ``passes(s) = s`` for a
+    Fixed shape: ``constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s`` (``tree_ms``:
+    what verifying a tree at all costs over a root-only round - the mask, the walk) with ``passes(s) = s`` for a
     chain drafted one pass per offset (``passes_per_node``), else ``passes`` for s > 0 and 0 at
-    s = 0 (no draft). Policy round (``ms(s, policy=True)``): ``constant + pass_ms *
-    policy_passes + node_ms * s + host_ms`` - the proposal is drafted in full before the policy
+    s = 0 (no draft). Policy round (``ms(s, policy=True)``): the same plus the passes of the
+    proposal drafted in full, ``pass_ms * policy_passes``, instead of ``passes(s)``, and ``host_ms`` - the proposal is drafted in full before the policy
     picks s (``policy_passes`` None: the fixed shape's passes). ``node_ms`` NaN: not identified.
     ``intervals``: ((term, lo, hi), ...) of the fitted terms; ``assumptions``: what the model
     takes for granted (recorded with an exported policy)."""
@@ -72,6 +74,7 @@ class CostModel:
     source: str = "none"
     policy_passes: float | None = None
     host_ms: float = 0.0
+    tree_ms: float = 0.0
     intervals: tuple = ()
     assumptions: tuple[str, ...] = ()
 
@@ -89,7 +92,7 @@ class CostModel:
     def ms(self, s, policy: bool = False) -> np.ndarray:
         s = np.asarray(s, dtype=np.float64)
         node = self.node_ms if np.isfinite(self.node_ms) else 0.0
-        out = self.constant + self.pass_ms * self.passes_at(s, policy) + node * s
+        out = self.constant + self.pass_ms * self.passes_at(s, policy) + node * s + self.tree_ms * (s > 0)
         return out + (float(self.host_ms) if policy else 0.0)
 
     def to_dict(self) -> dict:
@@ -98,10 +101,10 @@ class CostModel:
             return float(x) if x is not None and np.isfinite(float(x)) else None
         d = asdict(self)
         out = {"constant_ms": num(d["constant"]), "pass_ms": num(d["pass_ms"]), "node_ms": num(d["node_ms"]),
-               "host_ms": num(d["host_ms"]), "passes_per_node": bool(d["passes_per_node"]),
+               "host_ms": num(d["host_ms"]), "tree_ms": num(d["tree_ms"]), "passes_per_node": bool(d["passes_per_node"]),
                "passes": num(d["passes"]), "policy_passes": num(d["policy_passes"]), "source": d["source"],
-               "formula": "fixed shape s: constant + pass_ms * passes(s) + node_ms * s; policy round: constant + "
-                          "pass_ms * policy_passes + node_ms * s + host_ms",
+               "formula": "fixed shape s: constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s; policy "
+                          "round: constant + tree_ms * [s > 0] + pass_ms * policy_passes + node_ms * s + host_ms",
                "intervals": {str(t): [num(lo), num(hi)] for t, lo, hi in self.intervals},
                "assumptions": list(self.assumptions)}
         return out
@@ -182,11 +185,16 @@ def _timed_rounds(rounds, drafter: str | None, condition: str | None, notes: lis
     return frame, drafter
 
 
-def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list) -> tuple[np.ndarray, list[str]]:
-    """Columns that vary (the constant always), collinear ones dropped with a note."""
+def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list,
+            skip: tuple = ()) -> tuple[np.ndarray, list[str]]:
+    """Columns that vary (the constant always), collinear ones dropped with a note; ``skip``: log
+    columns whose term is given, not fitted."""
     cols, names = [np.ones(len(frame))], ["constant_ms"]
     for name, col in COST_TERMS[1:]:
-        x = pol if col == "policy" else frame[col].to_numpy(np.float64)
+        if col in skip:
+            continue
+        x = (pol if col == "policy" else (frame["budget"].to_numpy(np.float64) > 0).astype(np.float64)
+             if col == "drafted" else frame[col].to_numpy(np.float64))
         if np.ptp(x) > 0:
             trial = np.column_stack(cols + [x])
             if np.linalg.matrix_rank(trial / np.maximum(np.linalg.norm(trial, axis=0), 1e-300), tol=1e-9) == trial.shape[1]:
@@ -194,7 +202,7 @@ def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list) -> 
                 names.append(name)
                 continue
             notes.append(f"{drafter}: {col} is collinear with the other terms here; its term is dropped")
-        elif col != "policy":
+        elif col not in ("policy", "drafted"):
             notes.append(f"{drafter}: {col} does not vary in these rounds (always {x[0]:g}); its term is not "
                          "identified and the constant absorbs it - log several shapes to separate them")
     return np.column_stack(cols), names
@@ -226,9 +234,10 @@ def _passes_model(frame: pd.DataFrame, pol: np.ndarray) -> tuple[bool, float, fl
     return per_node, passes, full
 
 
-def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None, condition: str | None = "matched",
-             level: float = 0.95, n_boot: int = 1000, seed: int = 0, shapes=None) -> CostFit:
-    """Fit ``round_ms ~ 1 + draft_passes + budget (+ policy)`` over one drafter's timed rounds.
+def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
+             condition: str | None = "matched", level: float = 0.95, n_boot: int = 1000, seed: int = 0,
+             shapes=None) -> CostFit:
+    """Fit ``round_ms ~ 1 + draft_passes + budget + [budget > 0] (+ policy)`` over one drafter's timed rounds.
 
     Parameters
     ----------
@@ -241,6 +250,10 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
     host_ms : float, optional
         The policy's per-round host work when the logs cannot identify it (measured by
         ``benchmarks/bench_policy_host.py``); default 0, noted.
+    node_ms : float, optional
+        A known verification cost per node (e.g. from another drafter's rounds on the same
+        target): subtracted, not fitted. A chain drafted one pass per offset cannot separate the
+        pass from the node it adds; this identifies the pass.
     level : float, default 0.95
         Interval level: coefficients and ms per round by CR1 (t, G - 1 df); ms per token by
         prompt bootstrap (the fit and the tokens per round resampled together).
@@ -267,7 +280,10 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
            else np.zeros(len(frame)))
     codes, G = cluster_codes(frame)
     y = frame["round_ms"].to_numpy(np.float64)
-    X, names = _design(frame, pol, drafter, notes)
+    if node_ms is not None:
+        y = y - float(node_ms) * frame["budget"].to_numpy(np.float64)
+        notes.append(f"{drafter}: the cost of a node is given ({float(node_ms):g} ms), not fitted")
+    X, names = _design(frame, pol, drafter, notes, skip=("budget",) if node_ms is not None else ())
     beta, V = _ols_cr1(y, X, codes, G)
     tc = t_crit(G, level)
     se = np.sqrt(np.clip(np.diag(V), 0, None))
@@ -293,8 +309,10 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
         notes.append(f"{drafter}: no rounds of a policy run to fit the policy's host work; assumed 0 (pass host_ms, "
                      "measured by benchmarks/bench_policy_host.py)")
     model = CostModel(constant=float(est["constant_ms"]), pass_ms=float(est.get("ms_per_draft_pass", 0.0)),
-                      node_ms=float(est.get("ms_per_tree_node", np.nan)), passes_per_node=per_node, passes=passes,
+                      node_ms=float(est.get("ms_per_tree_node", np.nan) if node_ms is None else node_ms),
+                      passes_per_node=per_node, passes=passes,
                       source="measured round-cost fit (prompt-clustered OLS)", policy_passes=full, host_ms=host,
+                      tree_ms=float(est.get("tree_round_ms", 0.0)),
                       intervals=tuple((str(r.term), float(r.estimate_lo), float(r.estimate_hi))
                                       for r in terms.itertuples()),
                       assumptions=tuple(assumptions))
@@ -308,7 +326,7 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
 def _row(model: CostModel, names: list[str], s: float, policy: bool) -> np.ndarray:
     """The design row of a round of shape s (fixed or policy) in the fitted terms."""
     vals = {"constant_ms": 1.0, "ms_per_draft_pass": float(model.passes_at(s, policy)), "ms_per_tree_node": float(s),
-            "policy_host_ms": 1.0 if policy else 0.0}
+            "tree_round_ms": float(s > 0), "policy_host_ms": 1.0 if policy else 0.0}
     return np.array([vals[n] for n in names])
 
 
