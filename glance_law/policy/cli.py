@@ -76,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _best(table) -> tuple[str, dict]:
     """The held-out row with the highest gain (tokens at equal mean shape, or the modelled speedup
     when the cost model is identified; on accepted-run replays the smaller of the gains if the
-    unknown bonus-token guesses miss or match); 'fixed' when none beats the fixed shape."""
+    unknown bonus-token guesses miss or match) among the rows whose held-out interval excludes no
+    gain under every scenario they record: lower bound above 0 (above 1 for a speedup), for the
+    ``*_ifmatch`` scenario too. 'fixed' when no row qualifies: a positive point gain whose interval
+    covers zero is not evidence, and the fixed shape is exported."""
     h = table.loc[table["evaluated_on"] == "held-out"]
     if h.empty:
         return "fixed", {}
@@ -86,8 +89,16 @@ def _best(table) -> tuple[str, dict]:
     if col == "gain" and "gain_ifmatch" in h.columns:
         # accepted-run replays: a family must gain whichever way the unknown bonus-token guesses go
         score = np.minimum(h["gain"], h["gain_ifmatch"])
+    ok = np.ones(len(h), bool)
+    for c in (col, f"{col}_ifmatch"):                   # the criterion under every recorded scenario
+        if f"{c}_lo" in h.columns:
+            lo = h[f"{c}_lo"].to_numpy(np.float64)
+            ok &= np.isfinite(lo) & (lo > ref)
+    if not ok.any():                 # nothing beats the fixed shape beyond doubt: export it, claim no gain
+        return "fixed", {}
+    score = score.where(ok, -np.inf)
     row = h.loc[score.idxmax()]
-    if not score.max() > ref:                  # nothing beats the fixed shape: export it, claim no gain
+    if not score.max() > ref:
         return "fixed", {}
     return str(row["family"]), row.to_dict()
 
@@ -116,7 +127,8 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
            "fitted_on": {"logs": [str(p) for p in paths], "rounds": data.rounds, "prompts": [list(k) for k in data.keys]},
            "heldout": dict(held, evaluated_on="held-out", folds=int(folds), seed=int(seed),
                            compared_with=f"fixed {data.shape} at equal mean shape") if row else
-           {"evaluated_on": "held-out", "note": "no family beat the fixed shape on held-out prompts"},
+           {"evaluated_on": "held-out", "note": "no family's held-out interval excluded zero gain over the fixed "
+                                                 "shape (under every scenario it records)"},
            "selected_from": sorted(set(res.table["family"]) - {"fixed"}),
            "cost_model": res.cost.to_dict(),
            "scored_under": _assumptions(res, data)}

@@ -46,7 +46,7 @@ from .policies import (
     fit_threshold,
 )
 
-__all__ = ["PolicyData", "CostModel", "select_rounds", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
+__all__ = ["PolicyData", "CostModel", "select_rounds", "fold_shapes", "refit_interval", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
            "score_policy", "PolicyTable", "FAMILY_NAMES", "families_for"]
 
 #: built-in families searched per shape ("keyed-paper": the paper's key; "keyed-rescue": corrected)
@@ -401,6 +401,57 @@ def families_for(d: PolicyData, families: Sequence[str] | None = None) -> list[s
     return names
 
 
+def fold_shapes(name: str, d: PolicyData, splits, target: float, cap: int) -> tuple[np.ndarray, list, str]:
+    """Each round's shape from the family fitted on its split's training rounds: (shapes, the fold
+    fits, '' or why the family could not be fitted)."""
+    shapes = np.zeros(d.rounds, np.int64)
+    used: list = []
+    for tr, te in splits:
+        pol, why = fit_family(name, d.take(tr), target, max_size=cap)
+        if pol is None:
+            return shapes, used, why
+        used.append(pol)
+        shapes[te] = apply_policy(pol, d.stats.take(te))
+    return shapes, used, ""
+
+
+def refit_interval(d: PolicyData, name: str, target: float, cap: int, folds: int, cost: CostModel, *,
+                   n_boot: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None) -> dict:
+    """Held-out intervals that account for the fitting and the fold split: every replicate resamples
+    the prompts, splits them into folds afresh, refits the family on each fold's training prompts
+    and scores it on the fold's held-out prompts (a copy of a prompt stays in one fold). Percentile
+    intervals over the replicates' held-out figures: ``{key_lo, key_hi}``. Replicates in which the
+    family cannot be fitted on some fold are left out (noted)."""
+    G = int(d.codes.max(initial=-1)) + 1
+    rng = np.random.default_rng(seed + 7919)
+    draws: dict = {}
+    failed = b = 0
+    for cnt in bootstrap_counts(G, n_boot, rng):
+        for c in cnt:
+            b += 1
+            idx = np.repeat(np.arange(d.rounds), c[d.codes].astype(np.int64))
+            db = d.take(idx)
+            if int(db.codes.max(initial=-1)) + 1 < 2:
+                failed += 1
+                continue
+            spl = prompt_folds(db.codes, folds, seed + b)
+            shapes, _, why = fold_shapes(name, db, spl, target, cap)
+            if why:
+                failed += 1
+                continue
+            for k, v in score_policy(db, shapes, cost, n_boot=0).items():
+                if not k.endswith(("_lo", "_hi")):
+                    draws.setdefault(k, []).append(v)
+    if failed and notes is not None:
+        notes.append(f"{name}: {failed} of {n_boot} refit replicates could not fit the family on some fold and are "
+                     "left out of its held-out intervals")
+    out = {}
+    for k, v in draws.items():
+        lo, hi = percentile_interval(np.asarray(v, dtype=np.float64), level)
+        out[k + "_lo"], out[k + "_hi"] = float(lo), float(hi)
+    return out
+
+
 def evaluated_on(splits, codes: np.ndarray) -> str:
     """'held-out' when, in every split, no scored round's prompt is among the training prompts
     and every round is scored once; else 'in-sample'. Computed from the splits actually used."""
@@ -417,7 +468,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
                       n_max: int = 255, n_boot: int = 200, level: float = 0.95, seed: int = 0,
                       node_ms: float | None = None, pass_ms: float | None = None,
                       constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
-                      data: PolicyData | None = None, feature: str = "auto", host_ms: float | None = None) -> PolicyTable:
+                      data: PolicyData | None = None, feature: str = "auto", host_ms: float | None = None,
+                      refit: bool = True) -> PolicyTable:
     """Fit each family on training prompts (prompt-grouped ``folds``-fold), score it on the held-out
     prompts, and compare with the fixed shape ``target`` on the same rounds.
 
@@ -461,19 +513,15 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         if in_sample:
             modes.append(("in-sample", [(np.arange(d.rounds), np.arange(d.rounds))]))
         for label, spl in modes:
-            shapes = np.zeros(d.rounds, np.int64)
-            why, used = "", []
-            for tr, te in spl:
-                pol, why = fit_family(name, d.take(tr), target, max_size=cap)
-                if pol is None:
-                    break
-                used.append(pol)
-                shapes[te] = apply_policy(pol, d.stats.take(te))
+            shapes, used, why = fold_shapes(name, d, spl, target, cap)
             if why:
                 notes.append(f"{name}: not evaluated ({why})")
                 break
             mode = evaluated_on(spl, d.codes)
             r = score_policy(d, shapes, cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
+            if mode == "held-out" and refit and n_boot > 0:
+                r.update(refit_interval(d, name, target, cap, len(spl), cost, n_boot=n_boot, level=level, seed=seed,
+                                        notes=notes))
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc, **r})
             if mode == "in-sample" and label == "in-sample":
