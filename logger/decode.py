@@ -42,7 +42,7 @@ from glance_law.replay.tree import Tree, build_tree
 from .drafters import Drafter, DraftState, Proposal
 from .record import device_root_stats
 
-__all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference"]
+__all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference", "policy_shape"]
 
 
 class Timer:
@@ -190,7 +190,7 @@ def _stop_index(stream: list, eos: Sequence[int], max_new: int):
     return None, None
 
 
-def _policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int, prev: tuple[int, int] = (-1, -1)) -> int:
+def policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int, prev: tuple[int, int] = (-1, -1)) -> int:
     """The shape a draft policy (:mod:`glance_law.policy`) picks for one round from what is known at
     its root: the target's root entropy and margin (``root_stats``), the drafter's top-k rows and
     the previous round's accepted count and shape (``prev``; -1 at the first round: host integers
@@ -239,7 +239,7 @@ def _draft_tree(prop: Proposal | None, budget: int, branch_k: int, policy, depth
         rs = device_root_stats(root_row[None], zero, zero)[0, :2]
         both = torch.cat([prop.logq[:, :k].float().reshape(-1), rs]).cpu().numpy()
         lq = both[:-2].reshape(-1, k)
-        n_round = _policy_shape(policy, lq, both[-2:], position, prev)
+        n_round = policy_shape(policy, lq, both[-2:], position, prev)
     ii = prop.ids[:, :k].cpu().numpy()
     tree = build_tree(lq, n_round) if n_round > 0 else None
     if tree is None or tree.size == 0:

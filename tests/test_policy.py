@@ -180,6 +180,10 @@ def test_cli(tmp_path, capsys):
     pol, fit = load_policy(out)
     assert fit["heldout"]["evaluated_on"] == "held-out" and fit["fitted_on"]["rounds"] > 0
     assert d["family"] in ("keyed", "fixed")
+    cm = fit["cost_model"]                       # the cost model and the assumptions it was scored under
+    assert {"constant_ms", "node_ms", "host_ms", "policy_passes", "intervals", "assumptions"} <= set(cm)
+    assert any("host work" in a for a in cm["assumptions"])
+    assert any(a.startswith("cost model:") for a in fit["scored_under"])
     text = capsys.readouterr().out
     assert "held-out" in text and "in-sample" in text
     for argv, msg in (([str(LOGS), "--budget", "15"], "choose one with --drafter"),

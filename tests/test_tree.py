@@ -92,6 +92,23 @@ def test_best_first_matches_brute_force(seed):
             assert np.all(d[r, len(want):] == 0) and np.all(np.isneginf(s[r, len(want):]))
 
 
+@pytest.mark.parametrize("seed", range(24))
+def test_one_round_heap_equals_the_vectorised_enumeration(seed):
+    """best_first_one (the live decoder's one-round path) lists the same nodes, in the same order,
+    with bit-equal scores, as best_first; ties, unproposed tokens and -inf rows included."""
+    rng = np.random.default_rng(300 + seed)
+    L, k = int(rng.integers(1, 9)), int(rng.choice([1, 2, 4, 8]))
+    lq = random_logq(rng, L, k, ties=seed % 3 == 0, inf_frac=0.2 if seed % 4 == 1 else 0.0,
+                     round_to=1 if seed % 5 == 2 else None, R=4)
+    for n in (1, 7, 63, 200):
+        s, d, c = T.best_first(lq, n)
+        for r in range(4):
+            s1, d1, c1 = T.best_first_one(lq[r], n)
+            assert np.array_equal(s[r], s1) and np.array_equal(d[r], d1) and np.array_equal(c[r], c1)
+    if L >= 2 and k >= 2:
+        assert T.best_first_one(lq[0], 3)[1].dtype == np.int16
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_floor_keeps_the_first_nodes_at_or_above_it(seed):
     rng = np.random.default_rng(100 + seed)

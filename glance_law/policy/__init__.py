@@ -2,8 +2,10 @@
 
 * :mod:`glance_law.policy.policies` - causal policies (fixed, entropy-keyed with a shadow
   price, gated depth) over :class:`RootStats`, JSON round trip;
-* :mod:`glance_law.policy.evaluate` - exact replay of every shape, the round-cost model,
-  prompt-grouped held-out evaluation (:func:`evaluate_policies`);
+* :mod:`glance_law.policy.cost` - the measured round-cost model (:func:`fit_cost`: draft passes,
+  verified nodes, the policy's host work, prompt-clustered intervals);
+* :mod:`glance_law.policy.evaluate` - exact replay of every shape, prompt-grouped held-out
+  evaluation (:func:`evaluate_policies`);
 * :mod:`glance_law.policy.runs` - depth policies replayed from accepted runs alone (Spec-Bench
   answers): acceptance-keyed depth with a shadow price, Hugging Face's heuristic schedule;
 * :mod:`glance_law.policy.trajectory` - the trajectory replay on dense logs (``glance-log --dense``):
@@ -11,11 +13,10 @@
 * :mod:`glance_law.policy.search` - one entry over the replays (:func:`policy_table`);
 * ``python -m glance_law.policy LOGS --budget N --out policy.json`` - search and export.
 """
+from .cost import CostFit, CostModel, cost_model, fit_cost
 from .evaluate import (
-    CostModel,
     PolicyData,
     PolicyTable,
-    cost_model,
     evaluate_policies,
     evaluated_on,
     fit_family,
@@ -53,4 +54,4 @@ __all__ = ["RootStats", "Policy", "ThresholdPolicy", "FixedPolicy", "KeyedBudget
            "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on", "score_policy",
            "AcceptKeyedDepthPolicy", "HeuristicDepthPolicy", "ACCEPT_CONTEXTS", "accept_context", "RunData", "prepare_runs",
            "fit_accept_policy", "replay_policy", "evaluate_run_policies", "policy_table", "prepare_for",
-           "DenseData", "Trajectory", "prepare_dense", "simulate", "evaluate_trajectories"]
+           "DenseData", "Trajectory", "prepare_dense", "simulate", "evaluate_trajectories", "CostFit", "fit_cost"]

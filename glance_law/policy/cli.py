@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-ms", type=float, default=None, help="ms per tree node (overrides the round-cost regression)")
     p.add_argument("--pass-ms", type=float, default=None, help="ms per drafter pass (overrides the regression)")
     p.add_argument("--constant-ms", type=float, default=None, help="ms per round constant (overrides the regression)")
+    p.add_argument("--host-ms", type=float, default=None,
+                   help="the policy's host work per round in ms, when the logs hold no policy run to fit it from "
+                        "(benchmarks/bench_policy_host.py measures it; default: fitted, else 0)")
     p.add_argument("--out", default=None, metavar="FILE", help="write the best policy as JSON to FILE")
     p.add_argument("--format", choices=_fmt.FORMATS, default="text", help="table format (default text)")
     p.add_argument("--skip-bad", action="store_true",
@@ -73,7 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _best(table) -> tuple[str, dict]:
     """The held-out row with the highest gain (tokens at equal mean shape, or the modelled speedup
     when the cost model is identified; on accepted-run replays the smaller of the gains if the
-    unknown bonus-token guesses miss or match); 'fixed' when none beats the fixed shape."""
+    unknown bonus-token guesses miss or match) among the rows whose held-out interval excludes no
+    gain under every scenario they record: lower bound above 0 (above 1 for a speedup), for the
+    ``*_ifmatch`` scenario too. 'fixed' when no row qualifies: a positive point gain whose interval
+    covers zero is not evidence, and the fixed shape is exported."""
     h = table.loc[table["evaluated_on"] == "held-out"]
     if h.empty:
         return "fixed", {}
@@ -83,8 +89,16 @@ def _best(table) -> tuple[str, dict]:
     if col == "gain" and "gain_ifmatch" in h.columns:
         # accepted-run replays: a family must gain whichever way the unknown bonus-token guesses go
         score = np.minimum(h["gain"], h["gain_ifmatch"])
+    ok = np.ones(len(h), bool)
+    for c in (col, f"{col}_ifmatch"):                   # the criterion under every recorded scenario
+        if f"{c}_lo" in h.columns:
+            lo = h[f"{c}_lo"].to_numpy(np.float64)
+            ok &= np.isfinite(lo) & (lo > ref)
+    if not ok.any():                 # nothing beats the fixed shape beyond doubt: export it, claim no gain
+        return "fixed", {}
+    score = score.where(ok, -np.inf)
     row = h.loc[score.idxmax()]
-    if not score.max() > ref:                  # nothing beats the fixed shape: export it, claim no gain
+    if not score.max() > ref:
         return "fixed", {}
     return str(row["family"]), row.to_dict()
 
@@ -113,16 +127,17 @@ def export_record(res: PolicyTable, family: str, row: dict, target: float, paths
            "fitted_on": {"logs": [str(p) for p in paths], "rounds": data.rounds, "prompts": [list(k) for k in data.keys]},
            "heldout": dict(held, evaluated_on="held-out", folds=int(folds), seed=int(seed),
                            compared_with=f"fixed {data.shape} at equal mean shape") if row else
-           {"evaluated_on": "held-out", "note": "no family beat the fixed shape on held-out prompts"},
+           {"evaluated_on": "held-out", "note": "no family's held-out interval excluded zero gain over the fixed "
+                                                 "shape (under every scenario it records)"},
            "selected_from": sorted(set(res.table["family"]) - {"fixed"}),
            "replay": getattr(data, "replay", "logged roots"),
-           "assumptions": list(_assumptions(data)),
-           "cost_model": {"constant_ms": _num(res.cost.constant), "pass_ms": _num(res.cost.pass_ms),
-                          "node_ms": _num(res.cost.node_ms), "source": res.cost.source}}
+           "assumptions": list(_replay_assumptions(data)),
+           "cost_model": res.cost.to_dict(),
+           "scored_under": _assumptions(res, data)}
     return pol, fit
 
 
-def _assumptions(data) -> tuple:
+def _replay_assumptions(data) -> tuple:
     """What the figures of the fit record assume (the replay they come from)."""
     from .trajectory import DENSE_ASSUMPTIONS, DenseData
 
@@ -134,6 +149,20 @@ def _assumptions(data) -> tuple:
     return ("logged-root replay: each logged round scored at the policy's shape on the logged run's roots (not the "
             "policy's own trajectory); rounds ending the output with a cut proposal left out; log with "
             "glance-log --dense for the trajectory replay",)
+
+
+def _assumptions(res: PolicyTable, data) -> list[str]:
+    """What the held-out figures take for granted (recorded with the exported policy): the replay, the
+    comparison, the cost model."""
+    out = list(_replay_assumptions(data))
+    out += [f"the policy reads {getattr(data, 'feature', 'the acceptance history')} at each round's root",
+            "gains compare with the fixed shape at the policy's mean shape on the same rounds (tokens per round; "
+            "with an identified cost model also modelled ms per token at equal mean modelled cost)",
+            "rounds are exchangeable between the fitting prompts and deployment (no distribution shift)"]
+    out += [f"cost model: {a}" for a in res.cost.assumptions]
+    if not res.cost.identified:
+        out.append("cost model: not identified from these logs; the policy was chosen on tokens per round alone")
+    return out
 
 
 def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[PolicyTable, Policy, dict]:
@@ -157,7 +186,7 @@ def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[Polic
             prompts = None
     res = policy_table(logs, args.budget, families=fams, folds=args.folds, n_boot=args.bootstrap,
                        level=args.level, seed=args.seed, node_ms=args.node_ms, pass_ms=args.pass_ms,
-                       constant_ms=args.constant_ms, data=data, prompts=prompts)
+                       constant_ms=args.constant_ms, host_ms=getattr(args, "host_ms", None), data=data, prompts=prompts)
     fam, row = _best(res.table)
     pol, fit = export_record(res, fam, row, args.budget, paths, data, args.folds, args.seed)
     return res, pol, fit

@@ -4,7 +4,7 @@ For one drafter's rounds, :func:`replay_curves` replays every shape up to the ca
 logged marginals (:func:`glance_law.replay.replay_arrays`: tree budgets within the logged
 horizon; depths of the chain, i.e. the drafter's top-1 path, within each round's proposal),
 so any policy's tokens per round (accepted + 1) is read off the curves at the shape it picks.
-A round-cost model (the timing ledger's regression :func:`glance_law.timing.round_cost`, or
+A round-cost model (:mod:`glance_law.policy.cost`: measured from the logs' timed rounds, or
 given terms) turns shapes into modelled ms per round, hence ms per token.
 
 :func:`evaluate_policies` fits every family on training prompts and scores it on held-out
@@ -33,6 +33,7 @@ from ..replay import chain_run, replay_arrays, round_arrays
 from ..replay.width import fit_rescue, rescue_events
 from ..results import Result
 from ..stats.cluster import bootstrap_counts, cluster_codes, percentile_interval
+from .cost import CostModel, cost_model
 from .policies import (
     FixedPolicy,
     GatedDepthPolicy,
@@ -45,7 +46,7 @@ from .policies import (
     fit_threshold,
 )
 
-__all__ = ["PolicyData", "CostModel", "select_rounds", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
+__all__ = ["PolicyData", "CostModel", "select_rounds", "fold_shapes", "refit_interval", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
            "score_policy", "PolicyTable", "FAMILY_NAMES", "families_for"]
 
 #: built-in families searched per shape ("keyed-paper": the paper's key; "keyed-rescue": corrected)
@@ -225,78 +226,6 @@ def prepare(rounds, *, drafter: str | None = None, shape: str | None = None, n_m
                       feature=feature, cut=cut, notes=tuple(notes))
 
 
-# --------------------------------------------------------------------------- cost
-
-@dataclass(frozen=True)
-class CostModel:
-    """Modelled ms of a round of shape s: ``constant + pass_ms * passes(s) + node_ms * s`` with
-    ``passes(s) = s`` for a chain drafted one pass per offset (``passes_per_node``), else the
-    logged constant number of passes for s > 0. ``node_ms`` NaN: not identified."""
-
-    constant: float = float("nan")
-    pass_ms: float = 0.0
-    node_ms: float = float("nan")
-    passes_per_node: bool = False
-    passes: float = 1.0
-    source: str = "none"
-
-    @property
-    def identified(self) -> bool:
-        return bool(np.isfinite(self.constant) and np.isfinite(self.node_ms))
-
-    def ms(self, s) -> np.ndarray:
-        s = np.asarray(s, dtype=np.float64)
-        p = s if self.passes_per_node else np.where(s > 0, self.passes, 0.0)
-        return self.constant + self.pass_ms * p + (self.node_ms if np.isfinite(self.node_ms) else 0.0) * s
-
-
-def cost_model(rounds, drafter: str, *, node_ms: float | None = None, pass_ms: float | None = None,
-               constant_ms: float | None = None, notes: list | None = None) -> CostModel:
-    """The timing ledger's round-cost regression for ``drafter`` (round_ms ~ 1 + draft_passes
-    + budget), with any term overridden by the caller. Terms the logs cannot identify stay NaN
-    (node cost) or 0 (pass cost) and are noted."""
-    from ..evidence.timing import round_cost
-
-    notes = notes if notes is not None else []
-    frame = getattr(rounds, "frame", rounds)
-    est = {}
-    sub = frame
-    if "drafter" in frame.columns:
-        sub = frame.loc[frame["drafter"].astype(str) == drafter]
-    if "condition" in sub.columns:
-        sub = sub.loc[sub["condition"].astype(str) == "matched"]
-    if {"round_ms", "draft_passes", "budget"} <= set(sub.columns) and sub["round_ms"].notna().sum() >= 3:
-        try:
-            res = round_cost(sub, n_boot=0)
-            t = res.to_frame()
-            est = dict(zip(t["term"], t["estimate"]))
-        except GlanceError as exc:
-            notes.append(f"round-cost regression failed ({exc})")
-    else:
-        notes.append("no round_ms in the logs: no round-cost regression")
-    passes_per_node = False
-    passes = 1.0
-    if {"draft_passes", "budget"} <= set(sub.columns) and len(sub):
-        dp = sub["draft_passes"].to_numpy(float)
-        bg = sub["budget"].to_numpy(float)
-        drafted = bg > 0
-        passes_per_node = bool(drafted.any() and np.mean(dp[drafted] == bg[drafted]) > 0.9 and np.ptp(dp) > 0)
-        passes = float(np.median(dp[drafted])) if drafted.any() else 1.0
-    c = CostModel(constant=float(est.get("constant_ms", np.nan)), pass_ms=float(est.get("ms_per_draft_pass", 0.0)),
-                  node_ms=float(est.get("ms_per_tree_node", np.nan)), passes_per_node=passes_per_node, passes=passes,
-                  source="round-cost regression (timing ledger)" if est else "none")
-    if constant_ms is not None:
-        c = replace(c, constant=float(constant_ms), source=c.source + " + given constant")
-    if pass_ms is not None:
-        c = replace(c, pass_ms=float(pass_ms), source=c.source + " + given pass cost")
-    if node_ms is not None:
-        c = replace(c, node_ms=float(node_ms), source=c.source + " + given node cost")
-    if not np.isfinite(c.node_ms):
-        notes.append(f"{drafter}: the cost of a node is not identified (the logged budget does not vary); modelled "
-                     "ms/token and speedups are not reported - log several budgets or pass --node-ms")
-    return c
-
-
 # --------------------------------------------------------------------------- fitting
 
 def prompt_folds(codes: np.ndarray, k: int, seed: int = 0):
@@ -425,13 +354,13 @@ def _summaries(w, tok, s, ms, Fs, Ft, Fm):
 
 
 def score_policy(d: PolicyData, shapes: np.ndarray, cost: CostModel, *, n_boot: int = 200, level: float = 0.95,
-                 seed: int = 0, grid=None) -> dict:
+                 seed: int = 0, grid=None, policy: bool = True) -> dict:
     """Tokens per round and modelled speed of per-round ``shapes`` against the fixed shapes on
     the same rounds, with prompt-level bootstrap percentile intervals."""
     shapes = np.clip(np.asarray(shapes, dtype=np.int64), 0, d.cap)
     tok = d.accepted_at(shapes) + 1.0
     s = shapes.astype(np.float64)
-    ms = cost.ms(s) if cost.identified else None
+    ms = cost.ms(s, policy=policy) if cost.identified else None
     Fs, Ft, Fm = grid if grid is not None else _fixed_grid(d, cost)
     if not cost.identified:
         Fm = None
@@ -472,6 +401,57 @@ def families_for(d: PolicyData, families: Sequence[str] | None = None) -> list[s
     return names
 
 
+def fold_shapes(name: str, d: PolicyData, splits, target: float, cap: int) -> tuple[np.ndarray, list, str]:
+    """Each round's shape from the family fitted on its split's training rounds: (shapes, the fold
+    fits, '' or why the family could not be fitted)."""
+    shapes = np.zeros(d.rounds, np.int64)
+    used: list = []
+    for tr, te in splits:
+        pol, why = fit_family(name, d.take(tr), target, max_size=cap)
+        if pol is None:
+            return shapes, used, why
+        used.append(pol)
+        shapes[te] = apply_policy(pol, d.stats.take(te))
+    return shapes, used, ""
+
+
+def refit_interval(d: PolicyData, name: str, target: float, cap: int, folds: int, cost: CostModel, *,
+                   n_boot: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None) -> dict:
+    """Held-out intervals that account for the fitting and the fold split: every replicate resamples
+    the prompts, splits them into folds afresh, refits the family on each fold's training prompts
+    and scores it on the fold's held-out prompts (a copy of a prompt stays in one fold). Percentile
+    intervals over the replicates' held-out figures: ``{key_lo, key_hi}``. Replicates in which the
+    family cannot be fitted on some fold are left out (noted)."""
+    G = int(d.codes.max(initial=-1)) + 1
+    rng = np.random.default_rng(seed + 7919)
+    draws: dict = {}
+    failed = b = 0
+    for cnt in bootstrap_counts(G, n_boot, rng):
+        for c in cnt:
+            b += 1
+            idx = np.repeat(np.arange(d.rounds), c[d.codes].astype(np.int64))
+            db = d.take(idx)
+            if int(db.codes.max(initial=-1)) + 1 < 2:
+                failed += 1
+                continue
+            spl = prompt_folds(db.codes, folds, seed + b)
+            shapes, _, why = fold_shapes(name, db, spl, target, cap)
+            if why:
+                failed += 1
+                continue
+            for k, v in score_policy(db, shapes, cost, n_boot=0).items():
+                if not k.endswith(("_lo", "_hi")):
+                    draws.setdefault(k, []).append(v)
+    if failed and notes is not None:
+        notes.append(f"{name}: {failed} of {n_boot} refit replicates could not fit the family on some fold and are "
+                     "left out of its held-out intervals")
+    out = {}
+    for k, v in draws.items():
+        lo, hi = percentile_interval(np.asarray(v, dtype=np.float64), level)
+        out[k + "_lo"], out[k + "_hi"] = float(lo), float(hi)
+    return out
+
+
 def evaluated_on(splits, codes: np.ndarray) -> str:
     """'held-out' when, in every split, no scored round's prompt is among the training prompts
     and every round is scored once; else 'in-sample'. Computed from the splits actually used."""
@@ -488,7 +468,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
                       n_max: int = 255, n_boot: int = 200, level: float = 0.95, seed: int = 0,
                       node_ms: float | None = None, pass_ms: float | None = None,
                       constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
-                      data: PolicyData | None = None, feature: str = "auto") -> PolicyTable:
+                      data: PolicyData | None = None, feature: str = "auto", host_ms: float | None = None,
+                      refit: bool = True) -> PolicyTable:
     """Fit each family on training prompts (prompt-grouped ``folds``-fold), score it on the held-out
     prompts, and compare with the fixed shape ``target`` on the same rounds.
 
@@ -496,7 +477,9 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     meet on its training prompts. ``in_sample``: also add rows fitted and scored on every
     prompt (labelled ``in-sample``: never a held-out figure). ``policies``: extra user callables
     (name -> ``f(RootStats) -> ints``), scored as given (``evaluated_on`` = ``as given``).
-    ``node_ms``/``pass_ms``/``constant_ms`` override the round-cost regression's terms."""
+    ``node_ms``/``pass_ms``/``constant_ms`` override the round-cost fit's terms; ``host_ms``: the
+    policy's per-round host work when the logs hold no policy run to fit it from
+    (:func:`glance_law.policy.cost.fit_cost`)."""
     if target <= 0:
         raise GlanceError("the target mean shape (--budget) must be positive")
     d = data if data is not None else prepare(rounds, drafter=drafter, shape=shape, n_max=n_max, feature=feature)
@@ -509,7 +492,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         notes.append(f"{int(d.cut.sum())} round(s) ending their prompt's output with a cut proposal are left out "
                      f"of the fits and the scores ({int((~d.cut).sum())} rounds remain)")
         d = d.take(np.flatnonzero(~d.cut))
-    cost = cost_model(rounds, d.drafter, node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, notes=notes)
+    cost = cost_model(rounds, d.drafter, node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, host_ms=host_ms,
+                      notes=notes)
     names = families_for(d, families)
     grid = _fixed_grid(d, cost)
     splits = prompt_folds(d.codes, folds, seed)
@@ -518,7 +502,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     base = {"drafter": d.drafter, "shape": d.shape, "feature": d.feature, "target_shape": float(target), "rounds": d.rounds,
             "prompts": int(d.codes.max() + 1)}
     fixed = FixedPolicy(shape=d.shape, size=int(round(target)))
-    r = score_policy(d, apply_policy(fixed, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
+    r = score_policy(d, apply_policy(fixed, d.stats), cost, n_boot=n_boot, level=level, seed=seed, grid=grid,
+                     policy=False)
     rows.append({**base, "family": "fixed", "evaluated_on": "no fit", "params": fixed.describe(), **r})
     # a tree policy's per-round cap: 4x the target (at least 63, at most n_max) keeps the live
     # decoder's per-round work small (best-first listing and envelope of at most that many nodes)
@@ -528,19 +513,15 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         if in_sample:
             modes.append(("in-sample", [(np.arange(d.rounds), np.arange(d.rounds))]))
         for label, spl in modes:
-            shapes = np.zeros(d.rounds, np.int64)
-            why, used = "", []
-            for tr, te in spl:
-                pol, why = fit_family(name, d.take(tr), target, max_size=cap)
-                if pol is None:
-                    break
-                used.append(pol)
-                shapes[te] = apply_policy(pol, d.stats.take(te))
+            shapes, used, why = fold_shapes(name, d, spl, target, cap)
             if why:
                 notes.append(f"{name}: not evaluated ({why})")
                 break
             mode = evaluated_on(spl, d.codes)
             r = score_policy(d, shapes, cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
+            if mode == "held-out" and refit and n_boot > 0:
+                r.update(refit_interval(d, name, target, cap, len(spl), cost, n_boot=n_boot, level=level, seed=seed,
+                                        notes=notes))
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc, **r})
             if mode == "in-sample" and label == "in-sample":
@@ -567,7 +548,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     ]
     if cost.identified:
         notes.append(f"modelled ms/round = {cost.constant:.3f} + {cost.pass_ms:.3f} x passes + {cost.node_ms:.4f} x "
-                     f"nodes ({cost.source}); speedup: vs the fixed shape at equal mean modelled cost; "
+                     f"nodes ({cost.source}); a policy round pays {float(cost.passes_at(0, True)):g} draft pass(es) "
+                     f"whatever shape it picks and {cost.host_ms:.3f} ms of host work; speedup: vs the fixed shape at equal mean modelled cost; "
                      "speedup_best_fixed: vs the fixed shape with the lowest modelled ms/token (chosen on every "
                      "round: favours the baseline)")
     return PolicyTable(table=table, policies=fitted, cost=cost, note_lines=tuple(dict.fromkeys(notes)))

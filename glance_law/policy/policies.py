@@ -44,7 +44,7 @@ from scipy import special
 from ..errors import GlanceError
 from ..law import match_prob
 from ..replay.allocate import hull_segments
-from ..replay.tree import best_first
+from ..replay.tree import best_first, best_first_one
 from ..replay.width import node_masses
 
 __all__ = ["RootStats", "Policy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy", "GatedDepthPolicy",
@@ -177,7 +177,11 @@ class KeyedBudgetPolicy(ThresholdPolicy):
         p = match_prob(H, self.b0, self.b1)
         r = p if self.key == "paper" else special.expit(self.c0 - self.c1 * H)
         n = int(self.max_size)
-        _, dep, cod = best_first(logq, n)
+        if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round (a heap, equal by test)
+            one = [best_first_one(lq, n) for lq in logq]
+            dep, cod = np.stack([o[1] for o in one]), np.stack([o[2] for o in one])
+        else:
+            _, dep, cod = best_first(logq, n)
         cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
         if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round, vertex by vertex
             return np.stack([_envelope_units(c, int((d > 0).sum()), n) for c, d in zip(cum, dep)])

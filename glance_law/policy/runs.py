@@ -34,7 +34,8 @@ from ..errors import GlanceError, MissingColumnError
 from ..replay.runs import ReplayTotals, RunState, RunStreams, replay_depths, run_streams
 from ..stats.cluster import bootstrap_counts, percentile_interval
 from ..stats.survival import run_survival
-from .evaluate import CostModel, PolicyTable, evaluated_on, interp_up, prompt_folds, select_rounds
+from .cost import CostModel
+from .evaluate import PolicyTable, evaluated_on, interp_up, prompt_folds, select_rounds
 from .policies import (
     ACCEPT_CONTEXTS,
     AcceptKeyedDepthPolicy,
@@ -370,8 +371,14 @@ def run_cost_model(prompts: pd.DataFrame, d: RunData, notes: list | None = None)
         notes.append(f"round cost not identified: {what}; modelled ms per token not reported")
         return CostModel()
     notes.append(f"round cost: {what}")
+    z = 1.959963984540054           # HC1 normal intervals over the timed prompts
     return CostModel(constant=c_round, pass_ms=c_tok, node_ms=0.0, passes_per_node=True,
-                     source="per-prompt regression of decode_ms on turns, rounds and drafted tokens")
+                     source="per-prompt regression of decode_ms on turns, rounds and drafted tokens",
+                     intervals=(("constant_ms", c_round - z * se[1], c_round + z * se[1]),
+                                ("ms_per_draft_pass", c_tok - z * se[2], c_tok + z * se[2])),
+                     assumptions=("a depth-d round costs c_round + c_token x d (the turn term, prefill included, does "
+                                  "not depend on the policy)", "the schedule's host work is negligible (not in the "
+                                  "per-prompt timings' model)"))
 
 
 def _summary(w, P, F, cost: CostModel | None = None):

@@ -59,7 +59,7 @@ def policy_table(rounds, target: float, *, data: PolicyData | RunData | DenseDat
              families: Sequence[str] | None = None, folds: int = 5, n_boot: int = 200, level: float = 0.95,
              seed: int = 0, node_ms: float | None = None, pass_ms: float | None = None,
              constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
-             prompts=None, **prepare_kw) -> PolicyTable:
+             prompts=None, host_ms: float | None = None, **prepare_kw) -> PolicyTable:
     """Held-out policy table from whichever replay the logs allow (:func:`prepare_for`).
     ``prompts``: the per-prompt table; on accepted-run logs its ``decode_ms`` gives the round
     cost (:func:`glance_law.policy.runs.run_cost_model`)."""
@@ -69,12 +69,13 @@ def policy_table(rounds, target: float, *, data: PolicyData | RunData | DenseDat
                                      level=level, seed=seed, node_ms=node_ms, pass_ms=pass_ms,
                                      constant_ms=constant_ms, policies=policies)
     if isinstance(d, RunData):
-        given = [k for k, v in (("--node-ms", node_ms), ("--pass-ms", pass_ms), ("--constant-ms", constant_ms))
-                 if v is not None]
+        given = [k for k, v in (("--node-ms", node_ms), ("--pass-ms", pass_ms), ("--constant-ms", constant_ms),
+                                ("--host-ms", host_ms)) if v is not None]
         if given:
             raise GlanceError(f"{', '.join(given)}: these logs carry accepted runs only, whose depth policies are "
                               "compared in tokens per round at equal mean depth; drop the cost option(s)")
         return evaluate_run_policies(rounds, target, families=families, folds=folds, n_boot=n_boot, level=level,
                                      seed=seed, policies=policies, data=d, prompts=prompts)
     return evaluate_policies(rounds, target, families=families, folds=folds, n_boot=n_boot, level=level, seed=seed,
-                             node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, policies=policies, data=d)
+                             node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, policies=policies, data=d,
+                             host_ms=host_ms)

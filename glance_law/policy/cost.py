@@ -1,0 +1,413 @@
+"""The measured round-cost model of a draft policy (docs/policy.md, "The cost model").
+
+A round's wall time is modelled from its shape:
+
+    round_ms = constant + tree_ms x [nodes > 0] + pass_ms x draft passes + node_ms x verified nodes
+               (+ host_ms for a policy round)
+
+fitted by OLS over one drafter's live rounds (``round_ms``, ``draft_passes``, ``budget`` = the
+tree's nodes), with prompt-clustered CR1 covariance (Student t, G - 1 degrees of freedom):
+rounds of one prompt share its context length and cache state, so they are not independent.
+
+Two things separate a policy's round from a fixed shape's (the live decoder, glance_log.decode):
+
+* **the draft passes it pays**: the drafter proposes in full before the policy looks at its
+  probabilities, so a policy round pays the logged proposal's passes (``policy_passes``)
+  whatever shape it then picks - a round the policy shapes to 0 still paid them. A fixed
+  shape s pays ``passes(s)`` (s passes for a chain drafted one pass per offset, else the
+  logged constant, 0 at shape 0: no drafting at all);
+* **the policy's host work** (``host_ms``): reading the root's statistics and choosing the
+  shape. It is fitted as a term when the logs hold rounds of runs with and without a policy
+  (their run metadata tells), else taken from the caller (``benchmarks/bench_policy_host.py``
+  measures it) or assumed 0 (noted).
+
+:func:`fit_cost` returns a frozen :class:`CostFit` (coefficients with intervals, predicted ms
+per round at each shape and ms per token at the logged shapes, both with intervals) whose
+``model`` is the point :class:`CostModel` the policy evaluation uses; :func:`cost_model` is the
+evaluation's entry (terms overridable). ``CostModel.to_dict`` is what an exported policy
+records.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..data.arms import label_targets
+from ..errors import GlanceError, MissingColumnError
+from ..results import Result
+from ..stats.cluster import (
+    bootstrap_counts,
+    cluster_codes,
+    cr1_covariance,
+    percentile_interval,
+    t_crit,
+)
+
+__all__ = ["CostModel", "CostFit", "fit_cost", "cost_model", "policy_runs", "COST_TERMS"]
+
+#: regression terms: (name in the result, column of the round log)
+COST_TERMS = (("constant_ms", None), ("ms_per_draft_pass", "draft_passes"), ("ms_per_tree_node", "budget"),
+              ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"))
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Modelled ms of a round of shape s.
+
+    Fixed shape: ``constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s`` (``tree_ms``:
+    what verifying a tree at all costs over a root-only round - the mask, the walk) with ``passes(s) = s`` for a
+    chain drafted one pass per offset (``passes_per_node``), else ``passes`` for s > 0 and 0 at
+    s = 0 (no draft). Policy round (``ms(s, policy=True)``): the same plus the passes of the
+    proposal drafted in full, ``pass_ms * policy_passes``, instead of ``passes(s)``, and ``host_ms`` - the proposal is drafted in full before the policy
+    picks s (``policy_passes`` None: the fixed shape's passes). ``node_ms`` NaN: not identified.
+    ``intervals``: ((term, lo, hi), ...) of the fitted terms; ``assumptions``: what the model
+    takes for granted (recorded with an exported policy)."""
+
+    constant: float = np.nan
+    pass_ms: float = 0.0
+    node_ms: float = np.nan
+    passes_per_node: bool = False
+    passes: float = 1.0
+    source: str = "none"
+    policy_passes: float | None = None
+    host_ms: float = 0.0
+    tree_ms: float = 0.0
+    intervals: tuple = ()
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def identified(self) -> bool:
+        return bool(np.isfinite(self.constant) and np.isfinite(self.node_ms))
+
+    def passes_at(self, s, policy: bool = False) -> np.ndarray:
+        """Draft passes a round of shape s pays (fixed shape, or a policy round)."""
+        s = np.asarray(s, dtype=np.float64)
+        if policy and self.policy_passes is not None:
+            return np.full(s.shape, float(self.policy_passes))
+        return s if self.passes_per_node else np.where(s > 0, self.passes, 0.0)
+
+    def ms(self, s, policy: bool = False) -> np.ndarray:
+        s = np.asarray(s, dtype=np.float64)
+        node = self.node_ms if np.isfinite(self.node_ms) else 0.0
+        out = self.constant + self.pass_ms * self.passes_at(s, policy) + node * s + self.tree_ms * (s > 0)
+        return out + (float(self.host_ms) if policy else 0.0)
+
+    def to_dict(self) -> dict:
+        """JSON-ready record (NaN -> None)."""
+        def num(x):
+            return float(x) if x is not None and np.isfinite(float(x)) else None
+        d = asdict(self)
+        out = {"constant_ms": num(d["constant"]), "pass_ms": num(d["pass_ms"]), "node_ms": num(d["node_ms"]),
+               "host_ms": num(d["host_ms"]), "tree_ms": num(d["tree_ms"]), "passes_per_node": bool(d["passes_per_node"]),
+               "passes": num(d["passes"]), "policy_passes": num(d["policy_passes"]), "source": d["source"],
+               "formula": "fixed shape s: constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s; policy "
+                          "round: constant + tree_ms * [s > 0] + pass_ms * policy_passes + node_ms * s + host_ms",
+               "intervals": {str(t): [num(lo), num(hi)] for t, lo, hi in self.intervals},
+               "assumptions": list(self.assumptions)}
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class CostFit(Result):
+    """One drafter's round-cost regression: ``terms`` (term, estimate, estimate_lo, estimate_hi,
+    se), ``predictions`` (quantity ms_per_round / ms_per_token, arm fixed / policy, shape,
+    tokens_per_round, estimate, estimate_lo, estimate_hi) and the point ``model``."""
+
+    title: ClassVar[str] = "round cost: ms per round from the shape (prompt-clustered OLS)"
+    drafter: str
+    terms: pd.DataFrame
+    predictions: pd.DataFrame
+    model: CostModel
+    rounds: int
+    prompts: int
+    level: float = 0.95
+    note_lines: tuple[str, ...] = ()
+
+    def to_frame(self) -> pd.DataFrame:
+        t = self.terms.assign(quantity="coefficient", arm="", shape=np.nan, tokens_per_round=np.nan)
+        p = self.predictions.assign(term="")
+        cols = ["drafter", "quantity", "term", "arm", "shape", "tokens_per_round", "estimate", "estimate_lo",
+                "estimate_hi"]
+        out = pd.concat([t, p], ignore_index=True).assign(drafter=self.drafter)
+        return out[cols]
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.note_lines
+
+    def coefficient(self, term: str) -> tuple[float, float, float]:
+        """(estimate, lo, hi) of one term; NaNs when it was not fitted."""
+        row = self.terms.loc[self.terms["term"] == term]
+        if row.empty:
+            return (np.nan, np.nan, np.nan)
+        r = row.iloc[0]
+        return float(r["estimate"]), float(r["estimate_lo"]), float(r["estimate_hi"])
+
+
+def policy_runs(rounds) -> set[str]:
+    """Run ids whose run metadata records a draft policy (a LogSet's files; empty for a frame)."""
+    out = set()
+    for f in getattr(rounds, "files", ()) or ():
+        run = getattr(f, "run", {}) or {}
+        if run.get("policy") and run.get("run_id") is not None:
+            out.add(str(run["run_id"]))
+    return out
+
+
+def _timed_rounds(rounds, drafter: str | None, condition: str | None, notes: list) -> tuple[pd.DataFrame, str]:
+    frame = getattr(rounds, "frame", rounds)
+    if not isinstance(frame, pd.DataFrame):
+        raise GlanceError("the round-cost fit expects a rounds DataFrame or a LogSet from glance_law.read_logs")
+    for c in ("round_ms", "draft_passes", "budget"):
+        if c not in frame.columns or frame[c].isna().all():
+            raise MissingColumnError(f"the '{c}' column", "the round-cost fit", "glance-log")
+    frame = label_targets(frame, notes)
+    if condition is not None and "condition" in frame.columns:
+        frame = frame.loc[frame["condition"].astype(str) == condition]
+    if "drafter" in frame.columns:
+        names = sorted(set(frame["drafter"].astype(str)) - {"ar"})
+        if drafter is None:
+            if len(names) != 1:
+                raise GlanceError(f"the logs hold {len(names)} speculative drafters ({', '.join(names) or 'none'}); "
+                                  "choose one (drafter=...)")
+            drafter = names[0]
+        frame = frame.loc[frame["drafter"].astype(str) == drafter]
+    drafter = drafter or "unknown"
+    bad = frame[["round_ms", "draft_passes", "budget"]].isna().any(axis=1).to_numpy()
+    if bad.any():
+        notes.append(f"{drafter}: {int(bad.sum())} round(s) without round_ms/draft_passes/budget left out")
+        frame = frame.loc[~bad]
+    if len(frame) < 3:
+        raise GlanceError(f"the round-cost fit of {drafter} needs at least 3 timed rounds (got {len(frame)})")
+    return frame, drafter
+
+
+def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list,
+            skip: tuple = ()) -> tuple[np.ndarray, list[str]]:
+    """Columns that vary (the constant always), collinear ones dropped with a note; ``skip``: log
+    columns whose term is given, not fitted."""
+    cols, names = [np.ones(len(frame))], ["constant_ms"]
+    for name, col in COST_TERMS[1:]:
+        if col in skip:
+            continue
+        x = (pol if col == "policy" else (frame["budget"].to_numpy(np.float64) > 0).astype(np.float64)
+             if col == "drafted" else frame[col].to_numpy(np.float64))
+        if np.ptp(x) > 0:
+            trial = np.column_stack(cols + [x])
+            if np.linalg.matrix_rank(trial / np.maximum(np.linalg.norm(trial, axis=0), 1e-300), tol=1e-9) == trial.shape[1]:
+                cols.append(x)
+                names.append(name)
+                continue
+            notes.append(f"{drafter}: {col} is collinear with the other terms here; its term is dropped")
+        elif col not in ("policy", "drafted"):
+            notes.append(f"{drafter}: {col} does not vary in these rounds (always {x[0]:g}); its term is not "
+                         "identified and the constant absorbs it - log several shapes to separate them")
+    return np.column_stack(cols), names
+
+
+def _ols_cr1(y, X, codes, G):
+    """(beta, CR1 covariance with the (N-1)/(N-K) small-sample factor)."""
+    XtX_inv = np.linalg.pinv(X.T @ X)
+    beta = XtX_inv @ X.T @ y
+    e = y - X @ beta
+    N, K = X.shape
+    V = cr1_covariance(X * e[:, None], XtX_inv, codes, G) * ((N - 1) / max(N - K, 1))
+    return beta, V
+
+
+def _passes_model(frame: pd.DataFrame, pol: np.ndarray) -> tuple[bool, float, float]:
+    """(passes_per_node, passes of a drafted fixed round, passes of a policy round) from the log:
+    the fixed arm from the rounds no policy shaped, the policy arm from the policy's rounds (else
+    the proposal's passes in the fixed rounds: the drafter proposes in full, then the policy looks)."""
+    dp = frame["draft_passes"].to_numpy(np.float64)
+    bg = frame["budget"].to_numpy(np.float64)
+    fixed = pol == 0 if (pol == 0).any() else np.ones(dp.size, bool)
+    dpf, bgf = dp[fixed], bg[fixed]
+    drafted = bgf > 0
+    per_node = bool(drafted.any() and np.mean(dpf[drafted] == bgf[drafted]) > 0.9 and np.ptp(dpf) > 0)
+    passes = float(np.median(dpf[drafted])) if drafted.any() else 1.0
+    src = dp[pol > 0] if (pol > 0).any() else dp
+    full = float(np.median(src[src > 0])) if (src > 0).any() else 0.0
+    return per_node, passes, full
+
+
+def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
+             condition: str | None = "matched", level: float = 0.95, n_boot: int = 1000, seed: int = 0,
+             shapes=None) -> CostFit:
+    """Fit ``round_ms ~ 1 + draft_passes + budget + [budget > 0] (+ policy)`` over one drafter's timed rounds.
+
+    Parameters
+    ----------
+    rounds : LogSet or DataFrame
+        Round logs with ``round_ms``, ``draft_passes`` and ``budget`` (glance-log writes them). A
+        LogSet also tells, from its run metadata, which rounds a policy shaped: the policy's host
+        work is then a fitted term.
+    drafter : str, optional
+        The drafter (needed when the logs hold several).
+    host_ms : float, optional
+        The policy's per-round host work when the logs cannot identify it (measured by
+        ``benchmarks/bench_policy_host.py``); default 0, noted.
+    node_ms : float, optional
+        A known verification cost per node (e.g. from another drafter's rounds on the same
+        target): subtracted, not fitted. A chain drafted one pass per offset cannot separate the
+        pass from the node it adds; this identifies the pass.
+    level : float, default 0.95
+        Interval level: coefficients and ms per round by CR1 (t, G - 1 df); ms per token by
+        prompt bootstrap (the fit and the tokens per round resampled together).
+    n_boot : int, default 1000
+        Prompt-bootstrap replicates for ms per token (0: no interval).
+    shapes : sequence of int, optional
+        Shapes to predict at (default: 0 and every logged shape).
+
+    Returns
+    -------
+    CostFit
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> from glance_law.policy.cost import fit_cost
+    >>> fit_cost(gl.simulate_rounds(seed=0), n_boot=0).model.identified
+    True
+    """
+    notes: list[str] = []
+    frame, drafter = _timed_rounds(rounds, drafter, condition, notes)
+    runs = policy_runs(rounds)
+    pol = (frame["run_id"].astype(str).isin(runs).to_numpy(np.float64) if runs and "run_id" in frame.columns
+           else np.zeros(len(frame)))
+    codes, G = cluster_codes(frame)
+    y = frame["round_ms"].to_numpy(np.float64)
+    if node_ms is not None:
+        y = y - float(node_ms) * frame["budget"].to_numpy(np.float64)
+        notes.append(f"{drafter}: the cost of a node is given ({float(node_ms):g} ms), not fitted")
+    X, names = _design(frame, pol, drafter, notes, skip=("budget",) if node_ms is not None else ())
+    beta, V = _ols_cr1(y, X, codes, G)
+    tc = t_crit(G, level)
+    se = np.sqrt(np.clip(np.diag(V), 0, None))
+    terms = pd.DataFrame({"term": names, "estimate": beta, "estimate_lo": beta - tc * se,
+                          "estimate_hi": beta + tc * se, "se": se})
+    est = dict(zip(names, beta))
+    per_node, passes, full = _passes_model(frame, pol)
+    fitted_host = "policy_host_ms" in est
+    host = float(est["policy_host_ms"]) if fitted_host else float(host_ms or 0.0)
+    assumptions = [
+        "a policy round pays the proposal's full draft passes (the drafter proposes before the policy looks), "
+        f"{full:g} here, whatever shape it picks",
+        "a fixed shape s pays " + ("s draft passes (one per offset)" if per_node else
+                                   f"{passes:g} draft pass(es) when s > 0, none at s = 0"),
+        "cost is linear in the shape within the logged range; the rounds' context lengths are those of the logs",
+    ]
+    if fitted_host:
+        assumptions.append("policy host work: fitted from rounds of runs with and without a policy")
+    elif host_ms is not None:
+        assumptions.append(f"policy host work: {host:g} ms a round, given (measured outside these logs)")
+    else:
+        assumptions.append("policy host work: not in these logs, assumed 0 ms a round")
+        notes.append(f"{drafter}: no rounds of a policy run to fit the policy's host work; assumed 0 (pass host_ms, "
+                     "measured by benchmarks/bench_policy_host.py)")
+    model = CostModel(constant=float(est["constant_ms"]), pass_ms=float(est.get("ms_per_draft_pass", 0.0)),
+                      node_ms=float(est.get("ms_per_tree_node", np.nan) if node_ms is None else node_ms),
+                      passes_per_node=per_node, passes=passes,
+                      source="measured round-cost fit (prompt-clustered OLS)", policy_passes=full, host_ms=host,
+                      tree_ms=float(est.get("tree_round_ms", 0.0)),
+                      intervals=tuple((str(r.term), float(r.estimate_lo), float(r.estimate_hi))
+                                      for r in terms.itertuples()),
+                      assumptions=tuple(assumptions))
+    preds = _predictions(frame, X, model, names, beta, V, tc, codes, G, shapes, n_boot, seed, level)
+    notes.append(f"{drafter}: OLS over {len(frame)} timed rounds, {G} prompts; CR1 prompt-clustered intervals (t, "
+                 f"{G - 1} df); ms per token: {n_boot}-replicate prompt bootstrap (fit and tokens together)")
+    return CostFit(drafter=drafter, terms=terms, predictions=preds, model=model, rounds=len(frame), prompts=G,
+                   level=level, note_lines=tuple(dict.fromkeys(notes)))
+
+
+def _row(model: CostModel, names: list[str], s: float, policy: bool) -> np.ndarray:
+    """The design row of a round of shape s (fixed or policy) in the fitted terms."""
+    vals = {"constant_ms": 1.0, "ms_per_draft_pass": float(model.passes_at(s, policy)), "ms_per_tree_node": float(s),
+            "tree_round_ms": float(s > 0), "policy_host_ms": 1.0 if policy else 0.0}
+    return np.array([vals[n] for n in names])
+
+
+def _predictions(frame, X, model, names, beta, V, tc, codes, G, shapes, n_boot, seed, level) -> pd.DataFrame:
+    """ms per round at every shape (fixed and policy arms: CR1 t intervals) and ms per token at the
+    logged shapes (prompt bootstrap refitting the OLS from per-prompt sufficient statistics)."""
+    bg = frame["budget"].to_numpy(np.float64)
+    tok = (frame["accepted"].to_numpy(np.float64) + 1.0) if "accepted" in frame.columns else None
+    grid = sorted({0, *np.unique(bg).astype(int).tolist()} if shapes is None else {int(s) for s in shapes})
+    host_given = "policy_host_ms" not in names and model.host_ms
+    rows = []
+    for arm in ("fixed", "policy"):
+        for s in grid:
+            x = _row(model, names, s, arm == "policy")
+            m = float(x @ beta) + (model.host_ms if (arm == "policy" and host_given) else 0.0)
+            h = tc * float(np.sqrt(max(x @ V @ x, 0.0)))
+            rows.append({"quantity": "ms_per_round", "arm": arm, "shape": float(s), "tokens_per_round": np.nan,
+                         "estimate": m, "estimate_lo": m - h, "estimate_hi": m + h})
+    if tok is not None:
+        rows += _per_token(frame, X, names, beta, codes, G, bg, tok, n_boot, seed, level)
+    return pd.DataFrame(rows)
+
+
+def _per_token(frame, X, names, beta, codes, G, bg, tok, n_boot, seed, level) -> list[dict]:
+    """ms per token at each logged shape: the fitted ms of its rounds over their mean tokens per round."""
+    y = frame["round_ms"].to_numpy(np.float64)
+    K = X.shape[1]
+    XtX = np.stack([np.bincount(codes, weights=X[:, i] * X[:, j], minlength=G) for i in range(K) for j in range(K)], 1)
+    Xty = np.stack([np.bincount(codes, weights=X[:, i] * y, minlength=G) for i in range(K)], 1)
+    out = []
+    for s in np.unique(bg):
+        at = bg == s
+        n_s = np.bincount(codes[at], minlength=G).astype(np.float64)
+        t_s = np.bincount(codes[at], weights=tok[at], minlength=G)
+        x = X[at].mean(axis=0)                  # the fitted mean ms of the rounds logged at this shape
+        T = t_s.sum() / n_s.sum()
+        est = float(x @ beta) / T
+        lo = hi = np.nan
+        if n_boot > 0 and G >= 2:
+            draws = []
+            for W in bootstrap_counts(G, n_boot, np.random.default_rng(seed)):
+                A = (W @ XtX).reshape(-1, K, K)
+                ok = (np.linalg.matrix_rank(A) == K) & ((W @ n_s) > 0)
+                b = np.linalg.solve(A[ok], (W[ok] @ Xty)[..., None])[..., 0]
+                draws.append((b @ x) / ((W[ok] @ t_s) / (W[ok] @ n_s)))
+            d = np.concatenate(draws)
+            if d.size:
+                lo, hi = percentile_interval(d, level)
+        out.append({"quantity": "ms_per_token", "arm": "logged", "shape": float(s), "tokens_per_round": float(T),
+                    "estimate": est, "estimate_lo": float(lo), "estimate_hi": float(hi)})
+    return out
+
+
+def cost_model(rounds, drafter: str, *, node_ms: float | None = None, pass_ms: float | None = None,
+               constant_ms: float | None = None, host_ms: float | None = None, notes: list | None = None) -> CostModel:
+    """The measured round-cost model of ``drafter`` (:func:`fit_cost`, point estimates), with any term
+    overridden by the caller. Terms the logs cannot identify stay NaN (node cost) or 0 (pass cost)
+    and are noted; logs without timings give an unidentified model."""
+    notes = notes if notes is not None else []
+    frame = getattr(rounds, "frame", rounds)
+    c = CostModel()
+    timed = {"round_ms", "draft_passes", "budget"} <= set(getattr(frame, "columns", ()))
+    if timed and frame["round_ms"].notna().sum() >= 3:
+        try:
+            fit = fit_cost(rounds, drafter=drafter, host_ms=host_ms, n_boot=0)
+            c = fit.model
+            notes.extend(n for n in fit.notes if "OLS over" not in n)
+        except GlanceError as exc:
+            notes.append(f"round-cost fit failed ({exc})")
+    else:
+        notes.append("no round_ms in the logs: no round-cost fit")
+    given = []
+    for name, v, attr in (("constant", constant_ms, "constant"), ("pass cost", pass_ms, "pass_ms"),
+                          ("node cost", node_ms, "node_ms"), ("host work", host_ms, "host_ms")):
+        if v is not None and (attr != "host_ms" or c.source == "none"):
+            c = replace(c, **{attr: float(v)})
+            given.append(name)
+    if given:
+        c = replace(c, source=c.source + " + given " + ", ".join(given))
+    if not np.isfinite(c.node_ms):
+        notes.append(f"{drafter}: the cost of a node is not identified (the logged budget does not vary); modelled "
+                     "ms/token and speedups are not reported - log several budgets or pass --node-ms")
+    return c
+

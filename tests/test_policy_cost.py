@@ -1,0 +1,116 @@
+"""The measured round-cost model (glance_law.policy.cost): recovery of known terms with
+prompt-clustered intervals, the policy arm's passes and host work, and the JSON record."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from glance_law.errors import GlanceError, MissingColumnError
+from glance_law.policy.cost import CostModel, cost_model, fit_cost, policy_runs
+
+TRUTH = {"constant_ms": 20.0, "ms_per_draft_pass": 3.0, "ms_per_tree_node": 0.5, "tree_round_ms": 4.0,
+         "policy_host_ms": 1.5}
+
+
+def _rounds(seed: int, prompts: int = 40, per: int = 30):
+    """Timed rounds of a chain drafter (passes = depth) at several depths, half the runs policy-shaped,
+    with a per-prompt random effect (clustered noise) and per-round noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(prompts):
+        u = rng.normal(0, 2.0)
+        pol = g % 2 == 1
+        for r in range(per):
+            depth = int(rng.integers(0, 8))
+            passes = 8 if pol else depth          # a policy round pays the full proposal
+            ms = (TRUTH["constant_ms"] + TRUTH["ms_per_draft_pass"] * passes + TRUTH["ms_per_tree_node"] * depth
+                  + TRUTH["tree_round_ms"] * (depth > 0) + TRUTH["policy_host_ms"] * pol + u + rng.normal(0, 1.0))
+            rows.append({"task": "t", "prompt_id": str(g), "round": r, "drafter": "chain", "condition": "matched",
+                         "run_id": "pol" if pol else "fix", "round_ms": ms, "draft_passes": passes,
+                         "budget": depth, "accepted": int(rng.integers(0, depth + 1))})
+    frame = pd.DataFrame(rows)
+    files = (SimpleNamespace(run={"run_id": "pol", "policy": {"family": "gated"}}),
+             SimpleNamespace(run={"run_id": "fix"}))
+    return SimpleNamespace(frame=frame, files=files)
+
+
+def test_fit_recovers_every_term_inside_its_interval():
+    logs = _rounds(0)
+    assert policy_runs(logs) == {"pol"}
+    fit = fit_cost(logs, n_boot=200)
+    for term, true in TRUTH.items():
+        est, lo, hi = fit.coefficient(term)
+        assert lo <= true <= hi, (term, est, lo, hi)
+        assert hi - lo < 4.0          # informative (the host term varies between prompts only)
+    m = fit.model
+    assert m.policy_passes == 8 and m.host_ms == pytest.approx(fit.coefficient("policy_host_ms")[0])
+    # a policy round pays the full proposal and its host work at every shape, a fixed one does not
+    assert m.ms(0, policy=True) - m.ms(0) == pytest.approx(m.pass_ms * 8 + m.host_ms)
+    assert m.ms(1) - m.ms(0) == pytest.approx(m.pass_ms + m.node_ms + m.tree_ms)
+    p = fit.predictions
+    row = p[(p["quantity"] == "ms_per_round") & (p["arm"] == "fixed") & (p["shape"] == 4)].iloc[0]
+    true4 = TRUTH["constant_ms"] + TRUTH["tree_round_ms"] + 4 * (TRUTH["ms_per_draft_pass"] + TRUTH["ms_per_tree_node"])
+    assert row["estimate_lo"] <= true4 <= row["estimate_hi"]
+    tok = p[p["quantity"] == "ms_per_token"]
+    assert len(tok) == 8 and (tok["estimate_lo"] <= tok["estimate"]).all() and (tok["estimate"] <= tok["estimate_hi"]).all()
+    assert {"coefficient", "ms_per_round", "ms_per_token"} == set(fit.to_frame()["quantity"])
+
+
+@pytest.mark.slow
+def test_coefficient_intervals_cover_near_nominal():
+    hits = {t: 0 for t in TRUTH}
+    n = 200
+    for s in range(n):
+        fit = fit_cost(_rounds(100 + s, prompts=30, per=20), n_boot=0)
+        for t, true in TRUTH.items():
+            _, lo, hi = fit.coefficient(t)
+            hits[t] += lo <= true <= hi
+    for t in TRUTH:
+        assert 0.90 <= hits[t] / n <= 0.99, (t, hits[t] / n)
+
+
+def test_a_given_node_cost_identifies_a_chain_pass():
+    """A chain drafted one pass per offset: passes = nodes, so only their sum is identified by the
+    fit; a node cost known from elsewhere identifies the pass."""
+    f = _rounds(5).frame                 # (coverage of this interval: 98 of 100 seeds)
+    f = f.loc[f["run_id"] == "fix"]
+    fit = fit_cost(f, node_ms=TRUTH["ms_per_tree_node"], n_boot=0)
+    est, lo, hi = fit.coefficient("ms_per_draft_pass")
+    assert lo <= TRUTH["ms_per_draft_pass"] <= hi and fit.model.node_ms == TRUTH["ms_per_tree_node"]
+    assert np.isnan(fit.coefficient("ms_per_tree_node")[0]) and any("given" in n for n in fit.notes)
+
+
+def test_terms_that_do_not_vary_are_not_identified_and_noted():
+    logs = _rounds(1)
+    f = logs.frame.assign(budget=5, draft_passes=1)
+    fit = fit_cost(f, n_boot=0)
+    assert np.isnan(fit.coefficient("ms_per_tree_node")[0])
+    assert any("does not vary" in n for n in fit.notes)
+    assert any("assumed 0" in n for n in fit.notes)          # no policy runs in a bare frame: host work assumed
+    c = cost_model(f, "chain", notes=[])
+    assert not c.identified
+    c2 = cost_model(f, "chain", node_ms=0.2, host_ms=0.7, notes=[])
+    assert c2.identified and c2.node_ms == 0.2 and c2.host_ms == 0.7
+
+
+def test_record_is_json_and_names_its_assumptions():
+    fit = fit_cost(_rounds(2), n_boot=0)
+    d = fit.model.to_dict()
+    json.dumps(d, allow_nan=False)
+    assert set(d["intervals"]) == set(TRUTH)
+    assert any("full draft passes" in a for a in d["assumptions"])
+    assert CostModel().to_dict()["node_ms"] is None
+
+
+def test_bad_input_is_one_clear_error():
+    f = _rounds(3).frame
+    with pytest.raises(MissingColumnError):
+        fit_cost(f.drop(columns=["round_ms"]))
+    with pytest.raises(GlanceError, match="at least 3"):
+        fit_cost(f.head(2))
+    with pytest.raises(GlanceError, match="speculative drafters"):
+        fit_cost(pd.concat([f, f.assign(drafter="other")]))
