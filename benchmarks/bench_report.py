@@ -15,13 +15,14 @@ simulate_tree_rounds`, five tasks, L = 15, k = 8, budget 63: every per-offset ve
 ``pred_entropy``, ``depth`` and one prompts file per part), written once as parts of about 10^5 rounds
 into ``--keep DIR`` (reused when it already holds them) or a temporary folder. Peak RSS is the
 largest of the report's processes (``RUSAGE_CHILDREN``: the main process or its tail worker).
+``--per-section`` also runs every section alone (``--only NAME``, a fresh process each: reading the
+logs included) for its wall time, CPU seconds and peak RSS.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -72,19 +73,25 @@ def generate(folder: Path, rounds: int, seed: int = 0) -> list[Path]:
 
 
 def run_once(logs: str, extra: list[str]) -> dict:
+    """One report in a fresh process; wall, CPU (user + sys) and peak RSS of that process and its
+    workers (``wait4``'s rusage: the largest RSS of the process and its reaped descendants)."""
     with tempfile.TemporaryDirectory() as tmp:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        err = Path(tmp) / "stderr"
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "glance_law.report", logs, "--out", str(Path(tmp) / "app"), *extra],
-                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MPLBACKEND": "Agg"})
+        with open(err, "w") as fh:
+            p = subprocess.Popen([sys.executable, "-m", "glance_law.report", logs, "--out", str(Path(tmp) / "app"),
+                                  *extra], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=fh,
+                                 env={**os.environ, "MPLBACKEND": "Agg"})
+            _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        if r.returncode != 0:
-            sys.exit(f"the report failed ({r.returncode}):\n{r.stderr[-2000:]}")
-        sections = re.findall(r": ([\w-]+) \(([^)]*\)?)\): (\w+).*?\[([\d.]+) s\]", r.stderr)
+        text = err.read_text()
+        if p.returncode != 0:
+            sys.exit(f"the report failed ({p.returncode}):\n{text[-2000:]}")
+        sections = re.findall(r": ([\w-]+) \(([^)]*\)?)\): (\w+).*?\[([\d.]+) s\]", text)
         n_files = len(list((Path(tmp) / "app").rglob("*.*")))
-    return {"wall": wall, "cpu": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
-            "rss_mb": after.ru_maxrss / 1024, "sections": sections, "files": n_files}
+    return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss_mb": ru.ru_maxrss / 1024, "sections": sections,
+            "files": n_files}
 
 
 def main(argv=None) -> int:
@@ -96,6 +103,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=float, default=None, metavar="N",
                     help="generate about N glance-log rounds (vector columns included) and report on them")
     ap.add_argument("--keep", default=None, metavar="DIR", help="where --rounds writes (and reuses) its logs")
+    ap.add_argument("--per-section", action="store_true", help="also run each section alone (its own process)")
     args = ap.parse_args(argv)
     if args.rounds:
         keep = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-report-"))
@@ -112,6 +120,12 @@ def main(argv=None) -> int:
               f"{res['files']} files")
         for name, _paper, status, secs in res["sections"]:
             print(f"    {name:18s} {status:8s} {float(secs):6.1f} s")
+    if args.per_section:
+        print("each section alone (--only NAME; reading the logs included):")
+        for name, _paper, status, _secs in res["sections"]:
+            one = run_once(args.logs, shlex.split(args.report_args) + ["--only", name])
+            print(f"    {name:18s} {status:8s} wall {one['wall']:6.1f} s, CPU {one['cpu']:6.1f} s, "
+                  f"peak RSS {one['rss_mb']:5.0f} MB", flush=True)
     return 0
 
 

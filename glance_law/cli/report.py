@@ -196,11 +196,12 @@ def sha256(path) -> str:
 FULL_READ_ROUNDS = 200_000
 
 
-def scalar_columns(paths: Sequence[str], limit: int = FULL_READ_ROUNDS) -> list[str] | None:
+def scalar_columns(paths: Sequence[str], limit: int | None = None) -> list[str] | None:
     """The non-list columns of the round files among ``paths`` when they hold more than ``limit``
-    rounds (from the Parquet footers); None - read every column - for smaller logs, foreign logs,
-    or files the reader will refuse or skip (it names them)."""
+    rounds (default :data:`FULL_READ_ROUNDS`; from the Parquet footers); None - read every column -
+    for smaller logs and foreign logs. Files the reader will refuse or skip (it names them) are not counted."""
     import pyarrow as pa
+    limit = FULL_READ_ROUNDS if limit is None else limit
 
     from glance_law.data.io import LogError, expand_paths, file_meta, split_foreign
     try:
