@@ -12,6 +12,14 @@ audit, timing, fano), figures from :mod:`glance_law.results.plots`.
 
 The ``analyses/`` scripts run one section each; ``python -m glance_law.report``
 runs them all.
+
+Large logs: the report may read only the scalar columns into :attr:`Inputs.rounds` and set
+:attr:`Inputs.reader`; a section that needs per-offset list columns (:data:`VECTORS`: ``match``,
+``topk_logq``, ``target_rank``, ...) gets them from :meth:`Inputs.part`, which also samples whole
+prompts (:mod:`glance_law.data.sample`, seeded by ``--seed``) when the logs hold more rounds than the
+section's cap (:attr:`Options.replay_rounds` for the width and policy replays,
+:attr:`Options.offset_rounds` for the per-offset tables; 0 = every round), and says so in the
+section's notes.
 """
 from __future__ import annotations
 
@@ -22,13 +30,16 @@ from typing import Any
 import pandas as pd
 
 from glance_law.data.outputs import safe_stem
-from glance_law.data.schema import SUPPLIED_BY
+from glance_law.data.schema import LIST_FLOAT, LIST_INT, ROUND_COLUMNS, SUPPLIED_BY
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results import format as _fmt
 from glance_law.results import plots
 
-__all__ = ["Options", "Inputs", "Table", "Figure", "Section", "SECTIONS", "LAW_TABLE_COLUMNS", "section", "names",
-           "get", "select"]
+__all__ = ["Options", "Inputs", "Table", "Figure", "Section", "SECTIONS", "LAW_TABLE_COLUMNS", "VECTORS", "section",
+           "names", "get", "select"]
+
+#: The per-offset list columns of the round contract (read per section, and sampled, on large logs).
+VECTORS: tuple[str, ...] = tuple(c.name for c in ROUND_COLUMNS if c.family in (LIST_INT, LIST_FLOAT))
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,8 @@ class Options:
     vocab_size: float | None = None    # Fano check (default: the run metadata's vocab_size)
     tie_threshold: float = 0.1         # the audit's near-tie margin (logits)
     by: str | None = "task"            # "task", or None (--by none): every section's pooled rows only
+    replay_rounds: int = 25_000        # width and policy replays: a prompt sample above this many rounds (0: all)
+    offset_rounds: int = 200_000       # per-offset tables: a prompt sample above this many rounds (0: all)
 
 
 @dataclass
@@ -66,6 +79,9 @@ class Inputs:
     rounds: Any                        # glance_law.io.LogSet of kind rounds
     prompts: pd.DataFrame | None
     options: Options = field(default_factory=Options)
+    #: (list columns, keep) -> LogSet: the round files read again with those list columns, only the rows
+    #: ``keep`` (a function of an Arrow table, or None) keeps; set when ``rounds`` holds only scalar columns
+    reader: Callable | None = None
     _cache: dict = field(default_factory=dict)
     #: the inputs hold per-turn counts only (no per-step rows): ``prompts`` carries them, ``rounds`` is empty
     per_turn: bool = False
@@ -79,6 +95,43 @@ class Inputs:
         f = self.frame
         live = f.loc[(f["horizon"] > 0) & (f["condition"].astype(str) == "matched")]
         return sorted(set(live["drafter"].astype(str)))
+
+    def part(self, vectors: Sequence[str], sample: str | None = None) -> tuple[Any, str | None]:
+        """The rounds with the list columns ``vectors`` (read through :attr:`reader` when the frame
+        lacks them), of a prompt-clustered sample when there are more rounds than the Options field
+        ``sample`` allows (None or 0: every round), and the sample's note (None: every round)."""
+        from dataclasses import replace
+
+        from glance_law.data.sample import sample_note, sample_prompts
+        max_rounds = int(getattr(self.options, sample)) if sample else 0
+        key = ("part", tuple(vectors), max_rounds)
+        if key in self._cache:
+            return self._cache[key]
+        f = self.frame
+        mask, kept = sample_prompts(f, int(max_rounds), self.options.seed)
+        need = [v for v in vectors if v in VECTORS and v not in f.columns]
+        if self.reader is not None and need:
+            rounds = self.reader(need, None if mask is None else _keep_clusters(kept))
+        else:
+            rounds = self.rounds if mask is None else replace(self.rounds, frame=f.loc[mask].reset_index(drop=True))
+        note = None
+        if mask is not None:
+            note = sample_note(len(rounds.frame), len(f), len(kept), _n_prompts(f), self.options.seed,
+                               "--" + str(sample).replace("_", "-"))
+        self._cache[key] = (rounds, note)
+        return rounds, note
+
+    def missing(self, needs: Sequence[str], sample: str | None = None) -> list[str]:
+        """The columns of ``needs`` the logs lack (absent or null in every row); list columns the
+        frame was read without are looked for in :meth:`part`'s rounds."""
+        from glance_law.data.needs import missing
+        lacking = missing(self.frame, needs)
+        late = [c for c in lacking if c in VECTORS and self.reader is not None]
+        if late:
+            part, _ = self.part(late, sample)
+            still = set(missing(part.frame, late))
+            lacking = [c for c in lacking if c not in late or c in still]
+        return lacking
 
     def law(self):
         if "law" not in self._cache:
@@ -112,6 +165,22 @@ class Inputs:
                             "accepted", "horizon", "round_order") if c in r.frame.columns]
         light = LogSet(r.kind, r.frame[cols], r.files, r.skipped, r.other, r.notes)
         self._cache["tail_future"] = executor.submit(_tail_job, light, self.options)
+
+
+def _n_prompts(frame: pd.DataFrame) -> int:
+    return int(len(frame[["task", "prompt_id"]].drop_duplicates())) if len(frame) else 0
+
+
+def _keep_clusters(kept: pd.DataFrame):
+    """A ``keep`` function for :func:`glance_law.data.io.read_logs`: the rows of the kept (task, prompt_id)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    want = pa.array((kept["task"].astype(str) + "\x1f" + kept["prompt_id"].astype(str)).tolist(), pa.string())
+
+    def keep(table):
+        cols = [pc.cast(table.column(c), pa.string()) for c in ("task", "prompt_id")]
+        return pc.fill_null(pc.is_in(pc.binary_join_element_wise(*cols, "\x1f"), value_set=want), False)
+    return keep
 
 
 def _law_fit(rounds, o: Options):
@@ -156,8 +225,12 @@ class Table:
     notes: tuple[str, ...] = ()
 
     def render(self, fmt: str) -> str:
-        if self.result is not None:
-            return self.result.summary(fmt)
+        r = self.result
+        if r is not None and not self.notes:
+            return r.summary(fmt)
+        if r is not None:               # the result's own table, with the section's notes after its own
+            frame = r.display_frame() if fmt in _fmt.HUMAN else r.to_frame()
+            return _fmt.render(frame, fmt, r.title, tuple(r.notes) + self.notes, 3, keep=r.display_keep)
         return _fmt.render(self.frame, fmt, self.title, self.notes)
 
     @property
@@ -184,11 +257,11 @@ class Section:
     build: Callable[[Inputs], list]
     needs: tuple[str, ...] = ()      # round columns it cannot do without (checked before it runs)
     by_none: str = ""                # why it has no pooled row (then it does not run with --by none)
+    sample: str | None = None        # the Options field capping its rounds (a prompt sample above it)
 
     def missing(self, inp: Inputs) -> list[str]:
         """The columns of ``needs`` the logs lack (absent or null in every row)."""
-        from glance_law.data.needs import missing
-        return missing(inp.frame, self.needs)
+        return inp.missing(self.needs, self.sample)
 
 
 SECTIONS: list[Section] = []
@@ -197,9 +270,10 @@ SECTIONS: list[Section] = []
 ENTROPY = ("root_entropy",)
 
 
-def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted", "horizon"), by_none: str = ""):
+def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted", "horizon"), by_none: str = "",
+            sample: str | None = None):
     def deco(fn):
-        SECTIONS.append(Section(name, paper, what, fn, tuple(needs), by_none))
+        SECTIONS.append(Section(name, paper, what, fn, tuple(needs), by_none, sample))
         return fn
     return deco
 
@@ -367,20 +441,23 @@ def ordering(inp: Inputs) -> list:
             Table("corollary_order_verdict", res.verdict_table())]
 
 
-@section("offsets", "Assumption 2 (B.2)", "per-offset match law, hazards, the Assumption 2 test, survival by decile")
+@section("offsets", "Assumption 2 (B.2)", "per-offset match law, hazards, the Assumption 2 test, survival by decile",
+         sample="offset_rounds")
 def offsets(inp: Inputs) -> list:
     from glance_law.evidence import offsets as off
     lv, nb = inp.options.level, inp.options.offset_bins
     by = inp.options.by or "none"
+    rounds, note = inp.part(("match",), "offset_rounds")
+    notes = (note,) if note else ()
     out, errs = [], []
     # the floor's two-state model is the survival section's (fitted once, in inp.tail())
-    for stem, make in (("assumption2_offset_law", lambda: off.offset_law(inp.rounds, by=by, level=lv)),
-                       ("assumption2_test", lambda: off.assumption2_test(inp.rounds, by=by, n_bins=nb, level=lv)),
-                       ("assumption2_hazards", lambda: off.offset_hazards(inp.rounds, by=by, n_bins=nb, level=lv)),
+    for stem, make in (("assumption2_offset_law", lambda: off.offset_law(rounds, by=by, level=lv)),
+                       ("assumption2_test", lambda: off.assumption2_test(rounds, by=by, n_bins=nb, level=lv)),
+                       ("assumption2_hazards", lambda: off.offset_hazards(rounds, by=by, n_bins=nb, level=lv)),
                        ("assumption2_survival_deciles",
-                        lambda: off.run_survival(inp.rounds, by=by, n_bins=nb, level=lv, two_state=False))):
+                        lambda: off.run_survival(rounds, by=by, n_bins=nb, level=lv, two_state=False))):
         try:
-            out.append(Table(stem, make()))
+            out.append(Table(stem, make(), notes=notes))
         except MissingColumnError as exc:  # the tables the logs allow are still made
             errs.append(exc)
     if not out:
@@ -423,26 +500,35 @@ def survival(inp: Inputs) -> list:
 # width (B.5)
 # ---------------------------------------------------------------------------
 
-@section("width", "Figure 5 (B.5)", "width policies at equal verifier budget, replayed from the logs", needs=ENTROPY + ("topk_logq", "target_rank"))
+REPLAY = ("topk_logq", "target_rank")
+
+
+@section("width", "Figure 5 (B.5)", "width policies at equal verifier budget, replayed from the logs",
+         needs=ENTROPY + REPLAY, sample="replay_rounds")
 def width(inp: Inputs) -> list:
     from glance_law.replay.width import width_allocation
     o = inp.options
-    res = width_allocation(inp.rounds, budgets=o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed,
+    rounds, note = inp.part(REPLAY, "replay_rounds")
+    notes = (note,) if note else ()
+    res = width_allocation(rounds, budgets=o.budgets, n_boot=o.width_boot, level=o.level, seed=o.seed,
                            exchange_rate=o.exchange_rate, by=o.by)
     return [Figure("figure5_width_pareto", plots.width_pareto(res),
                    "Accepted value against mean verifier budget for the oracle, entropy-keyed and fixed-width "
-                   "policies (replayed)"),
-            Table("figure5_width", res), Table("figure5_rescue", res.rescue), Table("figure5_regret", res.regret),
+                   "policies (replayed" + ("; a prompt-clustered sample, see the tables' notes)" if note else ")")),
+            Table("figure5_width", res, notes=notes), Table("figure5_rescue", res.rescue, notes=notes),
+            Table("figure5_regret", res.regret, notes=notes),
             Table("figure5_pareto_points", frame=res.pareto, title="the Pareto points behind Figure 5",
                   notes=("accepted: mean accepted tokens per round of each policy at each mean budget "
-                         "(nodes per round), replayed from the logged top-k",))]
+                         "(nodes per round), replayed from the logged top-k",) + notes)]
 
 
-@section("policy", "B.5, causal form", "draft policies fitted on training prompts, scored on held-out prompts")
+@section("policy", "B.5, causal form", "draft policies fitted on training prompts, scored on held-out prompts",
+         sample="replay_rounds")
 def policy(inp: Inputs) -> list:
     from glance_law.policy.search import default_target, policy_table, prepare_for
     o = inp.options
-    frame = getattr(inp.rounds, "frame", inp.rounds)
+    rounds, note = inp.part(REPLAY, "replay_rounds")
+    frame = rounds.frame
     if "drafter" in frame.columns:
         from glance_law.data.arms import label_targets, plain_drafter
         labels = label_targets(frame)["drafter"].astype(str)
@@ -452,14 +538,15 @@ def policy(inp: Inputs) -> list:
     out, why = [], []
     for d in names:
         try:
-            data = prepare_for(inp.rounds, drafter=d)
+            data = prepare_for(rounds, drafter=d)
             target = default_target(data, o.budgets)
-            res = policy_table(inp.rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed,
+            res = policy_table(rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed,
                                prompts=inp.prompts)
         except GlanceError as exc:
             why.append(f"{d}: {exc}")
             continue
-        out.append(Table("policy_heldout" if len(names) == 1 else f"policy_heldout-{safe_stem(d)}", res))
+        out.append(Table("policy_heldout" if len(names) == 1 else f"policy_heldout-{safe_stem(d)}", res,
+                         notes=(note,) if note else ()))
     if not out:
         raise GlanceError("no drafter's rounds could be evaluated as draft policies (" + "; ".join(why) + ")")
     return out
@@ -548,7 +635,8 @@ def _prompts(inp: Inputs, analysis: str, flag: str) -> pd.DataFrame:
 def audit(inp: Inputs) -> list:
     from glance_law.evidence.audit import audit as run_audit
     P = _prompts(inp, "Table 7 (the audit)", SUPPLIED_BY["greedy_match"])
-    res = run_audit(P, inp.frame, threshold=inp.options.tie_threshold, by=inp.options.by or "none")
+    rounds, _ = inp.part(("committed",))          # every round: the audit follows each prompt's whole stream
+    res = run_audit(P, rounds.frame, threshold=inp.options.tie_threshold, by=inp.options.by or "none")
     return [Table("table7_audit", res), Table("table7_divergences", res.divergences())]
 
 

@@ -19,6 +19,15 @@ theory appendix - and writes
 Same logs, options and seed give byte-identical tables and index (every bootstrap is
 seeded from ``--seed``), and byte-identical figures with the same matplotlib.
 
+Large logs (more than :data:`FULL_READ_ROUNDS` rounds) are read without their per-offset list
+columns; a section that needs some (offsets: ``match``; width and policy: ``topk_logq`` and
+``target_rank``; the audit: ``committed``) reads only those, again, for the rows it uses. The width
+and policy replays run on a seeded prompt-clustered sample of ``--replay-rounds`` rounds (default
+25,000) and the per-offset tables on one of ``--offset-rounds`` (default 200,000) when the logs hold
+more (:mod:`glance_law.data.sample`; the sample is named in the section's notes; 0 uses every round).
+The tail's worker process (``--jobs 2``) ends with the report, even a killed one
+(:mod:`glance_law.cli.workers`).
+
 A section whose inputs the logs lack (no ``topk_logq``, no mismatched condition, no
 autoregressive arm, no prompt files, ...) is *skipped*, never dropped silently: the
 index and stderr name what is missing and the flag that records it
@@ -61,6 +70,7 @@ from pathlib import Path
 
 from glance_law import appendix as A
 from glance_law._version import __version__
+from glance_law.cli import workers
 from glance_law.cli.common import (
     Parser,
     UsageError,
@@ -143,6 +153,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="Table 14's training drafter (default: block when present)")
     g.add_argument("--vocab-size", type=float, default=None, metavar="V",
                    help="the target's vocabulary size for the Fano check (default: from the run metadata)")
+    g.add_argument("--replay-rounds", type=int, default=A.Options.replay_rounds, metavar="N",
+                   help="the width and policy replays run on a seeded sample of whole prompts of about N rounds "
+                        f"when the logs hold more (default {A.Options.replay_rounds}; 0: every round)")
+    g.add_argument("--offset-rounds", type=int, default=A.Options.offset_rounds, metavar="N",
+                   help="the per-offset tables (offsets) likewise, above N rounds "
+                        f"(default {A.Options.offset_rounds}; 0: every round)")
     # the old --bootstrap of the report meant the probe's and the ordering's replicates
     deprecated_alias(g, "--bootstrap", "probe_bootstrap", "order_bootstrap", type=int)
     for module, dests in SECTION_OPTIONS:
@@ -158,6 +174,8 @@ def options_from(args) -> A.Options:
         raise UsageError("--level must lie strictly between 0 and 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    if args.replay_rounds < 0 or args.offset_rounds < 0:
+        raise UsageError("--replay-rounds and --offset-rounds must be >= 0 (0: every round)")
     if args.tail_folds < 2 or args.offset_bins < 2 or args.transfer_bins < 2:
         raise UsageError("--tail-folds, --offset-bins and --transfer-bins must be >= 2")
     return A.Options(seed=args.seed, level=args.level, budget=args.budget, gamma=args.gamma,
@@ -169,7 +187,8 @@ def options_from(args) -> A.Options:
                      offset_bins=args.offset_bins, transfer_bins=args.transfer_bins, signals=tuple(args.signal),
                      task_order=tuple(names(args.task_order)) if args.task_order else None,
                      reference=args.reference_drafter, vocab_size=args.vocab_size,
-                     tie_threshold=args.tie_threshold, by=grouping(args.by))
+                     tie_threshold=args.tie_threshold, by=grouping(args.by), replay_rounds=args.replay_rounds,
+                     offset_rounds=args.offset_rounds)
 
 
 # ---------------------------------------------------------------------------
@@ -187,29 +206,86 @@ def sha256(path) -> str:
     return h.hexdigest()
 
 
+#: Logs with more rounds than this are read without their list columns (each section reads the ones it needs).
+FULL_READ_ROUNDS = 200_000
+
+
+def scalar_columns(paths: Sequence[str], limit: int | None = None) -> list[str] | None:
+    """The non-list columns of the round files among ``paths`` when they hold more than ``limit``
+    rounds (default :data:`FULL_READ_ROUNDS`; from the Parquet footers); None - read every column -
+    for smaller logs and foreign logs. Files the reader will refuse or skip (it names them) are not counted."""
+    import pyarrow as pa
+    limit = FULL_READ_ROUNDS if limit is None else limit
+
+    from glance_law.data.io import LogError, expand_paths, file_meta, split_foreign
+    try:
+        files, foreign = split_foreign(expand_paths(list(paths), []))
+    except LogError:
+        return None
+    if foreign:
+        return None
+    metas = []
+    for f in files:
+        try:
+            metas.append(file_meta(f))
+        except LogError:        # the reader names it (or skips it with --skip-bad)
+            continue
+    rounds = [md for md, kind, _ in metas if kind == "rounds"]
+    if sum(md.num_rows for md in rounds) <= limit:
+        return None
+    names: dict = {}
+    for md in rounds:
+        for fld in md.schema.to_arrow_schema():
+            if not (pa.types.is_list(fld.type) or pa.types.is_large_list(fld.type)
+                    or pa.types.is_fixed_size_list(fld.type)):
+                names.setdefault(fld.name)
+    return list(names)
+
+
+def _labelled(rounds):
+    """``rounds`` with several target models' drafters labelled ``drafter @ target`` (data.arms)."""
+    from dataclasses import replace
+
+    from glance_law.data.arms import label_targets
+    notes: list[str] = []
+    frame = label_targets(rounds.frame, notes)   # several target models: arm = drafter @ target, everywhere
+    return replace(rounds, frame=frame, notes=tuple(rounds.notes) + tuple(notes)) if notes else rounds
+
+
 def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None,
                 chain=None) -> A.Inputs:
-    """The round logs (every column) and the prompt files among ``paths`` (``horizon``, ``chain``:
-    the declarations of ``--horizon`` and ``--chain``, :mod:`glance_law.data.declare`)."""
+    """The round logs and the prompt files among ``paths`` (``horizon``, ``chain``: the declarations
+    of ``--horizon`` and ``--chain``, :mod:`glance_law.data.declare`). Every column, or on large logs
+    (:func:`scalar_columns`) the scalar columns, with :attr:`glance_law.appendix.Inputs.reader`
+    reading list columns for the sections. Per-turn counts only (no per-step rows):
+    :func:`per_turn_inputs`."""
     from dataclasses import replace
 
     from glance_law.cli import perturn
-    from glance_law.data.arms import label_targets
     from glance_law.data.io import PromptsOnlyError, read_logs
+    scalars = scalar_columns(paths)
     try:
-        rounds = read_logs(list(paths), "rounds", skip_bad=skip_bad, horizon=horizon, chain=chain)
+        rounds = read_logs(list(paths), "rounds", columns=scalars, skip_bad=skip_bad, horizon=horizon, chain=chain)
         turns = perturn.per_turn_only(rounds)
     except PromptsOnlyError:           # per-turn counts only: the summary and timing sections run on them
         turns = True
     if turns:
         return per_turn_inputs(paths, options, skip_bad, horizon)
-    notes: list[str] = []
-    frame = label_targets(rounds.frame, notes)   # several target models: arm = drafter @ target, everywhere
-    if notes:
-        rounds = replace(rounds, frame=frame, notes=tuple(rounds.notes) + tuple(notes))
+    rounds = _labelled(rounds)
+    reader = None
+    if scalars is not None:
+        files = [f.path for f in rounds.files]
+        cols = [c for c in rounds.frame.columns if c in scalars]
+
+        def reader(vectors, keep):
+            return _labelled(read_logs(files, "rounds", columns=cols + list(vectors), horizon=horizon, chain=chain,
+                                       keep=keep))
+        rounds = replace(rounds, notes=tuple(rounds.notes) + (
+            f"{len(rounds.frame)} rounds: the per-offset list columns are read only by the sections that use "
+            "them, and sections with a round cap run on a prompt-clustered sample (named in their notes)",))
     prompt_files = [f.path for f in rounds.other if f.kind == "prompts"]
     prompts = read_logs(prompt_files, "prompts", skip_bad=skip_bad).frame if prompt_files else None
-    return A.Inputs(rounds=rounds, prompts=prompts, options=options)
+    return A.Inputs(rounds=rounds, prompts=prompts, options=options, reader=reader)
 
 
 def per_turn_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None) -> A.Inputs:
@@ -465,11 +541,9 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     prev_entries = {e["name"]: e for e in (prev or {}).get("sections", [])}
     ran = {s.name for s in sections}
     command = _command(prog, argv)
-    entries, status, executor = [], 0, None
+    entries, status, executor, clean = [], 0, None, False
     if args.jobs >= 2 and ran & {"tail", "survival"}:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        executor = workers.process_pool(1)   # its worker ends with this process, even a killed one
         inp.start_tail(executor)
     try:
         for s in A.SECTIONS:
@@ -489,9 +563,10 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
                 what = entry["status"] if entry["status"] == "ok" else f"{entry['status']}: {entry['reason']}"
                 log(f"{prog}: {s.name} ({s.paper}): {what} [{time.perf_counter() - t:.1f} s]")
             entries.append(entry)
+        clean = True
     finally:
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        if executor is not None:          # an exception or a signal: end the worker now, not after its job
+            workers.stop(executor, wait=clean)
     _write_text(out, INDEX, render_index(entries, files, notes, out))
     import matplotlib
 
@@ -558,7 +633,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
             for s in A.SECTIONS:
                 print(f"{s.name:18s} {s.paper:22s} {s.what}")
             return 0
-        return run(args, argv, prog, log)
+        with workers.terminate_on_signals():
+            return run(args, argv, prog, log)
 
     return run_main(prog, body)
 

@@ -589,7 +589,7 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
 # --------------------------------------------------------------------------
 
 def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | None = None,
-              skip_bad: bool = False, horizon=None, chain=None) -> LogSet:
+              skip_bad: bool = False, horizon=None, chain=None, keep=None) -> LogSet:
     """Read every file of ``kind`` among ``paths`` (files, folders, globs) into one frame.
 
     ``columns``: the columns to read; the contract's required and key columns are
@@ -605,6 +605,8 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     ``chain``: drafter names (``"*"``: every drafter) declared to have drafted one top-1 chain
     (``--chain``): their rounds read with budget = horizon, with a note
     (:func:`glance_law.data.declare.declare_chain`).
+    ``keep``: a function of one file's checked Arrow table returning a boolean mask of the rows to
+    keep (a sample of a large log: only the kept rows are converted to pandas; Parquet files only).
 
     A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
     column, out-of-range value, duplicate key within or across files) raises
@@ -622,7 +624,7 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     notes_in: list[str] = []
     if foreign:
         _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, other, notes_in, horizon)
-    for path, got in zip(files, _load_all(files, kind, columns, skip_bad)):
+    for path, got in zip(files, _load_all(files, kind, columns, skip_bad, keep)):
         if isinstance(got, LogError):
             if not skip_bad:
                 raise got from None
@@ -756,24 +758,25 @@ def _read_foreign(foreign, kind, columns, skip_bad, tables, infos, skipped, othe
         infos.append(FileInfo(path, kind, part.num_rows, run))
 
 
-def _load_one(path: Path, kind: str, columns):
+def _load_one(path: Path, kind: str, columns, keep=None):
     """(table, run) for a file of ``kind``, a FileInfo for another kind, or the LogError."""
     try:
         md, fkind, run = file_meta(path)
         if fkind != kind:
             return FileInfo(str(path), fkind, md.num_rows, run)
-        return _read_one(path, kind, md, columns), run
+        table = _read_one(path, kind, md, columns)
+        return (table if keep is None else table.filter(keep(table))), run
     except LogError as exc:
         return exc if exc.path is not None else exc.at(path)
 
 
-def _load_all(files: list[Path], kind: str, columns, skip_bad: bool) -> list:
+def _load_all(files: list[Path], kind: str, columns, skip_bad: bool, keep=None) -> list:
     """:func:`_load_one` over the files, in input order, several at a time in threads
     (Arrow releases the GIL). Without skip_bad, reading stops at the first bad file."""
     from concurrent.futures import ThreadPoolExecutor
     out: list = []
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(files)))) as pool:
-        futures = [pool.submit(_load_one, p, kind, columns) for p in files]
+        futures = [pool.submit(_load_one, p, kind, columns, keep) for p in files]
         for f in futures:
             out.append(f.result())
             if isinstance(out[-1], LogError) and not skip_bad:
