@@ -298,3 +298,22 @@ def test_each_command_gives_numbers_or_one_line(cli, tmp_path, capsys):
         csv = (tmp_path / "rep" / "tables" / "summary_turns.csv").read_text()
         want = brute_by_category(raw_turns(med))
         assert f"{want['pooled']['tau']:.6g}"[:6] in csv
+
+
+def test_turn_lists_that_cannot_hold_their_values_are_null(tmp_path):
+    """A per-turn value the column cannot hold (a negative count beside a valid total; a wall time
+    of Infinity and -Infinity, which made the import fail before) leaves that list null, not the file."""
+    recs = [{"question_id": 1, "category": "qa", "model_id": "ess-vicuna-7b-fp16-temperature-0.0",
+             "choices": [{"index": 0, "turns": ["a", "b"], "idxs": [4, 4], "new_tokens": [-3, 20],
+                          "wall_time": [0.5, 0.5]}]},
+            {"question_id": 2, "category": "qa", "model_id": "ess-vicuna-7b-fp16-temperature-0.0",
+             "choices": [{"index": 0, "turns": ["a", "b"], "idxs": [4, 4], "new_tokens": [10, 12],
+                          "wall_time": [float("inf"), float("-inf")]}]}]
+    f = tmp_path / "ea.jsonl"
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))        # json writes Infinity / -Infinity
+    p = read_logs(f, "prompts").frame.set_index(read_logs(f, "prompts").frame["prompt_id"].astype(str))
+    assert p.loc["1", "turn_tokens"] is None and list(p.loc["1", "turn_rounds"]) == [5, 5]
+    assert p.loc["2", "turn_ms"] is None and np.isnan(p.loc["2", "decode_ms"])
+    res = turn_tau(p)          # question 1 read as one turn of its totals (17 tokens over 10 steps)
+    row = res.to_frame().set_index("task").loc["pooled"]
+    assert row["new_tokens"] == 17 + 22 and row["rounds"] == 20 and row["turns"] == 3

@@ -21,6 +21,11 @@ format does not record, so it is stored as glance-log stores a round that ends t
 ``horizon = accepted`` (a run known to reach at least ``accepted``), with the drafter's
 horizon kept in ``drafted_horizon``. ``vanilla`` files are the autoregressive arm
 (``drafter = "ar"``, horizon 0) for the timing ledger, paired by question id.
+
+Prompt rows: one per answer (turns summed), with the turns themselves as the lists
+``turn_tokens`` (new_tokens), ``turn_rounds`` (steps) and ``turn_ms`` (1000 x wall_time), null
+where a list does not align with the turns or holds a value the column cannot hold: what the
+per-turn analyses read (:mod:`glance_law.evidence.turns`) when no per-step lengths are logged.
 """
 from __future__ import annotations
 
@@ -29,10 +34,12 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from glance_law.data.importers.common import (
     QUESTIONS,
@@ -260,10 +267,38 @@ def split_turns(al, ds: list, nt: list, n_turns: int, idxs: list | None = None):
 ACCEPT_KEYS = ("accept_lengths", "accept_lengths:")
 
 
-def _read_choice(c: dict):
+def _plain_choice(c: dict, check_min: bool):
+    """The common case of :func:`_read_choice`, read without its general checks: flat lists of
+    plain ints in ``accept_lengths``, ``decoding_steps`` and ``new_tokens``, the steps summing
+    to the values, no ``idxs``. The same result as :func:`_read_choice` (``check_min`` False: the
+    values are not checked to be >= 1; the caller checks the file's values at once), or None when
+    the choice is not that case."""
+    al, ds, nt = c.get("accept_lengths"), c.get("decoding_steps"), c.get("new_tokens")
+    if type(al) is not list or not al or type(ds) is not list or type(nt) is not list or "idxs" in c:
+        return None
+    if not set(map(type, ds)) <= _INT or sum(ds) != len(al) or not set(map(type, nt)) <= _INT \
+            or not set(map(type, al)) <= _INT:
+        return None
+    if check_min and min(al) < 1:
+        return "accept_lengths below 1"
+    try:
+        v = array("q", al)
+    except OverflowError:
+        return None
+    wt, turns = c.get("wall_time"), c.get("turns")
+    wt = list(wt) if isinstance(wt, list) else _nums(wt)
+    turns = turns if isinstance(turns, list) else ([] if turns is None else [turns])
+    return v, ds, "steps", nt, wt, turns, 0
+
+
+def _read_choice(c: dict, check_min: bool = True):
     """One choice: (values | None, steps per turn, how, new_tokens, wall_time, turn texts,
     1 if the misspelt key was read else 0), or a string saying why it is left out
-    (``empty``, ``mismatch``, or the reason)."""
+    (``empty``, ``mismatch``, or the reason). ``check_min`` False: values below 1 are not
+    looked for in the common case (:func:`_plain_choice`)."""
+    got = _plain_choice(c, check_min)
+    if got is not None:
+        return got
     try:
         nt = _counts(c.get("new_tokens"))
         ds = _counts(c.get("decoding_steps"))
@@ -406,9 +441,20 @@ def _open_file(path, lines, horizon) -> _File:
 
 def _read_answers(f: _File, task) -> tuple[list, _Tally]:
     """Per usable choice: ((run k, choice), question id, task, values | None, steps per turn, turn
-    ids, new_tokens, wall_time, line). Choices left out are counted in the tally."""
+    ids, new_tokens, wall_time, line). Choices left out are counted in the tally. The values are
+    checked to be >= 1 once for the whole file; where one is not, the file is read again checking
+    every choice on its own (which leaves that choice out)."""
+    got = _read_all(f, task, False)
+    if got is None:
+        got = _read_all(f, task, True)
+    return got
+
+
+def _read_all(f: _File, task, check_min: bool):
+    """:func:`_read_answers`; without ``check_min``, None when a value below 1 was read."""
     t = _Tally()
     answers = []
+    raw = array("q")
     for lineno, r in f.recs:
         q = r.get("question_id")
         if q is None:
@@ -427,7 +473,7 @@ def _read_answers(f: _File, task) -> tuple[list, _Tally]:
             t.no_cat += 1
         tsk = str(cat) if cat is not None else (task or "unknown")
         for ci, c in enumerate(ch or [{}]):
-            got = _read_choice(c if isinstance(c, dict) else {})
+            got = _read_choice(c if isinstance(c, dict) else {}, check_min)
             if isinstance(got, str):          # why the choice is left out
                 if got == "empty":
                     t.empty.append(qid)
@@ -437,9 +483,13 @@ def _read_answers(f: _File, task) -> tuple[list, _Tally]:
                     t.badval.append(qid)
                     t.why_bad[got] += 1
                 continue
+            if got[0] is not None and not check_min:
+                raw.extend(got[0])
             kept = _choice_turns(f.spec, got, qid, t)
             if kept is not None:
                 answers.append(((k, ci), qid, tsk, *kept, lineno))
+    if not check_min and len(raw) and int(np.frombuffer(raw, dtype=np.int64).min()) < 1:
+        return None
     return answers, t
 
 
@@ -460,7 +510,7 @@ def _choice_turns(spec, got, qid: str, t: _Tally):
         t.hows[how] += 1
     # a turn whose text is "ERROR": the benchmark caught an exception there and logged stale numbers
     tids = list(range(len(lens)))
-    err = [i for i, x in enumerate(turns) if isinstance(x, str) and x.strip() == "ERROR"]
+    err = [i for i, x in enumerate(turns) if isinstance(x, str) and "ERROR" in x and x.strip() == "ERROR"]
     if err:
         if len(turns) != len(lens):
             t.error_kept += 1
@@ -606,7 +656,7 @@ def _prompt_rows(base: str, answers: list):
     for j, ((k, ci), qid, tsk, v, ds, tids, nt, wt, _lineno) in enumerate(answers):
         try:
             wsum = fsum(wt)
-        except (TypeError, OverflowError):    # a null wall_time; inf + -inf
+        except (TypeError, OverflowError, ValueError):    # a null wall_time; an overflow; inf + -inf
             wsum = math.nan
         wall_ok = bool(wt) and isfinite(wsum)
         if wt and not wall_ok:
@@ -618,9 +668,9 @@ def _prompt_rows(base: str, answers: list):
         P["decode_ms"].append(wsum * 1000.0 if wall_ok else None)
         P["rounds"].append(int(sum(ds)))
         P["turns"].append(len(ds))
-        P["turn_rounds"].append(ds if min(ds, default=0) >= 0 else None)
-        P["turn_tokens"].append(nt if len(nt) == len(ds) and min(nt, default=0) >= 0 else None)
-        P["turn_ms"].append([w * 1000.0 for w in wt] if wall_ok and len(wt) == len(ds) and min(wt) >= 0 else None)
+        P["turn_rounds"].append(ds)                                   # seconds, negatives: see _list_column
+        P["turn_tokens"].append(nt if len(nt) == len(ds) else None)
+        P["turn_ms"].append(wt if wall_ok and len(wt) == len(ds) else None)
         if v is None:
             continue
         for i, (t, d) in enumerate(zip(tids, ds)):
@@ -715,6 +765,37 @@ def _file_notes(f: _File, t: _Tally, nan_wall: int, cols: dict | None) -> None:
                      "accept_lengths (rounds kept as logged)")
 
 
+def _list_column(lists: list, typ: pa.DataType, scale: float = 1.0) -> pa.Array:
+    """A list column from per-answer lists (None: null), times ``scale``; a list holding a value the
+    column cannot hold (negative, beyond int32, not finite) is null (the per-turn counts are then
+    unknown; the prompt's totals are checked by the reader)."""
+    if scale != 1.0:
+        lists = [None if x is None else [v * scale for v in x] for x in lists]
+    try:
+        arr = pa.array(lists, typ)
+        lo, hi = pc.min_max(arr.flatten()).values()
+        if lo.as_py() is None or (lo.as_py() >= 0 and math.isfinite(hi.as_py())):
+            return arr
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        pass
+    return _masked_list_column(lists, typ)
+
+
+def _masked_list_column(lists: list, typ: pa.DataType) -> pa.Array:
+    """:func:`_list_column` where some list holds a value the column cannot hold: that list null."""
+    sizes = np.fromiter((0 if x is None else len(x) for x in lists), dtype=np.int64, count=len(lists))
+    flat = np.fromiter(chain.from_iterable(x for x in lists if x is not None), dtype=np.float64, count=int(sizes.sum()))
+    offsets = np.zeros(len(lists) + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    valid = np.fromiter((x is not None for x in lists), dtype=bool, count=len(lists))
+    bad = ~(flat >= 0) | (flat > np.iinfo(np.int32).max if pa.types.is_integer(typ.value_type) else ~np.isfinite(flat))
+    rows = np.repeat(np.arange(len(lists)), sizes)
+    valid[rows[bad]] = False
+    flat[bad] = 0.0
+    values = pa.array(flat).cast(typ.value_type)
+    return pa.ListArray.from_arrays(pa.array(offsets), values, mask=pa.array(~valid)).cast(typ)
+
+
 def _tables(f: _File, P: dict, turns, cols: dict | None):
     """The rounds table (None without per-step values) and the prompt table, strings
     dictionary-encoded once per column (for the rounds and the prompts alike)."""
@@ -747,14 +828,12 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
             "ends_output": cols["end"], "drafted_horizon": hor.astype(np.int16),
         })
     ones = np.ones(len(P["run_id"]), dtype=np.int64)
-    prompts = pa.table({
-        "run_id": cat("run_id", ones), "prompt_id": cat("prompt_id", ones), "task": cat("task", ones),
-        "drafter": const(drafter_name, ones.size), "target": const(f.target, ones.size),
-        "new_tokens": pa.array(P["new_tokens"], pa.int32()), "decode_ms": pa.array(P["decode_ms"], pa.float32()),
-        "rounds": pa.array(P["rounds"], pa.int32()), "turns": pa.array(P["turns"], pa.int16()),
-        "turn_tokens": pa.array(P["turn_tokens"], pa.list_(pa.int32())),
-        "turn_rounds": pa.array(P["turn_rounds"], pa.list_(pa.int32())),
-        "turn_ms": pa.array(P["turn_ms"], pa.list_(pa.float32()))})
+    try:
+        prompts = _prompt_table(P, ones, cat, const(drafter_name, ones.size), const(f.target, ones.size))
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise LogError(f.path, f"a per-answer count does not fit the contract's 32-bit columns "
+                               f"({str(exc).splitlines()[0][:80]})",
+                       "check new_tokens, decoding_steps and idxs in this file (no decoder commits that many)") from None
     spec = f.spec
     if spec == "hf-heuristic" and cols is not None:
         f.notes.append(f"{f.path}: draft lengths reconstructed from Hugging Face's heuristic schedule (start "
@@ -767,6 +846,18 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
                        f"{how}; no root_entropy in this format; the last round of each turn is marked "
                        "output-ending (horizon = accepted)")
     return rounds, prompts
+
+
+def _prompt_table(P: dict, ones: np.ndarray, cat, drafter, target) -> pa.Table:
+    """The prompt rows as a contract table (``cat``: the dictionary encoder of :func:`_tables`)."""
+    return pa.table({
+        "run_id": cat("run_id", ones), "prompt_id": cat("prompt_id", ones), "task": cat("task", ones),
+        "drafter": drafter, "target": target,
+        "new_tokens": pa.array(P["new_tokens"], pa.int32()), "decode_ms": pa.array(P["decode_ms"], pa.float32()),
+        "rounds": pa.array(P["rounds"], pa.int32()), "turns": pa.array(P["turns"], pa.int16()),
+        "turn_tokens": _list_column(P["turn_tokens"], pa.list_(pa.int32())),
+        "turn_rounds": _list_column(P["turn_rounds"], pa.list_(pa.int32())),
+        "turn_ms": _list_column(P["turn_ms"], pa.list_(pa.float32()), 1000.0)})
 
 
 def _run(f: _File) -> dict:

@@ -1,0 +1,51 @@
+"""Fuzz cases of per-turn answer files (EAGLE/Medusa ``idxs``, no per-step lengths) through the
+commands: each gives its table (exit 0) or one line (exit 2), never a traceback."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from _fuzz import run_cli
+
+ID = "ess-vicuna-7b-fp16-temperature-0.0"
+
+
+def answers(path: Path, choices: list[dict], model_id: str = ID) -> Path:
+    recs = [{"question_id": i + 1, "category": "qa", "model_id": model_id, "choices": [c]}
+            for i, c in enumerate(choices)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+def turn(idxs, nt, wt=(0.5, 0.5), turns=("a", "b")):
+    return {"index": 0, "turns": list(turns), "idxs": list(idxs), "new_tokens": list(nt), "wall_time": list(wt)}
+
+
+CASES = {
+    "zero_steps_everywhere": [turn([-1, -1], [0, 0]), turn([-1, -1], [0, 0])],      # idx -1: no step
+    "negative_idxs": [turn([-5, 3], [4, 9]), turn([2, 2], [7, 6])],
+    "idxs_strings": [turn(["3", "x"], [4, 9]), turn([2, 2], [7, 6])],
+    "wall_time_null": [turn([3, 2], [9, 6], wt=(None, 0.1)), turn([2, 2], [7, 6])],
+    "turns_misaligned": [turn([3, 2, 4], [9, 6]), turn([2], [7, 6, 1])],
+    "huge_counts": [turn([2 ** 40, 3], [2 ** 41, 9]), turn([2, 2], [7, 6])],
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fit_on_odd_per_turn_files_is_handled(case, tmp_path):
+    f = answers(tmp_path / "ea.jsonl", CASES[case])
+    run_cli("glance_law.fit", [f, "--skip-bad"]).expect_handled()
+
+
+def test_reduce_refuses_per_turn_files_in_one_line(tmp_path):
+    f = answers(tmp_path / "ea.jsonl", [turn([3, 2], [9, 6]), turn([2, 2], [7, 6])])
+    run_cli("glance_law.reduce", [f, "--out", tmp_path / "r.parquet"]).expect_refusal(
+        "per-turn counts without per-step lengths", "python -m glance_law.fit")
+
+
+def test_only_the_baseline_arm_is_one_line(tmp_path):
+    """Per-turn counts of the autoregressive arm alone: nothing to compute tau of, said in one line."""
+    f = answers(tmp_path / "base.jsonl", [turn([3, 2], [4, 3]), turn([2, 2], [3, 3])],
+                model_id="ess-vicuna-7b-fp16-baseline-temperature-0.0")
+    run_cli("glance_law.fit", [f]).expect_refusal("no turn of a speculative arm")
