@@ -48,9 +48,11 @@ MODULES = (
     ("glance_law.data.arms", "Arms of several target models: the target column, the label drafter @ target.",
      None),
     ("glance_law.errors", "User-facing errors (one line, exit 2 in the CLIs).", ["GlanceError", "MissingColumnError"]),
+    ("glance_law.scrub", "Secrets never leave: the one scrubber for messages, notes, manifests, metadata and "
+     "command lines.", None),
     ("glance_law.results", "The frozen result base class.", ["Result"]),
     ("glance_law.results.format", "Rendering tables: text, Markdown, LaTeX, HTML, JSON, CSV.",
-     ["FORMATS", "render", "fmt_number", "display_frame", "records"]),
+     ["FORMATS", "render", "fmt_number", "display_frame", "records", "csv_cell", "csv_frame"]),
     ("glance_law.stats.cluster", "Prompt-clustered inference primitives.",
      ["CLUSTER_BY", "cluster_codes", "t_crit", "cluster_sums", "design_sums", "clustered_covariance",
       "cr1_covariance", "cr3_covariance", "clustered_mean", "bootstrap_counts", "percentile_interval"]),

@@ -14,6 +14,7 @@ import shlex
 import sys
 
 from glance_law.errors import GlanceError
+from glance_law.scrub import scrub, scrubbed_output
 
 from .drafters import DRAFTERS
 from .tasks import TASKS
@@ -90,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with scrubbed_output(argv):        # no secret of a location reaches the output
+        return _main(argv)
+
+
+def _main(argv: list) -> int:
     args = build_parser().parse_args(argv)
     try:
         import torch
@@ -112,7 +118,7 @@ def main(argv=None) -> int:
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
                     seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, turns=args.turns, label=args.label, policy=args.policy,
                     dense=args.dense,
-                    command="glance-log " + shlex.join(argv),
+                    command=scrub("glance-log " + shlex.join(argv)),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:
         summary = run(cfg)

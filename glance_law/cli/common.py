@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Collection
 
 from glance_law.errors import GlanceError
+from glance_law.scrub import scrubbed_output
 
 __all__ = ["UsageError", "Parser", "run_main", "one_line", "names", "add_section_options",
            "deprecated_alias", "add_declare_arguments", "horizon_of", "chain_of"]
@@ -30,17 +31,19 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def run_main(prog: str, body: Callable[[], int | None]) -> int:
+def run_main(prog: str, body: Callable[[], int | None], argv: Collection[str] = ()) -> int:
     """Run a command's body: a GlanceError (bad input, usage) is one line on stderr and exit 2;
-    Ctrl-C is exit 130; anything else is a bug and keeps its traceback."""
-    try:
-        return int(body() or 0)
-    except GlanceError as exc:
-        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # pragma: no cover - interactive
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    Ctrl-C is exit 130; anything else is a bug and keeps its traceback. Everything the command
+    prints goes through the scrubber, with the secrets of ``argv`` (and ``sys.argv``) remembered."""
+    with scrubbed_output([*sys.argv[1:], *argv]):
+        try:
+            return int(body() or 0)
+        except GlanceError as exc:
+            print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # pragma: no cover - interactive
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130
 
 
 def names(text: str) -> list[str]:

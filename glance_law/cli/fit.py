@@ -77,6 +77,7 @@ from glance_law.data.outputs import check_output, write_file
 from glance_law.data.selection import LAW_INPUT
 from glance_law.errors import GlanceError
 from glance_law.results import format as _fmt
+from glance_law.scrub import scrub
 
 PROG = "python -m glance_law.fit"
 
@@ -118,6 +119,10 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
     p.add_argument("--method", choices=("mle", "nls"), default="mle",
                    help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
                         "squares of the conditional mean, for comparison")
+    p.add_argument("--weight", choices=("round", "prompt"), default="round", dest="weighting",
+                   help="round: every round counts once (default, the round-level law); prompt: every prompt "
+                        "counts once (weights 1 / its rounds: the prompt-level law, which differs when prompts "
+                        "that accept more take fewer rounds, e.g. with fixed-length answers)")
     p.add_argument("--format", choices=_fmt.FORMATS, default="text",
                    help="output format (default: text); json: one versioned document of the same shape for every "
                         "input, {section: {table title: {rows, notes}}} (docs/cli.md)")
@@ -229,7 +234,7 @@ def law_result(logs: LogSet, args):
     # scipy: imported when the law runs, not when the command starts
     from glance_law.law.fit import fit_law
     return fit_law(logs, by=args.by, method=args.method, level=args.level, n_boot=args.bootstrap,
-                   seed=args.seed, condition=_conditions(args))
+                   seed=args.seed, condition=_conditions(args), weighting=getattr(args, "weighting", "round"))
 
 
 def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=None,
@@ -410,7 +415,9 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
 
 def _write(text: str, out: str | None) -> None:
     """stdout, or ``out`` through a fresh temporary file in its folder (random name, exclusive
-    create) renamed onto it: a link or file planted beside it is never written through."""
+    create) renamed onto it: a link or file planted beside it is never written through. No secret
+    of a location is written (:func:`glance_law.scrub.scrub`)."""
+    text = scrub(text)
     if not out:
         sys.stdout.write(text)
         return
@@ -459,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return
         _write(render(law, sections, args.format, width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
 
-    return run_main(PROG, body)
+    return run_main(PROG, body, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -53,7 +53,7 @@ def _safe(name: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    return run_main(PROG, lambda: _run(argv))
+    return run_main(PROG, lambda: _run(argv), argv)
 
 
 def _run(argv: list[str]) -> int:

@@ -86,6 +86,9 @@ REDUCED_SECTIONS = ("--tail",)
 def cli_fit(args, mods) -> tuple:
     """``python -m glance_law.fit`` on the reduced path (``--engine``, or reduced files among the inputs):
     reduce (or read and merge) the inputs, fit the law and the supported sections; returns (law, sections)."""
+    if getattr(args, "weighting", "round") != "round":
+        raise UsageError("--weight prompt needs each prompt's rounds, which a reduction does not keep; run it on "
+                         "the round logs without --engine")
     for flag, _ in mods:
         if flag not in REDUCED_SECTIONS:
             raise UsageError(f"{flag} needs per-round columns that a reduction does not keep; run it on the round "
@@ -138,4 +141,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_reduced(red, args.out)
         sys.stdout.write(red.summary(args.format))
 
-    return run_main(PROG, body)
+    return run_main(PROG, body, argv)

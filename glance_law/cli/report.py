@@ -98,6 +98,7 @@ from glance_law.data.uri import is_uri, scheme
 from glance_law.errors import GlanceError
 from glance_law.replay.width import parse_budgets
 from glance_law.results.format import md_escape
+from glance_law.scrub import scrub
 
 PROG = "python -m glance_law.report"
 MANIFEST = "manifest.json"
@@ -311,7 +312,7 @@ def input_files(inp: A.Inputs) -> list[dict]:
 # ---------------------------------------------------------------------------
 
 def _write_text(out: Path, rel: str, text: str) -> None:
-    write_file(out / rel, text, root=out)
+    write_file(out / rel, scrub(text), root=out)     # index, manifest, tables: no secret of a location
 
 
 def write_artifacts(artifacts, out: Path) -> list[str]:
@@ -636,7 +637,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         with workers.terminate_on_signals():
             return run(args, argv, prog, log)
 
-    return run_main(prog, body)
+    return run_main(prog, body, argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 
 from glance_law._version import __version__
 from glance_law.errors import GlanceError
+from glance_law.scrub import scrub_doc
 
 from . import outputs as _outputs
 from . import schema as S
@@ -53,7 +54,7 @@ def _kv(kind: str, run: Mapping | None, version: str = S.SCHEMA_VERSION) -> dict
     return {
         S.META_KIND: kind.encode(),
         S.META_SCHEMA: version.encode(),
-        S.META_RUN: json.dumps(dict(run or {}), sort_keys=True, default=str).encode(),
+        S.META_RUN: json.dumps(scrub_doc(dict(run or {})), sort_keys=True, default=str).encode(),
     }
 
 

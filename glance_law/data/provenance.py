@@ -12,6 +12,7 @@ import sys
 from datetime import datetime, timezone
 
 from glance_law._version import __version__
+from glance_law.scrub import scrub, scrub_doc
 
 __all__ = ["library_versions", "run_metadata"]
 
@@ -38,13 +39,14 @@ def library_versions() -> dict:
 
 
 def run_metadata(**fields) -> dict:
-    """The ``glance.run`` JSON document: the caller's fields plus provenance defaults."""
+    """The ``glance.run`` JSON document: the caller's fields plus provenance defaults. The
+    command line and every field are scrubbed: no credential of a location is stored."""
     meta = {
         "tool": "glance-law",
         "tool_version": __version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
+        "command": scrub(" ".join(sys.argv)),
         "libraries": library_versions(),
     }
     meta.update({k: v for k, v in fields.items() if v is not None})
-    return meta
+    return scrub_doc(meta)

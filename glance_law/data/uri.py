@@ -13,8 +13,10 @@ store, never from glance-law's arguments: for S3 the AWS credential chain
 S3-compatible store (``http://host:port`` uses plain HTTP) and ``AWS_REGION`` /
 ``AWS_DEFAULT_REGION``; for GCS the Google default credentials; for Azure the
 ``AZURE_STORAGE_*`` variables; for HDFS the Hadoop configuration (``HADOOP_HOME``,
-``CLASSPATH``). Credentials given inside a URI (``s3://key:secret@bucket/``) are refused:
-they would end up in messages and metadata. Nothing here prints or stores a credential.
+``CLASSPATH``). Credentials given inside a URI (``s3://key:secret@bucket/``, ``s3://TOKEN@bucket``,
+``abfs://container:KEY@account...``, ``?sig=``/``?X-Amz-Signature=``/``?token=``..., percent-encoded
+too: :func:`glance_law.scrub.carries_credentials`) are refused, and every message names the
+location with them masked. Nothing here prints or stores a credential.
 
 Functions:
 
@@ -41,6 +43,7 @@ import uuid
 from pathlib import Path
 
 from glance_law.errors import GlanceError
+from glance_law.scrub import carries_credentials, scrub
 
 __all__ = ["StoreError", "is_uri", "scheme", "filesystem", "expand", "open_input", "size", "exists",
            "list_prefix", "put_atomic", "join", "basename", "explain", "check_writable_prefix",
@@ -79,9 +82,8 @@ def _split(uri: str) -> tuple[str, str, str]:
     m = _URI.match(uri)
     sch, rest = m.group(1).lower(), m.group(2)
     authority, _, path = rest.partition("/")
-    if "@" in authority and ":" in authority.split("@", 1)[0] and sch not in ("abfs", "abfss"):
-        raise StoreError(f"{sch}://{authority.split('@', 1)[1]}/{path}",
-                         "the URI carries credentials (user:secret@)",
+    if carries_credentials(uri):   # user:secret@, TOKEN@, abfs container:KEY@, ?sig=, ... (percent-encoded too)
+        raise StoreError(scrub(uri), "the URI carries credentials (user:secret@, a token or a signed query)",
                          "remove them from the URI and give them through the store's environment or "
                          "configuration (e.g. AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)")
     return sch, authority, path

@@ -17,14 +17,20 @@ from glance_law.stats.cluster import CLUSTER_BY
 from . import group as _group
 from .result import LAW_COLUMNS, LAW_EXTRA_COLUMNS, POOLED, LawFit
 
-__all__ = ["LAW_INPUT", "fit_law"]
+__all__ = ["LAW_INPUT", "WEIGHTINGS", "fit_law"]
 
 LAW_INPUT = _sel.LAW_INPUT
 
 
 
-def _check_options(method, level, n_boot, bins, ceiling_bins, cov) -> None:
+WEIGHTINGS = ("round", "prompt")
+
+
+def _check_options(method, level, n_boot, bins, ceiling_bins, cov, weighting="round") -> None:
     """fit_law's arguments, one line each when wrong (before anything is read)."""
+    if weighting not in WEIGHTINGS:
+        raise GlanceError(f"unknown weighting {weighting!r}; choose 'round' (every round counts once) or "
+                          "'prompt' (every prompt counts once)")
     if method not in ("mle", "nls"):
         raise GlanceError(f"unknown method {method!r}; choose 'mle' or 'nls'")
     if not 0.0 < float(level) < 1.0:
@@ -41,7 +47,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
             seed: int = 0, condition: str | Sequence[str] | None = "matched", weight: str | None = None,
             cluster: Sequence[str] = CLUSTER_BY, bins: int = 10, ceiling_bins: int = _ceiling.DEFAULT_BINS,
             alpha: float = 0.05, min_r2_curve: float = 0.5, min_r2_isotonic: float = 0.9,
-            cov: str = "cr3") -> LawFit:
+            cov: str = "cr3", weighting: str = "round") -> LawFit:
     """Fit the draftability law per group and pooled, with prompt-clustered uncertainty.
 
     Parameters
@@ -64,6 +70,12 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     condition : conditions fitted (default ``"matched"``); None pools every condition.
     weight : optional column of row counts (reduced tables: each row stands for ``weight``
         identical rounds).
+    weighting : ``"round"`` (default: every round counts once, the round-level law) or
+        ``"prompt"`` (every prompt's rounds together count as one prompt, weight 1 / its rounds,
+        scaled so the weights still sum to the rounds: the prompt-level law). They differ when
+        the number of rounds a prompt takes depends on how well it drafts beyond what its
+        entropies say, as with fixed-length answers (docs/theory-law.md, 'Round or prompt
+        weights'); every statistic of the row (law, curve, rank test, ceiling) uses the weights.
     cluster : the columns whose combination is one independent unit (default (task, prompt_id)).
     bins, ceiling_bins : equal-count entropy bins of the decile curve (10) and of the ceiling (50).
     alpha, min_r2_curve, min_r2_isotonic : thresholds of :meth:`LawFit.holds` (see
@@ -89,7 +101,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     >>> law.to_frame()["task"].iloc[-1]
     'pooled'
     """
-    _check_options(method, level, n_boot, bins, ceiling_bins, cov)
+    _check_options(method, level, n_boot, bins, ceiling_bins, cov, weighting)
     arm_notes: list[str] = []           # several targets, or drafter names altered to label arms
     frame, skipped = _sel.as_frame(rounds, arm_notes)
     notes: list[str] = [f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}"
@@ -100,7 +112,7 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     interval = "bootstrap" if n_boot > 0 else cov
     opt = dict(method=method, level=float(level), n_boot=int(n_boot), seed=int(seed), bins=int(bins),
                ceiling_bins=int(ceiling_bins), alpha=float(alpha), min_r2_curve=float(min_r2_curve),
-               min_r2_isotonic=float(min_r2_isotonic), interval=interval, cov=cov)
+               min_r2_isotonic=float(min_r2_isotonic), interval=interval, cov=cov, weighting=weighting)
     group_notes: list[str] = []
     rows, curves, checks = [], {}, {}
     dnames = data["dnames"]
@@ -179,6 +191,17 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
         table[c] = table[c].astype(np.int64)
     if np.all(~np.isfinite(table["b1"].to_numpy(dtype=float))):
         raise GlanceError("the law could not be fitted on any group: " + "; ".join(group_notes))
+    notes += _method_notes(opt, cluster, alpha, [dnames[i] for i in present_d], by)
+    return LawFit(table=table, curves=curves, checks=checks, method=method, level=float(level), by=by,
+                  interval=interval, n_boot=int(n_boot), note_lines=tuple(notes + group_notes))
+
+
+def _method_notes(opt: dict, cluster, alpha: float, drafters: list, by) -> list[str]:
+    """The notes that say how the table was computed (intervals, weights, method, groups, columns)."""
+    notes: list[str] = []
+    level, interval, method, weighting = opt["level"], opt["interval"], opt["method"], opt["weighting"]
+    n_boot, seed, ceiling_bins = opt["n_boot"], opt["seed"], opt["ceiling_bins"]
+    min_r2_curve, min_r2_isotonic = opt["min_r2_curve"], opt["min_r2_isotonic"]
     lvl = f"{100 * level:g}%"
     if interval == "cr1":
         notes.append(f"intervals: {lvl}, prompt-clustered (cluster = {', '.join(cluster)}): CR1 cluster-robust "
@@ -190,11 +213,15 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
     else:
         notes.append(f"intervals: {lvl} percentile, prompt-level cluster bootstrap with {n_boot} replicates "
                      f"(seed {seed})")
+    if weighting == "prompt":
+        notes.append("weighting prompt: each prompt's rounds together weigh as one prompt (weight 1 / its rounds, "
+                     "scaled to the rounds): the prompt-level law, which the round-weighted default leans away "
+                     "from when prompts that accept more take fewer rounds (fixed-length answers)")
     if method == "nls":
         notes.append("method nls: least squares of a on M(sigmoid(b0 - b1 H), L) (the MLE is the efficient "
                      "default; nls is for comparison with the paper)")
-    if len(present_d) > 1:
-        notes.append(f"{len(present_d)} drafters fitted separately: {', '.join(dnames[i] for i in present_d)}")
+    if len(drafters) > 1:
+        notes.append(f"{len(drafters)} drafters fitted separately: {', '.join(drafters)}")
     if by and by != "task":
         notes.append(f"groups are the values of column '{by}' (shown in the task column)")
     notes.append(f"ceiling: bias-corrected {ceiling_bins}-bin between/total (epsilon^2, unclipped, ~0 without "
@@ -205,5 +232,4 @@ def fit_law(rounds, *, by: str | None = "task", method: str = "mle", level: floa
                  "at the group's largest L")
     notes.append(f"holds: slope (b1_lo > 0), rank (rho < 0, prompt-aware p < {alpha:g}), curve (decile "
                  f"R^2 >= {min_r2_curve:g}), monotone (isotonic decile R^2 >= {min_r2_isotonic:g})")
-    return LawFit(table=table, curves=curves, checks=checks, method=method, level=float(level), by=by,
-                  interval=interval, n_boot=int(n_boot), note_lines=tuple(notes + group_notes))
+    return notes

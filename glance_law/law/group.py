@@ -32,7 +32,7 @@ from glance_law.stats.ranks import spearman_clustered
 from . import model as _law
 from .result import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, LawChecks
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "prompt_weights"]
 
 
 def _nan_row() -> dict:
@@ -50,6 +50,19 @@ def _spread(H, w):
     c = np.cumsum(w)
     k = np.minimum(np.searchsorted(c, [0.1 * c[-1], 0.9 * c[-1]]), n - 1)
     return float(H[k[0]]), float(H[k[1]])
+
+
+def prompt_weights(cl, G: int, w, counts) -> np.ndarray:
+    """Round weights under which each prompt's rounds together weigh the same, ``W / G`` (``W``
+    the group's rounds, kept as the weights' total): ``w / (the prompt's rounds)`` up to that
+    scale. The fit then estimates the prompt-level law: each prompt counts once, however many
+    rounds it took (with fixed-length answers, prompts that accept more take fewer rounds, so
+    the round-weighted law leans towards the prompts that accept less; docs/theory-law.md)."""
+    tot = np.asarray(counts, dtype=np.float64) if w is None else np.bincount(cl, w, G)
+    live = tot > 0
+    per = np.zeros(G)
+    per[live] = tot.sum() / np.count_nonzero(live) / tot[live]
+    return per[cl] if w is None else w * per[cl]
 
 
 def _per_bin(total, n):
@@ -78,6 +91,8 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None, compacted=No
     G, counts = compacted if compacted is not None else (None, None)
     if compacted is None:
         cl, G, counts = _sel.compact_counts(cl)
+    if opt.get("weighting") == "prompt":
+        w = prompt_weights(cl, G, w, counts)
     n_all = a.size
     W = float(n_all) if w is None else float(w.sum())
 

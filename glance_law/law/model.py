@@ -36,6 +36,7 @@ CHUNK = 1 << 18  # rows per chunk where a total is accumulated chunk by chunk
 _NEWTON_CHUNK = 1 << 15  # rows per chunk of a Newton pass (three float64 buffers stay in cache)
 _START_BINS = 4096  # bins of the moment-expansion start of Newton on sorted entropies (_binned_start)
 _BINNED_ABOVE = 100_000  # rounds above which Newton starts from a binned or subsampled fit
+_EXP_CAP = 709.0  # largest x with e^x finite in float64 (e^709.78 overflows)
 
 
 def match_prob(H, b0: float, b1: float) -> np.ndarray:
@@ -167,13 +168,12 @@ def law_pass(b, H, a, L, codes, n_clusters: int, weight=None, chunk: int | None 
         ck = codes[sl]
         wk = None if weight is None else np.asarray(weight[sl], dtype=np.float64)
         eta = b0 - b1 * h
-        with np.errstate(over="ignore"):
-            e = np.exp(-eta)                     # e^-eta: p = 1 / (1 + e), log p = -log1p(e)
+        eta_min = eta.min()
+        # e^-eta: p = 1 / (1 + e), log p = -log1p(e). Capped at e^709 (below float64's overflow),
+        # where p ~ 1e-308 and 1 - p = e p = 1: no inf, no inf * 0 (eta < -709 gave NaN and a warning)
+        e = np.exp(np.minimum(-eta, _EXP_CAP) if eta_min < -_EXP_CAP else -eta)
         pk = 1.0 / (1.0 + e)
         qk = e * pk                              # 1 - p without cancellation (p near 1: eta > ~15)
-        eta_min = eta.min()
-        if eta_min < -700.0:                     # e^-eta overflowed to inf there: p = 0, 1 - p = 1
-            qk[np.isinf(e)] = 1.0
         logp = np.log1p(e)
         del e
         np.negative(logp, out=logp)

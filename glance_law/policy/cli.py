@@ -21,6 +21,7 @@ from ..data.declare import add_declare_arguments, chain_of, horizon_of
 from ..data.outputs import check_output, write_file
 from ..errors import GlanceError
 from ..results import format as _fmt
+from ..scrub import scrubbed_output
 from .evaluate import FAMILY_NAMES, PolicyTable
 from .policies import FixedPolicy, Policy, policy_to_dict
 from .runs import RUN_FAMILIES, RunData
@@ -194,6 +195,11 @@ def search(paths: Sequence[str], args, notes: list | None = None) -> tuple[Polic
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    with scrubbed_output(argv):        # no secret of a location reaches the output
+        return _main(argv)
+
+
+def _main(argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.folds < 2:

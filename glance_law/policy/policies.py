@@ -46,6 +46,7 @@ from ..law import match_prob
 from ..replay.allocate import hull_segments
 from ..replay.tree import best_first, best_first_one
 from ..replay.width import node_masses
+from ..scrub import scrub_doc
 
 __all__ = ["RootStats", "Policy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy", "GatedDepthPolicy",
            "AcceptKeyedDepthPolicy", "HeuristicDepthPolicy", "ACCEPT_CONTEXTS", "accept_context", "ThresholdPolicy", "fit_threshold", "policy_to_dict", "policy_from_dict", "load_policy", "save_policy",
@@ -426,7 +427,9 @@ def policy_to_dict(policy: Policy, fit: dict | None = None) -> dict:
     """``{"family", "params", "fit"}``: the policy and (optionally) where it came from."""
     if not isinstance(policy, Policy):
         raise GlanceError("only built-in policies serialise to JSON; a callable policy stays in Python")
-    return {"format": "glance-policy/1", "family": policy.family, "params": asdict(policy), "fit": dict(fit or {})}
+    # the fit names the logs it came from: no secret of a location is stored
+    return {"format": "glance-policy/1", "family": policy.family, "params": asdict(policy),
+            "fit": scrub_doc(dict(fit or {}))}
 
 
 #: The largest node budget or draft depth a policy may ask for (``size``, ``max_size``, ``start``, ...),

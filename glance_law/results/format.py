@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data.arms import split_labels
+from glance_law.scrub import scrub
 
 FORMATS = ("text", "markdown", "latex", "html", "json", "csv")
 HUMAN = ("text", "markdown", "latex", "html")
@@ -85,6 +86,35 @@ def md_escape(s, table: bool = True) -> str:
 def html_escape(s) -> str:
     """A log string for HTML: one line, ``& < > " '`` as entities."""
     return _html.escape(text_escape(s), quote=True)
+
+
+# a cell a spreadsheet would run as a formula starts with one of these; a plain number stays a number
+_FORMULA_LEAD = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:inf|nan)", re.IGNORECASE)
+
+
+def csv_cell(v):
+    """A CSV cell that a spreadsheet cannot run: a string starting with ``=``, ``+``, ``-``, ``@``,
+    a tab or a carriage return gets a leading ``'`` (OWASP's neutralisation), unless it is a plain
+    number (``-0.25``, ``+3``, ``-inf``) or the missing-value dash ``-``. A carriage return inside
+    a string becomes a newline (the CSV writer quotes a field holding a newline, not one holding a
+    lone CR, which some readers take for the end of the row). Other cells are returned as they are."""
+    if not isinstance(v, str):
+        return v
+    if v.startswith(_FORMULA_LEAD) and v != "-" and _PLAIN_NUMBER.fullmatch(v) is None:
+        v = "'" + v
+    return v.replace("\r\n", "\n").replace("\r", "\n") if "\r" in v else v
+
+
+def csv_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with :func:`csv_cell` applied to its column names and its string cells."""
+    out = frame.rename(columns=lambda c: csv_cell(str(c)))
+    for c in out.columns:
+        if out[c].dtype == object or pd.api.types.is_string_dtype(out[c].dtype):
+            col = out[c].map(csv_cell, na_action="ignore")
+            if not col.equals(out[c]):
+                out[c] = col
+    return out
 
 
 def _is_missing(v) -> bool:
@@ -345,22 +375,24 @@ def render(frame: pd.DataFrame, fmt: str = "text", title: str | None = None,
            keep: Sequence[str] = ()) -> str:
     """Render one table in ``fmt`` (one of :data:`FORMATS`).
 
-    Notes are printed once each (repeats dropped, first occurrence kept). ``width`` (text only):
+    Notes are printed once each (repeats dropped, first occurrence kept). No secret of a location
+    is printed (:func:`glance_law.scrub.scrub` on the notes and the rendered text); a CSV cell a
+    spreadsheet would run as a formula gets a leading ``'`` (:func:`csv_cell`). ``width`` (text only):
     leave out columns until the table fits that many characters (:func:`fit_columns`; the first
     column and ``keep`` stay) and say which in a note; None prints every column."""
-    notes = list(dict.fromkeys(str(n) for n in notes))
+    notes = list(dict.fromkeys(scrub(n) for n in notes))
     split = split_labels(frame)   # arm labels "drafter @ target" print as a target column and the drafter
     if split is not frame:
         frame, keep = split, tuple(keep) + ("target",)   # the arm's target is never left out to fit the width
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "json":
-        return json.dumps(records(frame), indent=2, allow_nan=False) + "\n"
+        return scrub(json.dumps(records(frame), indent=2, allow_nan=False) + "\n")
     if fmt == "csv":
-        return frame.to_csv(index=False, lineterminator="\n")
+        return scrub(csv_frame(frame).to_csv(index=False, lineterminator="\n"))
     df = display_frame(frame, digits, intervals)
     if fmt == "text" and width is not None:
         df, hidden = fit_columns(df, width, keep)
         if hidden:
             notes.append(hidden_note(hidden, width))
-    return {"text": _text, "markdown": _markdown, "latex": _latex, "html": _html_table}[fmt](df, title, notes)
+    return scrub({"text": _text, "markdown": _markdown, "latex": _latex, "html": _html_table}[fmt](df, title, notes))
