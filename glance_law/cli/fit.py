@@ -115,7 +115,8 @@ def build_parser(extend: Sequence = ()) -> argparse.ArgumentParser:
                             "logs: one row per task plus the pooled row, with prompt-clustered intervals.")
     p.add_argument("paths", nargs="+", metavar="PATHS", help="round-log files, folders or globs")
     p.add_argument("--by", default="task", metavar="COLUMN",
-                   help="group rows by this column (default: task); 'none' for the pooled row only")
+                   help="group rows by this column (default: task); 'none': every section's pooled rows only, "
+                        "labelled 'pooled' (a section that compares tasks, --order, is listed as not run)")
     p.add_argument("--method", choices=("mle", "nls"), default="mle",
                    help="mle: exact maximum likelihood of the truncated geometric (default); nls: least "
                         "squares of the conditional mean, for comparison")

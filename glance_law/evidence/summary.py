@@ -177,7 +177,10 @@ def group_summary(rounds, by: str | None = "task", level: float = 0.95) -> Group
     nd = no_draft_rounds(E.with_arm_labels(frame[keep]), by, ("matched",))   # what tau leaves out
     frame = E.with_arm_labels(E.speculative_rounds(frame[keep], notes), categorical=True)
     if not len(frame):
-        raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition")
+        raise GlanceError(f"{ANALYSIS}: no drafted rounds (horizon > 0) in the matched condition: the logs hold an "
+                          "autoregressive arm (ar, vanilla, baseline) only, or another condition (--condition all); "
+                          "an autoregressive run is the baseline of python -m glance_law.fit SPECULATIVE_LOGS "
+                          "--timing 'BASELINE_GLOB'")
     ent = has_entropy(frame)
     if ent and frame["root_entropy"].isna().any():
         n = int(frame["root_entropy"].isna().sum())
