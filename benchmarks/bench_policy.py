@@ -14,7 +14,8 @@
    family is still compared, and the script says so).
 3. **Prediction.** The search's held-out row (cross-validated on the training prompts), and on
    the held-out prompts' own dense logs (``--no-dense-test`` skips them) the trajectory replay of
-   the policy and of the fixed shapes on either side of its mean shape.
+   the policy and of the two fixed shapes whose runs' mean shapes bracket the policy's on the
+   training prompts (``equal_shape`` false: the live arms did not bracket it after all).
 4. **Reality.** The held-out prompts decoded live with the policy and with those two fixed shapes,
    the order rotating per prompt and repetition. The fixed shape at the policy's mean shape is the
    mix of the two fixed arms whose mean shape (every round counted, shape-0 rounds included)
@@ -104,7 +105,9 @@ def _compare(P, A, B, rng, B_boot=2000, has_time=True) -> dict:
     n = P["rounds"].size
     point = stats(np.arange(n))
     draws = [stats(rng.integers(0, n, n)) for _ in range(B_boot)]
+    sa, sb = A["shape"].sum() / A["rounds"].sum(), B["shape"].sum() / B["rounds"].sum()
     res = {"policy_mean_shape": S, "policy_share_shape0": P["zero"].sum() / P["rounds"].sum(),
+           "fixed_mean_shapes": [float(sb), float(sa)], "equal_shape": bool(min(sa, sb) <= S <= max(sa, sb)),
            "policy_tokens_per_round": P["tokens"].sum() / P["rounds"].sum(),
            "fixed_tokens_per_round_at_equal_shape": M["tokens"].sum() / M["rounds"].sum(), "mix_weight_upper": w}
     for k, v in point.items():
@@ -174,6 +177,22 @@ def _search(train_dir, args, drafter, pj):
 
 def _row_name(h, res, pol):
     return next(n for n, p in res.policies.items() if p is pol)
+
+
+def _bracket(d, policy, shape):
+    """The fixed shapes whose runs' mean shapes (shape-0 rounds counted) bracket the policy's on the
+    training prompts' dense logs: a fixed depth n of prompt lookup drafts less than n on average
+    (rounds without a match draft nothing, proposals can be shorter), so the integers around the
+    policy's mean shape need not bracket it."""
+    from glance_law.policy import FixedPolicy
+    from glance_law.policy.trajectory import simulate
+
+    S = simulate(d, policy).shape.mean()
+    top = int(d.rows.cap.max(initial=0)) if shape == "depth" else 4 * int(np.ceil(S)) + 4
+    m = np.array([simulate(d, FixedPolicy(shape=shape, size=n)).shape.mean() for n in range(top + 1)])
+    lo = int(np.flatnonzero(m <= S).max(initial=0))
+    hi = int(np.flatnonzero(m >= S).min(initial=top))
+    return lo, hi
 
 
 def _live(decode, t, dr, test, policy, lo, hi, args):
@@ -263,8 +282,8 @@ def main(argv=None) -> int:
         return 0
     if note:
         print(note)
-    S = float(row["mean_shape"])
-    lo, hi = int(np.floor(S)), int(np.ceil(S))
+    d = prepare_dense(read_logs(str(tmp / "train")), drafter=label, shape=args.shape)
+    lo, hi = _bracket(d, policy, args.shape)
     out = {"model": args.model or "embedded default", "drafter": label, "shape": args.shape, "target": args.budget,
            "prompts_per_half": args.n, "max_new_tokens": args.max_new_tokens, "repeat": args.repeat,
            "policy": {"family": policy.family, "params": policy.describe(), "note": note},
@@ -277,8 +296,6 @@ def main(argv=None) -> int:
     w1 = time.perf_counter()
     live = _live(decode, t, dr, test, policy, lo, hi, args)
     out["live"] = _compare(live["policy"], live["hi"], live["lo"], rng)
-    out["live"]["fixed_mean_shapes"] = [float(live[a]["shape"].sum() / live[a]["rounds"].sum()) for a in ("lo", "hi")]
-    d = prepare_dense(read_logs(str(tmp / "train")), drafter=label, shape=args.shape)
     out["train_positions"] = d.rounds
     out["seconds"] = {"logging_wall": log_s, "live_wall": time.perf_counter() - w1,
                       "total_wall": time.perf_counter() - w_start, "total_cpu": _cpu() - c_start}
