@@ -20,11 +20,7 @@ FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9]")
 NAMED = re.compile(r"glance-log|python -m glance_law\.(?:fit|report|reduce|ingest|policy)|vllm|vLLM|sglang|SGLang|"
                    r"GLANCE|Spec-Bench|pip")
 #: Known exceptions, each with its reason (kept short: a new one needs a reason too).
-KNOWN = {
-    # the Spec-Bench importer's note on answers without a category suggests ingest's --task to every reader;
-    # import_file is being split on another branch (issue 24, per-turn files): fix the text there
-    ("glance_law/data/importers/spec_bench.py", "--task"),
-}
+KNOWN: set = set()
 READERS = ("fit", "report", "reduce", "policy")
 
 

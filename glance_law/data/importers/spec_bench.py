@@ -582,7 +582,7 @@ def _answer_notes(f: _File, t: _Tally, answers: list, task) -> None:
     if t.no_cat:
         notes.append(f"{path}: {t.no_cat} answer(s) without a category (none in the record"
                      + (", nor in the question file beside it" if f.qcat else ", and no question.jsonl beside it")
-                     + f"): task '{task or 'unknown'}'" + ("" if task else " (pass --task NAME)"))
+                     + f"): task '{task or 'unknown'}'" + ("" if task else " (import with python -m glance_law.ingest --task NAME)"))
     if not answers:
         raise LogError(path, f"no usable answers ({len(t.empty)} with empty accept_lengths, {len(t.mismatch)} with "
                              f"step counts that disagree, {len(t.badval)} unreadable"
