@@ -446,3 +446,19 @@ def test_report_rerun_never_inlines_a_kept_table_through_a_link(tmp_path, logs):
         (out / rel).symlink_to(secret)                # planted: the kept section's table now points outside
     cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law"]).expect_handled()
     assert "TOPSECRET" not in (out / "index.md").read_text() and secret.read_text() == "TOPSECRET\n"
+
+
+def test_ingest_into_a_store_goes_through_the_store_layer(tmp_path):
+    pytest.importorskip("fsspec")
+    from glance_law.data import uri
+    out = "memory://glance-outpath/ing"
+    cli("glance_law.ingest", ["auto", MEDUSA, "--out", out], cwd=tmp_path).expect_ok()
+    names = sorted(uri.basename(f) for f in uri.list_prefix(out + "/"))
+    assert len(names) == 2 and names[0].startswith("prompts-") and names[1].startswith("rounds-")
+    assert len(read_logs(out + "/").frame) == 958 and O.incomplete_marker(out) is None
+    assert list(tmp_path.iterdir()) == []                  # nothing local
+    uri.put_atomic(uri.join(out, O.INCOMPLETE), b"killed")  # as a killed ingest leaves it
+    with pytest.raises(LogError, match="unfinished"):
+        read_logs(out + "/")
+    cli("glance_law.ingest", ["auto", MEDUSA, "--out", out], cwd=tmp_path).expect_ok()   # the rerun completes it
+    assert O.incomplete_marker(out) is None and len(read_logs(out + "/").frame) == 958
