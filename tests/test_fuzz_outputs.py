@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from _fuzz import ROOT, run_cli
+from _fuzz import ROOT, CliResult, run_cli
 
 from glance_law.data import outputs as O
 from glance_law.io import LogError, read_logs, write_table
@@ -52,6 +52,29 @@ def _env() -> dict:
             "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
+MAINS = {"glance_law.reduce": "glance_law.cli.reduce", "glance_law.fit": "glance_law.cli.fit",
+         "glance_law.ingest": "glance_law.cli.ingest", "glance_law.report": "glance_law.cli.report",
+         "glance_law.policy": "glance_law.policy.cli"}
+
+
+def cli(module: str, args, cwd=None) -> CliResult:
+    """``python -m module args`` in this process (its ``main``; stdout and stderr captured): the cases
+    that need no child of their own (a kill, a second pid, a mount) save the interpreter's start."""
+    import contextlib
+    import importlib
+    import io
+    main = importlib.import_module(MAINS[module]).main
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main([str(a) for a in args])
+    finally:
+        os.chdir(here)
+    return CliResult((module, *map(str, args)), rc, out.getvalue(), err.getvalue())
+
+
 def _child(code: str, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=timeout, env=_env())
@@ -62,29 +85,29 @@ def _child(code: str, timeout=120) -> subprocess.CompletedProcess:
 def test_reduce_onto_its_own_input_is_refused(logs):
     a = logs / "rounds-a.parquet"
     before = _sha(a)
-    run_cli("glance_law.reduce", [a, "--out", a]).expect_refusal("is the input")
+    cli("glance_law.reduce", [a, "--out", a]).expect_refusal("is the input")
     # the shell expanded `--out logs/*.parquet` to the one file there: an input, refused
-    run_cli("glance_law.reduce", [logs, "--out", a]).expect_refusal("read as an input")
+    cli("glance_law.reduce", [logs, "--out", a]).expect_refusal("read as an input")
     # the pattern matched nothing and reached the command as it was typed
-    run_cli("glance_law.reduce", [logs, "--out", logs / "*.parquet"]).expect_refusal("pattern")
-    run_cli("glance_law.fit", [a, "--out", a]).expect_refusal("is the input")
+    cli("glance_law.reduce", [logs, "--out", logs / "*.parquet"]).expect_refusal("pattern")
+    cli("glance_law.fit", [a, "--out", a]).expect_refusal("is the input")
     assert _sha(a) == before and sorted(p.name for p in logs.iterdir()) == ["rounds-a.parquet"]
 
 
 def test_reduce_into_the_logs_folder_never_counts_rounds_twice(logs, tmp_path):
     stats = logs / "stats.parquet"
-    run_cli("glance_law.reduce", [logs, "--out", stats]).expect_ok()
+    cli("glance_law.reduce", [logs, "--out", stats]).expect_ok()
     n = pq.read_metadata(logs / "rounds-a.parquet").num_rows
     # the second and third runs: the reduction is among the inputs now, so it is not replaced ...
     for _ in range(2):
-        run_cli("glance_law.reduce", [logs, "--out", stats]).expect_refusal("read as an input")
+        cli("glance_law.reduce", [logs, "--out", stats]).expect_refusal("read as an input")
     # ... and fitting the folder (rounds + their reduction) is refused, not counted twice
-    run_cli("glance_law.fit", [logs]).expect_refusal("counted twice")
+    cli("glance_law.fit", [logs]).expect_refusal("counted twice")
     other = tmp_path / "elsewhere.parquet"
-    run_cli("glance_law.reduce", [logs / "rounds-a.parquet", stats, "--out", other]).expect_refusal("counted twice")
+    cli("glance_law.reduce", [logs / "rounds-a.parquet", stats, "--out", other]).expect_refusal("counted twice")
     # a copy of the rounds file under another name is recognised too (name, rows, run metadata)
-    run_cli("glance_law.reduce", [logs / "rounds-a.parquet", "--out", other]).expect_ok()
-    run_cli("glance_law.fit", [stats, other]).expect_refusal()
+    cli("glance_law.reduce", [logs / "rounds-a.parquet", "--out", other]).expect_ok()
+    cli("glance_law.fit", [stats, other]).expect_refusal()
     # the reduction alone fits the rounds once
     from glance_law.scale.reduce import read_reduced
     assert read_reduced(stats).info["rounds_read"] == n
@@ -109,13 +132,13 @@ def _rows(folder) -> int:
 def test_ingest_never_replaces_another_sources_import(tmp_path):
     a, b = _same_stem_sources(tmp_path)
     out = tmp_path / "logs"
-    run_cli("glance_law.ingest", ["auto", a, "--out", out]).expect_ok()
+    cli("glance_law.ingest", ["auto", a, "--out", out]).expect_ok()
     files = sorted(p.name for p in out.glob("*.parquet"))
     n = _rows(out)
     assert n == 2381
-    run_cli("glance_law.ingest", ["auto", b, "--out", out]).expect_refusal("would replace it")
+    cli("glance_law.ingest", ["auto", b, "--out", out]).expect_refusal("would replace it")
     assert _rows(out) == n and sorted(p.name for p in out.glob("*.parquet")) == files
-    run_cli("glance_law.ingest", ["auto", a, "--out", out]).expect_ok()          # a rerun of the same source
+    cli("glance_law.ingest", ["auto", a, "--out", out]).expect_ok()          # a rerun of the same source
     assert _rows(out) == n and not (out / O.INCOMPLETE).exists()
 
 
@@ -151,9 +174,9 @@ def test_killed_ingest_is_refused_by_fit_and_a_rerun_completes(tmp_path):
     """)
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert len(list(out.glob("*.parquet"))) == 1 and (out / O.INCOMPLETE).exists()
-    run_cli("glance_law.fit", [out]).expect_refusal("unfinished", "INCOMPLETE")
-    run_cli("glance_law.reduce", [out, "--out", tmp_path / "s.parquet"]).expect_refusal("unfinished")
-    run_cli("glance_law.ingest", ["auto", src, "--out", out]).expect_ok()
+    cli("glance_law.fit", [out]).expect_refusal("unfinished", "INCOMPLETE")
+    cli("glance_law.reduce", [out, "--out", tmp_path / "s.parquet"]).expect_refusal("unfinished")
+    cli("glance_law.ingest", ["auto", src, "--out", out]).expect_ok()
     assert not (out / O.INCOMPLETE).exists() and len(list(out.glob("*.parquet"))) == 2
     assert _rows(out) == 2381
     assert len(read_logs(out, "prompts").frame) == 3
@@ -163,8 +186,8 @@ def test_ingest_refuses_an_output_holding_its_input_or_a_file(tmp_path):
     src = tmp_path / "in" / "answers.jsonl.gz"
     src.parent.mkdir()
     shutil.copy(MEDUSA, src)
-    run_cli("glance_law.ingest", ["auto", src, "--out", src.parent]).expect_refusal("holds the input")
-    run_cli("glance_law.ingest", ["auto", src, "--out", src]).expect_refusal("not a folder")
+    cli("glance_law.ingest", ["auto", src, "--out", src.parent]).expect_refusal("holds the input")
+    cli("glance_law.ingest", ["auto", src, "--out", src]).expect_refusal("not a folder")
     assert sorted(p.name for p in src.parent.iterdir()) == ["answers.jsonl.gz"]
 
 
@@ -180,13 +203,13 @@ def test_ingest_refuses_an_output_holding_its_input_or_a_file(tmp_path):
 ])
 def test_store_lookalikes_never_make_a_local_folder(tmp_path, logs, module, args, out):
     args = args if module == "glance_law.ingest" else [logs, *args]
-    line = run_cli(module, [*args, "--out", out], cwd=tmp_path).expect_refusal()
+    line = cli(module, [*args, "--out", out], cwd=tmp_path).expect_refusal()
     assert "SECRET" not in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]       # no folder named s3: or gs: or nosuchscheme:
 
 
 def test_report_to_a_store_is_refused_in_one_line(tmp_path, logs):
-    run_cli("glance_law.report", [logs, "--out", "gs://bucket/app"], cwd=tmp_path).expect_refusal("local folder")
+    cli("glance_law.report", [logs, "--out", "gs://bucket/app"], cwd=tmp_path).expect_refusal("local folder")
 
 
 def test_policy_and_width_plot_never_write_through_a_link(tmp_path, logs):
@@ -194,10 +217,10 @@ def test_policy_and_width_plot_never_write_through_a_link(tmp_path, logs):
     victim.write_text("precious\n")
     link = tmp_path / "policy.json"
     link.symlink_to(victim)
-    run_cli("glance_law.policy", [logs, *POLICY, "--out", link]).expect_refusal("symbolic link")
+    cli("glance_law.policy", [logs, *POLICY, "--out", link]).expect_refusal("symbolic link")
     plot = tmp_path / "pareto.png"
     plot.symlink_to(victim)
-    run_cli("glance_law.fit", [logs, "--width", "--width-plot", plot]).expect_refusal("symbolic link")
+    cli("glance_law.fit", [logs, "--width", "--width-plot", plot]).expect_refusal("symbolic link")
     assert victim.read_text() == "precious\n" and link.is_symlink() and plot.is_symlink()
 
 
@@ -206,7 +229,7 @@ def test_width_plot_goes_through_the_writer(tmp_path):
     logs = tmp_path / "tree"
     write_table(simulate_tree_rounds(n_prompts=6, rounds_per_prompt=(8, 12), seed=7), logs / "a.parquet")
     plot = tmp_path / "fig" / "pareto.png"
-    run_cli("glance_law.fit", [logs, "--width", "--budgets", "7,15", "--width-bootstrap", "0",
+    cli("glance_law.fit", [logs, "--width", "--budgets", "7,15", "--width-bootstrap", "0",
                                "--width-plot", plot]).expect_ok()
     assert plot.read_bytes()[:4] == b"\x89PNG" and not [p for p in plot.parent.iterdir() if p.name.startswith(".")]
 
@@ -223,18 +246,18 @@ def test_report_killed_during_its_first_run_can_be_rerun(tmp_path, logs):
             entry = real(*a, **k)
             os.kill(os.getpid(), signal.SIGKILL)     # killed after its first section's files
         R.run_section = run_section
-        R.main([{str(logs)!r}, "--out", {str(out)!r}, "--quiet", "--only", "law,decile-curves"])
+        R.main([{str(logs)!r}, "--out", {str(out)!r}, "--quiet", "--jobs", "1", "--only", "summary,law"])
     """)
     assert p.returncode == -signal.SIGKILL, p.stderr
     assert (out / O.INCOMPLETE).exists() and not (out / "manifest.json").exists()
     assert list((out / "tables").iterdir())
-    run_cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law,decile-curves"]).expect_ok()
+    cli("glance_law.report", [logs, "--out", out, "--quiet", "--jobs", "1", "--only", "summary,law"]).expect_ok()
     assert (out / "manifest.json").exists() and not (out / O.INCOMPLETE).exists()
     # a folder with other content and no manifest is still refused
     other = tmp_path / "other"
     other.mkdir()
     (other / "mine.txt").write_text("x")
-    run_cli("glance_law.report", [logs, "--out", other, "--only", "law"]).expect_refusal("not empty")
+    cli("glance_law.report", [logs, "--out", other, "--only", "law"]).expect_refusal("not empty")
 
 
 def test_figures_of_drafters_differing_in_replaced_characters_do_not_collide():
@@ -355,7 +378,7 @@ def test_stale_temporary_files_of_dead_writers_are_cleaned(tmp_path, logs):
     foreign = ".law.txt.1234.tmp"                        # not a name this writer makes: kept
     for name in (dead, live, foreign):
         (tmp_path / name).write_text("half")
-    run_cli("glance_law.fit", [logs, "--out", tmp_path / "law.txt"]).expect_ok()
+    run_cli("glance_law.fit", [logs, "--out", tmp_path / "law.txt"]).expect_ok()      # a writer of another pid
     left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
     assert left == sorted([live, foreign])
 
@@ -371,7 +394,7 @@ def test_flipped_byte_in_a_data_page_is_refused(tmp_path):
     data = bytearray(f.read_bytes())
     data[(start + end) // 2] ^= 0x01                     # inside the data page, after its header
     f.write_bytes(bytes(data))
-    line = run_cli("glance_law.fit", [f]).expect_refusal("could not be read")
+    line = cli("glance_law.fit", [f]).expect_refusal("could not be read")
     assert "checksum" in line.lower() or "crc" in line.lower()
     with pytest.raises(LogError, match="(?i)checksum|crc"):
         read_logs(f)
@@ -414,12 +437,28 @@ def test_report_rerun_never_inlines_a_kept_table_through_a_link(tmp_path, logs):
     secret = tmp_path / "secret.txt"
     secret.write_text("TOPSECRET\n")
     out = tmp_path / "app"
-    run_cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law,summary"]).expect_ok()
+    cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law,summary"]).expect_ok()
     kept = [o for e in json.loads((out / "manifest.json").read_text())["sections"] if e["name"] == "summary"
             for o in e["outputs"] if o.endswith(".md")]
     assert kept
     for rel in kept:
         (out / rel).unlink()
         (out / rel).symlink_to(secret)                # planted: the kept section's table now points outside
-    run_cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law"]).expect_handled()
+    cli("glance_law.report", [logs, "--out", out, "--quiet", "--only", "law"]).expect_handled()
     assert "TOPSECRET" not in (out / "index.md").read_text() and secret.read_text() == "TOPSECRET\n"
+
+
+def test_ingest_into_a_store_goes_through_the_store_layer(tmp_path):
+    pytest.importorskip("fsspec")
+    from glance_law.data import uri
+    out = "memory://glance-outpath/ing"
+    cli("glance_law.ingest", ["auto", MEDUSA, "--out", out], cwd=tmp_path).expect_ok()
+    names = sorted(uri.basename(f) for f in uri.list_prefix(out + "/"))
+    assert len(names) == 2 and names[0].startswith("prompts-") and names[1].startswith("rounds-")
+    assert len(read_logs(out + "/").frame) == 958 and O.incomplete_marker(out) is None
+    assert list(tmp_path.iterdir()) == []                  # nothing local
+    uri.put_atomic(uri.join(out, O.INCOMPLETE), b"killed")  # as a killed ingest leaves it
+    with pytest.raises(LogError, match="unfinished"):
+        read_logs(out + "/")
+    cli("glance_law.ingest", ["auto", MEDUSA, "--out", out], cwd=tmp_path).expect_ok()   # the rerun completes it
+    assert O.incomplete_marker(out) is None and len(read_logs(out + "/").frame) == 958
