@@ -33,6 +33,7 @@ LOGS = ROOT / "data" / "logs"
 def _instances() -> dict[str, Result]:
     """One instance (or more) of every Result subclass, keyed by a readable id."""
     from glance_law.evidence.summary import group_summary
+    from glance_law.policy.cost import fit_cost
     rounds = gl.read_logs(LOGS)
     frame = rounds.frame
     prompts = gl.read_logs(LOGS, "prompts").frame
@@ -62,6 +63,7 @@ def _instances() -> dict[str, Result]:
         "TimingResult": timing, "RoundCostResult": gl.round_cost(sim),
         "Reduced": gl.reduce_frame(sim), "LawFit(reduced)": gl.fit_reduced(gl.reduce_frame(sim)),
         "PolicyTable": evaluate_policies(tree, 7, n_max=15, n_boot=10, folds=2),
+        "CostFit": fit_cost(sim, n_boot=20),
         "GroupSummary": group_summary(rounds),
         "TurnTau": gl.turn_tau(prompts),
     }
@@ -88,7 +90,7 @@ IDS = ["LawFit", "LawChecks", "TailFit", "TailModels", "TailHeldout", "FanoCheck
        "RescueFit", "WidthRegret", "OffsetLaw", "OffsetHazards", "Assumption2Test", "RunSurvival", "ProbeResult",
        "SignalResult", "OrderResult", "OrderGaps", "OrderVerdict", "TransferResult", "TransferCalibration",
        "AuditResult", "AuditDivergences", "TimingResult", "RoundCostResult", "Reduced", "LawFit(reduced)", "PolicyTable",
-       "GroupSummary", "TurnTau"]
+       "GroupSummary", "TurnTau", "CostFit"]
 
 
 def test_every_result_subclass_is_checked():

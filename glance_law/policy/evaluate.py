@@ -32,7 +32,7 @@ from ..law import fit_law
 from ..replay import chain_run, replay_arrays, round_arrays
 from ..replay.width import fit_rescue, rescue_events
 from ..results import Result
-from ..stats.cluster import bootstrap_counts, cluster_codes, percentile_interval
+from ..stats.cluster import bootstrap_counts, cluster_codes, percentile_interval, t_crit
 from .cost import CostModel, cost_model
 from .policies import (
     FixedPolicy,
@@ -415,13 +415,15 @@ def fold_shapes(name: str, d: PolicyData, splits, target: float, cap: int) -> tu
     return shapes, used, ""
 
 
-def refit_interval(d: PolicyData, name: str, target: float, cap: int, folds: int, cost: CostModel, *,
+def refit_interval(d: PolicyData, name: str, target: float, cap: int, folds: int, cost: CostModel, point: dict, *,
                    n_boot: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None) -> dict:
     """Held-out intervals that account for the fitting and the fold split: every replicate resamples
     the prompts, splits them into folds afresh, refits the family on each fold's training prompts
-    and scores it on the fold's held-out prompts (a copy of a prompt stays in one fold). Percentile
-    intervals over the replicates' held-out figures: ``{key_lo, key_hi}``. Replicates in which the
-    family cannot be fitted on some fold are left out (noted)."""
+    and scores it on the fold's held-out prompts (a copy of a prompt stays in one fold). The interval
+    is ``point +- t(G-1) * sd * sqrt(G / (G-1))`` with ``sd`` the replicates' standard deviation
+    (``point``: the figures on the data; percentile intervals of the replicates covered a known
+    gain less often: docs/policy.md, "Exporting only what the evidence supports"): ``{key_lo,
+    key_hi}``. Replicates in which the family cannot be fitted on some fold are left out (noted)."""
     G = int(d.codes.max(initial=-1)) + 1
     rng = np.random.default_rng(seed + 7919)
     draws: dict = {}
@@ -446,9 +448,14 @@ def refit_interval(d: PolicyData, name: str, target: float, cap: int, folds: int
         notes.append(f"{name}: {failed} of {n_boot} refit replicates could not fit the family on some fold and are "
                      "left out of its held-out intervals")
     out = {}
+    half = t_crit(G, level) * np.sqrt(G / max(G - 1, 1))
     for k, v in draws.items():
-        lo, hi = percentile_interval(np.asarray(v, dtype=np.float64), level)
-        out[k + "_lo"], out[k + "_hi"] = float(lo), float(hi)
+        v = np.asarray(v, dtype=np.float64)
+        v = v[np.isfinite(v)]
+        if k not in point or v.size < 2:
+            continue
+        sd = float(np.std(v, ddof=1))
+        out[k + "_lo"], out[k + "_hi"] = float(point[k] - half * sd), float(point[k] + half * sd)
     return out
 
 
@@ -477,6 +484,9 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     meet on its training prompts. ``in_sample``: also add rows fitted and scored on every
     prompt (labelled ``in-sample``: never a held-out figure). ``policies``: extra user callables
     (name -> ``f(RootStats) -> ints``), scored as given (``evaluated_on`` = ``as given``).
+    ``refit``: held-out intervals by :func:`refit_interval` (each bootstrap replicate redraws the
+    folds and refits the family: the interval covers the fitting too); False holds the fits at
+    their fold estimates (faster, narrower, below nominal coverage).
     ``node_ms``/``pass_ms``/``constant_ms`` override the round-cost fit's terms; ``host_ms``: the
     policy's per-round host work when the logs hold no policy run to fit it from
     (:func:`glance_law.policy.cost.fit_cost`)."""
@@ -520,8 +530,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
             mode = evaluated_on(spl, d.codes)
             r = score_policy(d, shapes, cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
             if mode == "held-out" and refit and n_boot > 0:
-                r.update(refit_interval(d, name, target, cap, len(spl), cost, n_boot=n_boot, level=level, seed=seed,
-                                        notes=notes))
+                r.update(refit_interval(d, name, target, cap, len(spl), cost, r, n_boot=n_boot, level=level,
+                                        seed=seed, notes=notes))
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc, **r})
             if mode == "in-sample" and label == "in-sample":
@@ -543,8 +553,11 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         "never a held-out gain)",
         "tokens: committed tokens per round (accepted + 1) replayed at each round's shape; fixed_tokens: the fixed "
         "shape at the policy's mean shape (interpolated between integer shapes); gain: % over it",
-        f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
-        "their fold estimates",
+        (f"intervals: {100 * level:g}%, prompt-level bootstrap ({n_boot} replicates); held-out rows: estimate +- "
+         "t(G-1) x the sd of replicates that refit everything (prompts resampled, folds redrawn, the family refitted "
+         "on each fold's training prompts); other rows: percentile, the fits held at their estimates" if refit else
+         f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
+         "their fold estimates (refit=False: they ignore the fitting's own variability)"),
     ]
     if cost.identified:
         notes.append(f"modelled ms/round = {cost.constant:.3f} + {cost.pass_ms:.3f} x passes + {cost.node_ms:.4f} x "
