@@ -635,8 +635,10 @@ def _prompts(inp: Inputs, analysis: str, flag: str) -> pd.DataFrame:
 def audit(inp: Inputs) -> list:
     from glance_law.evidence.audit import audit as run_audit
     P = _prompts(inp, "Table 7 (the audit)", SUPPLIED_BY["greedy_match"])
-    rounds, _ = inp.part(("committed",))          # every round: the audit follows each prompt's whole stream
-    res = run_audit(P, rounds.frame, threshold=inp.options.tie_threshold, by=inp.options.by or "none")
+    frame = inp.frame
+    if ("greedy_match" in P.columns and P["greedy_match"].notna().any()) or "tokens" in P.columns:
+        frame = inp.part(("committed",))[0].frame   # every round: the audit follows each prompt's whole stream
+    res = run_audit(P, frame, threshold=inp.options.tie_threshold, by=inp.options.by or "none")
     return [Table("table7_audit", res), Table("table7_divergences", res.divergences())]
 
 

@@ -65,7 +65,8 @@ def _owners(rel: str) -> tuple[tuple[str, ...], bool]:
         return ("policy",), True
     if rel == "glance_law/cli/ingest.py":
         return ("ingest",), True
-    if rel in ("glance_law/cli/report.py", "glance_law/appendix.py", "glance_law/fano.py"):
+    if rel in ("glance_law/cli/report.py", "glance_law/appendix.py", "glance_law/fano.py",
+               "glance_law/data/sample.py"):          # the prompt sample: the report's sections only
         return ("report",), True
     if rel == "glance_law/cli/fit.py":
         return ("fit",), True

@@ -80,10 +80,15 @@ def test_large_log_path_gives_the_full_reads_tables(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not LOGS.is_dir(), reason="no committed logs")
-def test_sampled_sections_say_so(tmp_path, monkeypatch):
+def test_sampled_sections_say_so_and_match_the_in_memory_sample(tmp_path, monkeypatch):
+    """A sample read batch by batch from the files (large-log path) gives the tables of the same
+    sample taken from a full read; the tables name the sample."""
+    args = ["--only", "offsets,width", "--replay-rounds", "1500", "--offset-rounds", "2000", "--width-bootstrap", "20",
+            "--quiet"]
+    assert report.main([str(LOGS), "--out", str(tmp_path / "mem"), *args]) == 0
     monkeypatch.setattr(report, "FULL_READ_ROUNDS", 0)
-    assert report.main([str(LOGS), "--out", str(tmp_path / "s"), "--only", "offsets,width", "--replay-rounds", "1500",
-                        "--offset-rounds", "2000", "--width-bootstrap", "20", "--quiet"]) == 0
+    assert report.main([str(LOGS), "--out", str(tmp_path / "s"), *args]) == 0
+    assert _tables(tmp_path / "mem") == _tables(tmp_path / "s")
     width = (tmp_path / "s" / "tables" / "figure5_width.md").read_text()
     offsets = (tmp_path / "s" / "tables" / "assumption2_offset_law.md").read_text()
     assert "prompt-clustered sample" in width and "--replay-rounds 0 uses every round" in width

@@ -291,7 +291,7 @@ def test_offsets_derive_matches_for_chains_and_refuse_trees():
             r = law.loc[(law["task"] == task) & (law["offset"] == j)].iloc[0]
             assert r["match_rate"] == pytest.approx(np.mean(a[risk] >= j)) and np.isnan(r["b1"])
     f["budget"] = f["horizon"] + 3                                         # a tree
-    with pytest.raises(Exception, match="not a chain"):
+    with pytest.raises(Exception, match="not known to be a chain"):
         off.offset_law(f)
 
 

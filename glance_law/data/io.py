@@ -442,6 +442,9 @@ def _uri_input(path):
 #: and whether the rounds are in decoding order (round_order: analyses that need the order refuse the rest).
 ALWAYS_READ = ("target", "drafted_horizon", "round_order")
 
+#: Rows per batch when ``read_logs(keep=...)`` samples a file.
+KEEP_BATCH_ROWS = 8192
+
 
 #: What prompt-level logs without rounds are, in the one-line refusal of a per-step analysis.
 PROMPTS_ONLY = ("the inputs hold per-turn counts without per-step lengths (per question and turn: new_tokens, "
@@ -480,8 +483,9 @@ def require_steps(logs: LogSet) -> LogSet:
     return logs
 
 
-def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Table:
-    """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow."""
+def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None, keep=None) -> pa.Table:
+    """Read, type-check and value-check one file of ``kind``; returns contract-typed Arrow.
+    ``keep``: see :func:`read_logs` (the values of the rows it keeps are checked, the others dropped first)."""
     schema = md.schema.to_arrow_schema()
     present = list(schema.names)
     contract = {c.name: c for c in S.columns(kind)}
@@ -508,7 +512,12 @@ def _read_one(path: Path, kind: str, md, columns: Sequence[str] | None) -> pa.Ta
         with _uri_input(path) as source:
             pf = pq.ParquetFile(source, read_dictionary=strings, metadata=md, page_checksum_verification=True)
             try:
-                table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
+                if keep is None:
+                    table = pf.read(columns=to_read, use_threads=md.num_row_groups > 1)
+                else:           # batch by batch: a sample of a large file never holds its list columns whole
+                    table = pa.concat_tables([
+                        t.filter(keep(t)) for t in (pa.Table.from_batches([b]) for b in pf.iter_batches(
+                            batch_size=KEEP_BATCH_ROWS, columns=to_read, use_threads=False))])
             finally:
                 pf.close()
     except _uri.StoreError as exc:
@@ -606,8 +615,8 @@ def read_logs(paths, kind: str = S.KIND_ROUNDS, columns: Sequence[str] | str | N
     ``chain``: drafter names (``"*"``: every drafter) declared to have drafted one top-1 chain
     (``--chain``): their rounds read with budget = horizon, with a note
     (:func:`glance_law.data.declare.declare_chain`).
-    ``keep``: a function of one file's checked Arrow table returning a boolean mask of the rows to
-    keep (a sample of a large log: only the kept rows are converted to pandas; Parquet files only).
+    ``keep``: a function of one file's Arrow table returning a boolean mask of the rows to keep (a
+    sample of a large log: only the kept rows are checked and converted to pandas; Parquet files only).
 
     A bad file (not Parquet, empty, wrong or missing metadata, missing or mistyped
     column, out-of-range value, duplicate key within or across files) raises
@@ -765,8 +774,7 @@ def _load_one(path: Path, kind: str, columns, keep=None):
         md, fkind, run = file_meta(path)
         if fkind != kind:
             return FileInfo(str(path), fkind, md.num_rows, run)
-        table = _read_one(path, kind, md, columns)
-        return (table if keep is None else table.filter(keep(table))), run
+        return _read_one(path, kind, md, columns, keep), run
     except LogError as exc:
         return exc if exc.path is not None else exc.at(path)
 
