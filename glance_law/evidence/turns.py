@@ -183,7 +183,8 @@ def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
         raise GlanceError(f"{ANALYSIS}: expected prompt rows (a DataFrame or a LogSet of kind prompts)")
     E.require(frame, ("task", "prompt_id"), ANALYSIS)
     if not {"turn_rounds", "rounds"} & set(frame.columns):
-        raise GlanceError(f"{ANALYSIS}: the prompt rows carry neither turn_rounds nor rounds (verification steps)")
+        raise GlanceError(f"{ANALYSIS}: no per-round rows, and the prompts carry neither turn_rounds nor rounds; "
+                          "pass the rounds-*.parquet files beside them")
     T = _speculative_turns(turn_rows(label_targets(frame, notes), notes), notes)
     if by is not None and by not in T.columns:
         raise GlanceError(f"cannot group by '{by}': the prompt rows have no such column")
