@@ -416,7 +416,7 @@ def test_wrong_kind_only(tmp_path):
     with pytest.raises(gio.LogError) as e:
         gio.read_logs(p)
     msg = one_line_error(e, p)
-    assert "prompt-level rows only" in msg and "read_logs(PATHS, 'prompts')" in msg
+    assert "prompt-level rows only" in msg and "python -m glance_law.fit PATHS" in msg
 
 
 def test_all_bad_is_an_error_even_with_skip_bad(tmp_path):
