@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -22,7 +21,7 @@ import torch
 
 from glance_law import schema as S
 from glance_law.data import uri
-from glance_law.data.outputs import check_output, make_folder, write_problem
+from glance_law.data.outputs import check_output, make_folder, pid_lock
 from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
 from glance_law.replay.tree import max_code_bits
@@ -279,28 +278,12 @@ def _run_lock(out: Path, run_id: str):
     if uri.is_uri(out):                 # a store prefix has no lock (documented in docs/scale.md)
         yield
         return
-    try:
-        import fcntl
-    except ImportError:                 # not POSIX: no lock (documented)
+
+    def busy(holder):
+        return GlanceError(f"run {run_id} is being written into {out} by another glance-log (pid {holder}); "
+                           "wait for it to finish, then rerun this command to resume")
+    with pid_lock(out / f".glance-log-{run_id}.lock", busy):
         yield
-        return
-    path = out / f".glance-log-{run_id}.lock"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    except OSError as exc:              # a read-only or full folder: one line
-        raise write_problem(path, exc, "nothing was written") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise GlanceError(f"run {run_id} is being written into {out} by another glance-log (pid {holder}); "
-                              "wait for it to finish, then rerun this command to resume") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield
-    finally:
-        os.close(fd)                    # closing releases the lock
 
 
 def _audit_state(out: Path, run_id: str) -> tuple[int, int, int]:

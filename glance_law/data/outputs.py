@@ -445,28 +445,41 @@ def folder_session(out, command: str):
         sess.done()
         return
     out = make_folder(out)
-    try:
-        import fcntl
-    except ImportError:                           # pragma: no cover - not POSIX: no lock
-        fcntl = None
-    lock = out / ".glance-write.lock"
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as exc:
-        raise write_problem(lock, exc, "nothing was written") from None
-    try:
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                raise OutputError(f"{out}: another command (pid {holder}) is writing into this folder; wait for it "
-                                  "to finish, or write into another folder") from None
-            with contextlib.suppress(OSError):    # the pid is for the refusal's message only (a full disk)
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, str(os.getpid()).encode(), 0)
+
+    def busy(holder):
+        return OutputError(f"{out}: another command (pid {holder}) is writing into this folder; wait for it to "
+                           "finish, or write into another folder")
+    with pid_lock(out / ".glance-write.lock", busy):
         sess = FolderSession(out, command)
         yield sess
         sess.done()
+
+
+@contextlib.contextmanager
+def pid_lock(path, busy):
+    """Hold an exclusive, non-blocking OS lock (``fcntl.flock``) on the file ``path`` (created
+    without following a link) for the block, with this process's pid written in it; another holder
+    raises ``busy(its pid)`` (an exception: the one-line refusal). The OS drops the lock when the
+    process dies, so a crashed writer never blocks a rerun. Not POSIX: no lock."""
+    try:
+        import fcntl
+    except ImportError:                           # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError as exc:                        # a read-only or full folder: one line
+        raise write_problem(path, exc, "nothing was written") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            raise busy(holder) from None
+        with contextlib.suppress(OSError):        # the pid is for the refusal's message only (a full disk)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
     finally:
-        os.close(fd)
+        os.close(fd)                              # closing releases the lock
