@@ -118,3 +118,23 @@ def test_every_stored_command_line_goes_through_the_scrubber():
             if name not in ("scrub", "command_line") and not (isinstance(v, ast.Attribute) and v.attr == "command"):
                 bad.append(f"{f.relative_to(root)}:{line}")
     assert found >= 7 and not bad, bad
+
+
+# ----------------------------------------------------------------------- store prefix lock
+
+def test_store_lock_without_conditional_create():
+    """memory:// (an fsspec filesystem) has no conditional create through the store layer: the
+    lock is checked, written and read back, so a second writer is still refused and the lock
+    goes when the first finishes (tests/test_store.py covers S3's If-None-Match create)."""
+    pytest.importorskip("fsspec")
+    from glance_law.data import outputs as O
+    from glance_law.data import uri
+    prefix = "memory://glance-safety/out"
+    assert uri.create_exclusive(prefix + "/x", b"") is None
+    with O.store_lock(prefix, "first") as confirm:
+        assert uri.read_small(prefix + "/.glance-write.lock") is not None
+        with pytest.raises(O.OutputError, match="another command"):
+            with O.store_lock(prefix, "second"):
+                pass
+        confirm()
+    assert uri.read_small(prefix + "/.glance-write.lock") is None
