@@ -47,6 +47,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from glance_law.errors import GlanceError
+from glance_law.scrub import scrub
 
 from . import uri as _uri
 
@@ -486,9 +487,8 @@ def store_lock(prefix: str, command: str, name: str = LOCK):
     the lock is checked again before the folder is marked complete, and the writer whose token is
     gone refuses to finish (the INCOMPLETE marker stays: rerun one writer)."""
     import json
-    import socket
     lock = _uri.join(prefix, name)
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "token": os.urandom(8).hex(), "command": command,
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "token": os.urandom(8).hex(), "command": scrub(command),
           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     blob = json.dumps(me).encode()
     for _ in range(2):

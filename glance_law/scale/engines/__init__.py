@@ -49,7 +49,8 @@ from .sources import (
     verify_pages,
 )
 
-__all__ = ["ENGINES", "Source", "BadFiles", "scan", "reduce_logs", "READ_COLUMNS", "suspect_streams", "blame"]
+__all__ = ["ENGINES", "Source", "BadFiles", "scan", "reduce_logs", "READ_COLUMNS", "suspect_streams", "blame",
+           "verify_pages"]
 
 ENGINES = ("arrow", "duckdb", "spark")
 
