@@ -17,7 +17,9 @@ Measured (nothing is asserted; the figures go in docs/scale.md and the report):
   ``reduce`` / ``fit`` / ``reduce+fit`` with the arrow and duckdb engines.
 * ``--big N``: N simulated rounds written in chunks (``simulate_arrays(..., vectors=False)`` +
   ``write_table``) to ``--dir``; then, each in a fresh process, ``reduce_logs`` + ``fit_reduced``
-  per engine and the two-column scan: wall, CPU and peak RSS of the process. The logs are
+  per engine and the two-column scan: wall, CPU and peak RSS of the process; ``duckdb-nocheck``
+  is duckdb without the page-checksum pass (``page_check=False``), ``verify`` that pass alone, and
+  the ratio with / without is printed. The logs are
   deleted afterwards unless ``--keep``.
 * ``--binning``: the reduced fit against the exact fit on simulated logs for several grids,
   with and without the two-point quadrature: |delta b0|, |delta b1| and the other statistics.
@@ -128,10 +130,15 @@ elif what == "exact":
     r = fit_law(logs).row()
     res = {"rounds": int(len(logs.frame)), "cells": 0, "reduce_s": t_red, "b0": r["b0"], "b1": r["b1"],
            "b1_lo": r["b1_lo"], "b1_hi": r["b1_hi"]}
+elif what == "verify":
+    from glance_law.scale.engines import scan, verify_pages
+    rounds = scan(files)[0]
+    bad = verify_pages(rounds)
+    res = {"rounds": sum(s.rows for s in rounds), "bad": len(bad)}
 else:
     from glance_law.scale.engines import reduce_logs
     from glance_law.scale.law_reduced import fit_reduced
-    red = reduce_logs(files, engine=what)
+    red = reduce_logs(files, engine=what.removesuffix("-nocheck"), page_check=not what.endswith("-nocheck"))
     t_red = time.perf_counter() - w
     fit = fit_reduced(red)
     r = fit.row()
@@ -213,6 +220,7 @@ def bench_big(n: int, folder: Path, keep: bool, generate_only: bool, engines) ->
     print(f"  {len(paths)} files, {size:.2f} GB, ready after {time.time() - t0:.0f} s")
     if generate_only:
         return
+    seen: dict = {}
     try:
         for what in ["scan2"] + list(engines):
             print(f"  [{load_note()}]")
@@ -221,9 +229,14 @@ def bench_big(n: int, folder: Path, keep: bool, generate_only: bool, engines) ->
                 print(f"  {what:8s} failed: {r['error']}")
                 continue
             extra = (f"  reduce {r['reduce_s']:.1f} s, {r['cells']:,} cells, b0 {r['b0']:.5f}, b1 {r['b1']:.5f} "
-                     f"[{r['b1_lo']:.5f}, {r['b1_hi']:.5f}]") if what != "scan2" else ""
+                     f"[{r['b1_lo']:.5f}, {r['b1_hi']:.5f}]") if "reduce_s" in r else ""
+            seen[what] = r
             print(f"  {what:8s} wall {r['wall']:7.1f} s (process {r['process_wall']:.1f} s), CPU {r['cpu']:7.1f} s, "
                   f"peak RSS {r['rss_mb']:6.0f} MB, {r['rounds']:,} rounds{extra}", flush=True)
+        for e in {e.removesuffix("-nocheck") for e in seen if e.endswith("-nocheck")} & set(seen):
+            a, b = seen[e], seen[e + "-nocheck"]
+            print(f"  page checksums verified / not ({e}): wall x{a['wall'] / b['wall']:.2f}, "
+                  f"CPU x{a['cpu'] / b['cpu']:.2f}")
     finally:
         if not keep:
             shutil.rmtree(folder, ignore_errors=True)
@@ -270,7 +283,9 @@ def main(argv=None) -> int:
     p.add_argument("--binning", action="store_true", help="the binning error table")
     p.add_argument("--binning-prompts", type=int, default=2000, help="prompts per task of the binning logs")
     p.add_argument("--dir", default="/tmp/glance-bench-reduce", help="where the simulated logs go")
-    p.add_argument("--engines", default="arrow,duckdb", help="engines for --big (comma separated)")
+    p.add_argument("--engines", default="arrow,duckdb,duckdb-nocheck,verify",
+                   help="engines for --big (comma separated; ENGINE-nocheck: without the page-checksum pass of "
+                        "reduce_logs(page_check=False); verify: that pass alone)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--keep", action="store_true", help="keep the generated logs")
     p.add_argument("--generate-only", action="store_true")

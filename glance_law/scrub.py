@@ -19,7 +19,7 @@ place that knows what a secret in a location looks like.
 
 :func:`scrub` replaces each secret with ``REDACTED``; it never raises and leaves text without a
 secret unchanged. :func:`scrub_doc` scrubs every string of a JSON-like document, :func:`scrub_argv`
-a command line, :func:`carries_credentials` says whether a location holds one, and
+a command line (:func:`command_line`: the one stored in a record), :func:`carries_credentials` says whether a location holds one, and
 :func:`scrubbed_output` routes ``sys.stdout``/``sys.stderr`` (prints, warnings, notes) through
 :func:`scrub` while a command runs.
 """
@@ -30,7 +30,8 @@ import re
 import sys
 from urllib.parse import unquote
 
-__all__ = ["MASK", "scrub", "scrub_doc", "scrub_argv", "carries_credentials", "remember", "scrubbed_output"]
+__all__ = ["MASK", "scrub", "scrub_doc", "scrub_argv", "command_line", "carries_credentials", "remember",
+           "scrubbed_output"]
 
 MASK = "REDACTED"
 
@@ -157,6 +158,14 @@ def remember(argv) -> None:
 def scrub_argv(argv) -> list[str]:
     """A command line (list of arguments) with each argument scrubbed."""
     return [scrub(a) for a in argv]
+
+
+def command_line(prog: str, argv=None) -> str:
+    """The command line to store in a record (metadata, a manifest, a training report): ``prog``
+    and ``argv`` (default ``sys.argv[1:]``) shell-quoted, every secret scrubbed."""
+    import shlex
+    args = sys.argv[1:] if argv is None else list(argv)
+    return scrub(" ".join([prog, shlex.join(scrub_argv(args))]).rstrip())
 
 
 def scrub_doc(doc):

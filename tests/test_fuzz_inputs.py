@@ -21,6 +21,7 @@ from test_importers import answer, prom_scrape, write_jsonl
 from glance_law.data import inputs
 from glance_law.data.importers import import_logs
 from glance_law.data.tables import LogError
+from glance_law.errors import GlanceError
 
 MEM = 1024            # every case, the bombs included, stays under 1 GB
 
@@ -65,6 +66,43 @@ def test_one_gibibyte_line_is_refused(tmp_path):
     f = tmp_path / "line.jsonl.gz"
     f.write_bytes(gzip.compress(b'{"a": "') + _members(b" " * (1 << 20), 1024) + gzip.compress(b'"}\n'))
     ingest(f, tmp=tmp_path).expect_refusal("line.jsonl.gz", "line 1", "64 MiB")
+
+
+def test_gzip_bomb_of_many_short_valid_lines(tmp_path):
+    """A 3 MB .jsonl.gz of 512 MiB of short valid records (6 million rounds, gigabytes once
+    parsed): refused in one line after reading the expansion cap (32x its size), not expanded; a
+    plain file over the total cap (GLANCE_MAX_INPUT_BYTES) too."""
+    recs = b"".join(json.dumps(_glance(i)).encode() + b"\n" for i in range(12))
+    block = recs * ((1 << 20) // len(recs))                     # about 1 MiB of whole records
+    f = tmp_path / "bomb.jsonl.gz"
+    f.write_bytes(_members(block, 512))
+    assert f.stat().st_size < 4 << 20
+    ingest(f, tmp=tmp_path, timeout=60).expect_refusal("bomb.jsonl.gz", "of text", "GLANCE_MAX_EXPANSION")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.parquet"))
+    plain = tmp_path / "big.jsonl"
+    plain.write_bytes(block * 3)
+    res = run_cli("glance_law.ingest", ["auto", plain, "--out", tmp_path / "o2"], mem_mb=MEM, timeout=60,
+                  env={"GLANCE_MAX_INPUT_BYTES": "2M"})
+    res.expect_refusal("big.jsonl", "2 MiB of text", "GLANCE_MAX_INPUT_BYTES")
+
+
+def test_input_caps_in_process(tmp_path, monkeypatch):
+    """Under the caps a file reads whole; raising a cap admits it; a bad setting is one line."""
+    block = b'{"task": "t", "accepted": 1, "horizon": 4, "root_entropy": 0.5}\n' * 300_000   # 19 MiB, ~1000x
+    f = tmp_path / "a.jsonl.gz"
+    f.write_bytes(gzip.compress(block, 9))
+    with pytest.raises(LogError, match=r"line 2\d{5}: holds more than 16 MiB of text .*GLANCE_MAX_EXPANSION"):
+        inputs.read_text(f)
+    monkeypatch.setenv("GLANCE_MAX_EXPANSION", "5000")
+    assert len(inputs.read_text(f)) == len(block) - 1
+    monkeypatch.setenv("GLANCE_MAX_INPUT_BYTES", "1M")
+    with pytest.raises(LogError, match="1 MiB of text.*GLANCE_MAX_INPUT_BYTES"):
+        inputs.read_text(f)
+    monkeypatch.setenv("GLANCE_MAX_INPUT_BYTES", "lots")
+    with pytest.raises(GlanceError, match="GLANCE_MAX_INPUT_BYTES='lots' is not a size"):
+        inputs.read_text(f)
+    monkeypatch.delenv("GLANCE_MAX_INPUT_BYTES")
+    assert inputs.input_limit(None) == (inputs.MAX_INPUT_BYTES, "GLANCE_MAX_INPUT_BYTES")
 
 
 @pytest.mark.parametrize("kind", ["fifo", "devzero"])

@@ -408,3 +408,48 @@ def test_foreign_log_errors_in_a_store_name_the_uri(store, answers):
         import_logs("s3://bucket/answers/*.prom")
     with pytest.raises(LogError, match=r"^s3://bucket/nothing/: no such file, folder or prefix"):
         import_logs("s3://bucket/nothing/")
+
+
+def test_a_store_prefix_has_one_writer(store, answers, capsys):
+    """ingest into a prefix takes its lock object (created with If-None-Match: *): a lock of a
+    live writer is refused in one line naming it; one of a dead process of this host is taken
+    over; a finished write leaves neither the lock nor the INCOMPLETE marker."""
+    import socket
+
+    from glance_law.cli.ingest import main as ingest_main
+    s3, lock = store["s3"], "s3://bucket/one-writer/.glance-write.lock"
+    assert uri.create_exclusive(lock, b"{}") is True          # the store decides between two creators
+    assert uri.create_exclusive(lock, b"{}") is False
+    s3.put_object(Bucket="bucket", Key="one-writer/.glance-write.lock",
+                  Body=json.dumps({"host": "elsewhere", "pid": 7, "started": "2026-01-01T00:00:00Z"}).encode())
+    argv = ["spec-bench", str(answers / "*.jsonl.gz"), "--skip-bad", "--out", "s3://bucket/one-writer/"]
+    capsys.readouterr()
+    assert ingest_main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "pid 7 on elsewhere" in err[0] and lock in err[0], err
+    assert _keys(s3, "one-writer/") == ["one-writer/.glance-write.lock"]      # nothing written
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    s3.put_object(Bucket="bucket", Key="one-writer/.glance-write.lock",
+                  Body=json.dumps({"host": socket.gethostname(), "pid": dead.pid}).encode())
+    assert ingest_main(argv) == 0
+    keys = [k for k in _keys(s3, "one-writer/") if not k.endswith("/")]
+    assert keys and all(k.endswith(".parquet") for k in keys), keys
+
+
+def test_a_writer_whose_store_lock_was_taken_does_not_finish(store):
+    """A second writer on a held prefix is refused (and the first, failing with it, releases its
+    lock); a writer whose lock another took over (removed by hand, or a store without conditional
+    create) refuses to mark the prefix complete, and leaves the other's lock alone."""
+    from glance_law.data import outputs as O
+    with pytest.raises(O.OutputError, match="another command .* is writing into this prefix"):
+        with O.folder_session("s3://bucket/race/", "first"):
+            with O.folder_session("s3://bucket/race/", "second"):
+                pass
+    assert [k for k in _keys(store["s3"], "race/") if not k.endswith("/")] == []   # pyarrow keeps a folder marker
+    with pytest.raises(O.OutputError, match="took this prefix's lock.*INCOMPLETE"):
+        with O.folder_session("s3://bucket/race/", "first") as sess:
+            sess.mark()
+            store["s3"].put_object(Bucket="bucket", Key="race/.glance-write.lock", Body=b'{"token": "theirs"}')
+    assert [k for k in _keys(store["s3"], "race/") if not k.endswith("/")] == ["race/.glance-write.lock",
+                                                                               "race/INCOMPLETE"]

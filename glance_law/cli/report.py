@@ -574,7 +574,7 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     from glance_law.data.provenance import library_versions
     libs = {**library_versions(), "matplotlib": matplotlib.__version__}
     outputs = {rel: sha256(out / rel) for e in entries for rel in e["outputs"]}
-    manifest = {"tool": "glance-law", "tool_version": __version__, "command": " ".join([prog] + list(argv)),
+    manifest = {"tool": "glance-law", "tool_version": __version__, "command": scrub(" ".join([prog] + list(argv))),
                 "seed": options.seed, "options": opts, "inputs": files, "libraries": libs,
                 "sections": entries, "outputs": outputs}
     _write_text(out, MANIFEST, json.dumps(manifest, indent=2, sort_keys=False) + "\n")
@@ -588,7 +588,7 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
 def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict) -> dict:
     """Build one section and write its artifacts; the manifest entry (status ok, skipped or failed)."""
     from glance_law.cli import perturn
-    entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": command, "options": opts,
+    entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": scrub(command), "options": opts,
              "status": "ok", "reason": "", "outputs": [], "artifacts": []}
     if inp.per_turn and s.name not in perturn.REPORT_SECTIONS:   # per-turn counts: one line says why not
         entry.update(status="skipped", reason=perturn.needs_steps(f"{s.name} ({s.paper})"))

@@ -7,8 +7,10 @@ Every such input goes through here, so that a small hostile file cannot take the
   before anything opens them: reading one could block forever or never end;
 * :func:`read_text` streams the file (gunzipping in chunks, whatever its name), drops blank
   lines as it goes (a gzip of 1 GiB of newlines costs one pass, not 1 GiB of memory) and
-  refuses a line longer than :data:`MAX_LINE_BYTES`, corrupt deflate data and a truncated
-  gzip in one line; line numbers stay those of the file;
+  refuses a line longer than :data:`MAX_LINE_BYTES`, more text than :func:`input_limit`
+  allows (:data:`MAX_INPUT_BYTES` in all, and for gzip :data:`MAX_EXPANSION` times the size on
+  disk: a bomb of many short lines), corrupt deflate data and a truncated gzip in one line;
+  line numbers stay those of the file;
 * :func:`loads` parses JSON with a depth limit (:data:`MAX_JSON_DEPTH`, checked iteratively
   before parsing: never a ``RecursionError``) and refuses strings holding lone UTF-16
   surrogates (which no file can store);
@@ -36,6 +38,16 @@ from glance_law.data.tables import LogError
 
 #: The longest line (after decompression) any text input may hold.
 MAX_LINE_BYTES = 64 << 20
+#: The most text (non-blank lines, after decompression) one input may hold; the environment
+#: variable ``GLANCE_MAX_INPUT_BYTES`` (bytes, or a number with K, M, G) raises or lowers it.
+MAX_INPUT_BYTES = 1 << 30
+#: A gzipped input may hold at most this many times its size on disk in text (non-blank lines),
+#: and at least :data:`EXPANSION_FLOOR` whatever its size: JSON-lines logs gzip 3-10x, a bomb
+#: 1000x. ``GLANCE_MAX_EXPANSION`` raises or lowers it. Both caps are checked as the text is
+#: read, so a bomb is refused after reading the cap, not after expanding.
+MAX_EXPANSION = 32
+#: The text any gzipped input may hold regardless of :data:`MAX_EXPANSION`.
+EXPANSION_FLOOR = 16 << 20
 #: The deepest nesting of arrays and objects in one JSON value.
 MAX_JSON_DEPTH = 64
 #: The largest single JSON document (policy, manifest, metadata) read whole.
@@ -90,9 +102,53 @@ class Text(bytes):
         return i + (shift[k] if k >= 0 else 0)
 
 
-def _chunks(path, gzip_only: bool = False):
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _env_number(name: str, default: int, sizes: bool) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?" if sizes else r"(\d+(?:\.\d+)?)()", raw, re.IGNORECASE)
+    if m is None or float(m.group(1)) <= 0:
+        from glance_law.errors import GlanceError
+        what = "a size in bytes (or with K, M, G: 2G)" if sizes else "a positive number"
+        raise GlanceError(f"{name}={raw!r} is not {what}; fix or unset it")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def input_limit(gzip_size: int | None = None) -> tuple[int, str]:
+    """(the most text one input may hold, the variable that sets that cap): the total cap
+    (:data:`MAX_INPUT_BYTES`), and for a gzipped input of ``gzip_size`` bytes on disk also the
+    expansion cap (:data:`MAX_EXPANSION` times it, at least :data:`EXPANSION_FLOOR`)."""
+    total = _env_number("GLANCE_MAX_INPUT_BYTES", MAX_INPUT_BYTES, True)
+    if gzip_size is None:
+        return total, "GLANCE_MAX_INPUT_BYTES"
+    ratio = _env_number("GLANCE_MAX_EXPANSION", MAX_EXPANSION, False)
+    expand = max(EXPANSION_FLOOR, ratio * int(gzip_size))
+    return (expand, "GLANCE_MAX_EXPANSION") if expand < total else (total, "GLANCE_MAX_INPUT_BYTES")
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n:.3g} GiB"     # pragma: no cover
+
+
+def _too_much(path, lineno: int, limit: int, var: str, gzip_size) -> LogError:
+    where = f"{_size(limit)} of text" + (f" ({limit / max(gzip_size, 1):.0f}x its {_size(gzip_size)} gzipped)"
+                                         if gzip_size is not None else "")
+    return LogError(path, f"line {lineno}: holds more than {where}, the cap on one input",
+                    f"split it into smaller files, or raise the cap with the environment variable {var} "
+                    "(docs/your-logs.md, bounded reader)")
+
+
+def _chunks(path, gzip_only: bool = False, info: dict | None = None):
     """The file's bytes in chunks of at most about 1 MiB, gunzipped (all members) when it starts
-    with the gzip magic (``gzip_only``: refused when it does not)."""
+    with the gzip magic (``gzip_only``: refused when it does not). ``info`` gets ``gzip_size``
+    (the size on disk) when the file is gzipped."""
     from glance_law.data import uri
     if uri.is_uri(str(path)):
         fh = uri.open_input(str(path))
@@ -109,6 +165,8 @@ def _chunks(path, gzip_only: bool = False):
                 yield first
                 first = fh.read(_CHUNK)
             return
+        if info is not None:
+            info["gzip_size"] = fh.size() if hasattr(fh, "size") else os.fstat(fh.fileno()).st_size
         yield from _gunzip(path, first, fh)
     finally:
         fh.close()
@@ -153,19 +211,25 @@ def _too_long(path, lineno: int) -> LogError:
 
 def read_text(path, gzip_only: bool = False) -> Text:
     """The non-blank lines of a (possibly gzipped) text file, streamed: a line longer than
-    :data:`MAX_LINE_BYTES` is refused (file and line), and so are corrupt or truncated gzip
-    data, FIFOs and devices (and, with ``gzip_only``, a file that is not gzip). A UTF-8
-    byte-order mark is dropped."""
+    :data:`MAX_LINE_BYTES` is refused (file and line), and so is more text in all than
+    :func:`input_limit` allows (a decompression bomb of many short lines), corrupt or
+    truncated gzip data, FIFOs and devices (and, with ``gzip_only``, a file that is not gzip).
+    A UTF-8 byte-order mark is dropped."""
     out = bytearray()
     idx, shift = [], []
     buf = bytearray()
     lineno = 1            # the file's line number at buf[0]
     kept = 0
     first = True
-    for chunk in _chunks(path, gzip_only):
+    info: dict = {}
+    limit = None
+    for chunk in _chunks(path, gzip_only, info):
         if first:
             chunk = chunk[3:] if chunk[:3] == b"\xef\xbb\xbf" else chunk
             first = False
+            limit, var = input_limit(info.get("gzip_size"))
+        if len(out) > limit:
+            raise _too_much(path, lineno, limit, var, info.get("gzip_size"))
         buf += chunk
         pos = 0
         if not buf.translate(None, _BLANK):          # blanks only: count the lines, keep nothing
@@ -199,6 +263,8 @@ def read_text(path, gzip_only: bool = False) -> Text:
             out += b"\n"
             lineno += 1
             pos = end + 1
+    if limit is not None and len(out) + len(buf.strip(_BLANK)) > limit:
+        raise _too_much(path, lineno, limit, var, info.get("gzip_size"))
     if buf.translate(None, _BLANK):
         kept += 1
         if lineno != kept + (shift[-1] if shift else 0):

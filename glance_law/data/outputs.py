@@ -24,7 +24,8 @@ report's tables, figures, ``index.md`` and ``manifest.json``, and glance-log's p
 
 Folder outputs (``ingest``, ``report``) hold a marker file, :data:`INCOMPLETE`, from their first
 write to their last (:func:`folder_session`, which also takes an exclusive lock so two writers
-never interleave in one folder); the readers refuse a folder that holds it
+never interleave in one folder, or on a store prefix a lock object created only if absent,
+:func:`store_lock`); the readers refuse a folder that holds it
 (:func:`incomplete_marker`), and a rerun of the command completes the folder.
 
 :func:`remove_file` removes a previous output only when its relative path passes
@@ -46,11 +47,12 @@ import uuid
 from pathlib import Path, PurePosixPath
 
 from glance_law.errors import GlanceError
+from glance_law.scrub import scrub
 
 from . import uri as _uri
 
 __all__ = ["OutputError", "OUTPUT_PATTERN", "INCOMPLETE", "safe_stem", "check_output_path", "check_output",
-           "replacing", "write_file", "remove_file", "clean_stale", "temp_name", "folder_session",
+           "replacing", "write_file", "remove_file", "clean_stale", "temp_name", "folder_session", "store_lock",
            "incomplete_marker", "write_problem", "make_folder"]
 
 
@@ -432,27 +434,97 @@ class FolderSession:
         self.marked = False
 
 
+LOCK = ".glance-write.lock"
+
+
 @contextlib.contextmanager
 def folder_session(out, command: str):
-    """Write the folder output ``out`` as its only writer: an exclusive lock (``fcntl.flock`` on
-    ``out/.glance-write.lock``; a second writer is refused in one line; the OS drops it when the
-    process dies) and the :data:`INCOMPLETE` marker from :meth:`FolderSession.mark` until the block
-    ends without error. A failure before anything was marked leaves the folder as it was; a store
-    prefix has no lock (one writer per prefix is the user's to ensure)."""
+    """Write the folder output ``out`` as its only writer: an exclusive lock and the
+    :data:`INCOMPLETE` marker from :meth:`FolderSession.mark` until the block ends without error.
+    A failure before anything was marked leaves the folder as it was.
+
+    A local folder's lock is ``fcntl.flock`` on ``out/.glance-write.lock`` (a second writer is
+    refused in one line; the OS drops it when the process dies). A store prefix's lock is the
+    object ``.glance-write.lock`` under it (:func:`store_lock`)."""
     if _uri.is_uri(out):
-        sess = FolderSession(str(out).rstrip("/"), command)
-        yield sess
-        sess.done()
+        out = str(out).rstrip("/")
+        with store_lock(out, command) as confirm:
+            sess = FolderSession(out, command)
+            yield sess
+            confirm()                             # still this prefix's only writer: then complete
+            sess.done()
         return
     out = make_folder(out)
 
     def busy(holder):
         return OutputError(f"{out}: another command (pid {holder}) is writing into this folder; wait for it to "
                            "finish, or write into another folder")
-    with pid_lock(out / ".glance-write.lock", busy):
+    with pid_lock(out / LOCK, busy):
         sess = FolderSession(out, command)
         yield sess
         sess.done()
+
+
+def _holder(raw: bytes | None) -> dict:
+    import json
+    try:
+        doc = json.loads(raw or b"{}")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+@contextlib.contextmanager
+def store_lock(prefix: str, command: str, name: str = LOCK):
+    """Hold the writer lock of the store prefix ``prefix`` (yields ``confirm()``, which raises unless
+    the lock is still this writer's): the object ``prefix/<name>`` (default ``.glance-write.lock``)
+    (host, pid, a random token), created only if absent (:func:`glance_law.data.uri.create_exclusive`:
+    ``If-None-Match: *`` on S3) and removed when the block ends. A lock held by another writer is
+    refused in one line; one left by a dead process of this host is taken over; one left by a
+    writer on another host must be removed by hand (the refusal names it). Where the store offers
+    no conditional create (gs://, abfs://, hdfs://, fsspec schemes) the lock is written after a
+    check and read back, which two writers starting within the same instant can both pass: then
+    the lock is checked again before the folder is marked complete, and the writer whose token is
+    gone refuses to finish (the INCOMPLETE marker stays: rerun one writer)."""
+    import json
+    lock = _uri.join(prefix, name)
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "token": os.urandom(8).hex(), "command": scrub(command),
+          "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    blob = json.dumps(me).encode()
+    for _ in range(2):
+        made = _uri.create_exclusive(lock, blob)
+        if made is None:                          # no conditional create: check, write, read back
+            made = _uri.read_small(lock) is None and bool(_uri.put_atomic(lock, blob))
+        if made:
+            break
+        other = _holder(_uri.read_small(lock))
+        if other.get("host") == me["host"] and isinstance(other.get("pid"), int) and not _alive(other["pid"]):
+            _uri.delete(lock)                     # a dead writer of this host: take its lock over
+            continue
+        raise _busy(prefix, lock, other)
+    else:
+        raise _busy(prefix, lock, _holder(_uri.read_small(lock)))
+
+    def mine() -> bool:
+        return _holder(_uri.read_small(lock)).get("token") == me["token"]
+
+    def confirm() -> None:
+        if not mine():
+            raise OutputError(f"{prefix}: another writer took this prefix's lock while this command wrote into it, "
+                              "so its files may mix both; it stays marked INCOMPLETE: rerun one writer")
+    if not mine():
+        raise _busy(prefix, lock, _holder(_uri.read_small(lock)))
+    try:
+        yield confirm
+    finally:
+        if mine():
+            _uri.delete(lock)
+
+
+def _busy(prefix, lock, other: dict) -> OutputError:
+    who = f"pid {other.get('pid', '?')} on {other.get('host', '?')}, since {other.get('started', '?')}"
+    return OutputError(f"{prefix}: another command ({who}) is writing into this prefix; wait for it to finish, "
+                       f"write into another prefix, or, if that writer is gone, delete {lock} and rerun")
 
 
 @contextlib.contextmanager

@@ -35,6 +35,7 @@ wrong (missing bucket, no credentials, access denied, unreachable endpoint) and 
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import re
@@ -46,6 +47,7 @@ from glance_law.errors import GlanceError
 from glance_law.scrub import carries_credentials, scrub
 
 __all__ = ["StoreError", "is_uri", "scheme", "filesystem", "expand", "open_input", "size", "exists",
+           "create_exclusive", "read_small", "delete",
            "list_prefix", "put_atomic", "join", "basename", "explain", "check_writable_prefix",
            "OBJECT_STORES", "fsync_dir", "reset_cache"]
 
@@ -465,6 +467,102 @@ def join(location, name: str):
 def basename(location) -> str:
     """The last component of a path or URI."""
     return str(location).rstrip("/").rsplit("/", 1)[-1] if is_uri(location) else Path(location).name
+
+
+def _boto_s3(location):
+    """A boto3 S3 client configured as the reads are (endpoint, region from the environment) for
+    an s3:// or s3a:// location; None for other schemes or without boto3."""
+    if not is_uri(location) or scheme(location) not in ("s3", "s3a"):
+        return None
+    try:
+        import boto3
+    except ImportError:
+        return None
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ("us-east-1" if endpoint else None)
+    return boto3.client("s3", endpoint_url=endpoint, region_name=region)
+
+
+def create_exclusive(location, data: bytes) -> bool | None:
+    """Create ``location`` holding ``data`` only if nothing is there, atomically (the store
+    decides between two concurrent creators): True when created, False when something was there
+    already, None when this filesystem offers no conditional create through this layer (then the
+    caller can only check and write, which two writers can race).
+
+    * local paths and file://: ``O_CREAT | O_EXCL`` (no link followed);
+    * s3:// (and s3a://) with boto3 installed: ``PutObject`` with ``If-None-Match: *`` (AWS S3
+      since 2024, MinIO, moto; the endpoint and credentials from the environment as for reads);
+    * other schemes (gs://, abfs://, hdfs://, fsspec's): None."""
+    if not is_uri(location) or scheme(location) == "file":
+        path = filesystem(location)[1]
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        return True
+    client = _boto_s3(location)
+    if client is None:
+        return None
+    from botocore.exceptions import BotoCoreError, ClientError
+    bucket, _, key = filesystem(location)[1].partition("/")
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+            return False
+        if code in ("NotImplemented", "InvalidArgument") or status == 501:
+            return None                   # an S3-compatible store without conditional writes
+        raise explain(location, exc) from None
+    except BotoCoreError as exc:
+        raise explain(location, exc) from None
+    return True
+
+
+def read_small(location, limit: int = 1 << 16) -> bytes | None:
+    """The first ``limit`` bytes of a small file (a lock, a marker), None when it is not there."""
+    if not is_uri(location):
+        try:
+            with open(location, "rb") as fh:
+                return fh.read(limit)
+        except FileNotFoundError:
+            return None
+    fs, path = filesystem(location)
+    try:
+        with fs.open_input_stream(path) as fh:
+            return fh.read(limit)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise explain(location, exc) from None
+
+
+def delete(location) -> None:
+    """Remove one file (nothing when it is not there). On S3 through boto3 when installed: pyarrow
+    would leave an empty folder marker object in a prefix it empties."""
+    if not is_uri(location):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(location)
+        return
+    client = _boto_s3(location)
+    if client is not None:
+        from botocore.exceptions import BotoCoreError, ClientError
+        bucket, _, key = filesystem(location)[1].partition("/")
+        try:
+            client.delete_object(Bucket=bucket, Key=key)
+        except (BotoCoreError, ClientError) as exc:
+            raise explain(location, exc) from None
+        return
+    fs, path = filesystem(location)
+    try:
+        fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        raise explain(location, exc) from None
 
 
 def put_atomic(location, data: bytes) -> str:

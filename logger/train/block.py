@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .evaluate import batched_greedy
+from .record import command_line, write_training_record
 
 TASK_PROMPTS = {"caption": 1.0, "textvqa": 1.0, "infovqa": 1.0, "docvqa": 1.0, "chartqa": 1.0, "scienceqa": 0.25}
 
@@ -167,12 +168,12 @@ def main(argv=None) -> int:
               "val_top1_per_offset": [round(float(v), 4) for v in per_offset],
               "val_chain_accept_per_task": per_task,
               "recipe": {k: v for k, v in vars(args).items() if k != "cache"},
-              "command": "python -m glance_log.train.block " + " ".join(argv if argv is not None else sys.argv[1:])}
+              "command": command_line("python -m glance_log.train.block", argv)}
     print(json.dumps({k: report[k] for k in ("val_top1_per_offset", "val_chain_accept_per_task",
                                              "head_parameters", "target_parameters")}), flush=True)
     out = Path(args.out)
     head.save_pretrained(out)
-    (out / "training.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    write_training_record(out, report)
     print(f"saved {out}", flush=True)
     return 0
 

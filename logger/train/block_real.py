@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 from .block import chain_accept
+from .record import command_line, write_training_record
 
 
 def split_questions(data, target, *, exclude_eval: int = 3, n_train: int = 240, n_val: int = 30,
@@ -281,12 +282,12 @@ def main(argv=None) -> int:
               "collect_s": round(t_collect), "wall_s": round(time.time() - wall0),
               "cpu_s": round(time.process_time() - cpu0), "data": str(args.data), **info,
               "recipe": vars(args),
-              "command": "python -m glance_log.train.block_real " + " ".join(argv if argv is not None else sys.argv[1:])}
+              "command": command_line("python -m glance_log.train.block_real", argv)}
     print(json.dumps({k: report[k] for k in ("val_top1_per_offset", "val_chain_accept", "steps_run", "wall_s",
                                              "cpu_s")}), flush=True)
     out = Path(args.out)
     head.save_pretrained(out)
-    (out / "training.json").write_text(json.dumps(report, indent=2, sort_keys=True, default=str) + "\n")
+    write_training_record(out, report)
     print(f"saved {out}", flush=True)
     return 0
 

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from ..items import TASKS
+from .record import command_line, write_training_record
 
 VAL_TASKS = TASKS
 
@@ -185,7 +186,7 @@ def save_model(model, tok, out: Path, meta: dict):
                                                do_sample=False, max_new_tokens=64)
     model.save_pretrained(str(out))
     save_hf_tokenizer(tok, out)
-    (out / "training.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    write_training_record(out, meta)
 
 
 def main(argv=None) -> int:
@@ -294,7 +295,7 @@ def main(argv=None) -> int:
     meta = {"recipe": {k: v for k, v in vars(args).items() if k not in ("log", "ckpt", "resume")},
             "parameters": n_params, "vocab_size": tok.get_vocab_size(), "rejected_heldout_examples": stream.rejected,
             "final_validation": history[-1]["val"] if history else None,
-            "torch": torch.__version__, "command": "python -m glance_log.train.target " + " ".join(argv or sys.argv[1:])}
+            "torch": torch.__version__, "command": command_line("python -m glance_log.train.target", argv)}
     save_model(model, tok, out, meta)
     print(f"saved {out}", flush=True)
     return 0

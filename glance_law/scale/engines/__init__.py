@@ -46,9 +46,11 @@ from .sources import (
     scan,
     source_id,
     suspect_streams,
+    verify_pages,
 )
 
-__all__ = ["ENGINES", "Source", "BadFiles", "scan", "reduce_logs", "READ_COLUMNS", "suspect_streams", "blame"]
+__all__ = ["ENGINES", "Source", "BadFiles", "scan", "reduce_logs", "READ_COLUMNS", "suspect_streams", "blame",
+           "verify_pages"]
 
 ENGINES = ("arrow", "duckdb", "spark")
 
@@ -67,7 +69,7 @@ def _engine(name: str):
 
 def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS, grid: Grid | None = None,
                 condition="matched", skip_bad: bool = False, check_keys: bool = True, horizon=None,
-                chain=None, **engine_options) -> Reduced:
+                chain=None, page_check: bool = True, **engine_options) -> Reduced:
     """Reduce the round logs among ``paths`` (files, folders, globs) with ``engine`` and merge any
     reduced files among them. ``condition``: the conditions kept (None pools all).
     ``engine_options`` go to the engine (arrow: ``batch_rows``, ``workers``; duckdb: ``threads``,
@@ -95,6 +97,11 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     chain : sequence of str, optional
         Drafters declared to have drafted one top-1 chain (``--chain``; ``"*"``: every drafter):
         recorded in ``info["declared"]`` and the notes (a reduction keeps no per-round shape).
+    page_check : bool, default True
+        With an engine whose reader does not verify Parquet page checksums (duckdb, spark), verify
+        them first in a streamed pyarrow pass over the columns the reduction reads
+        (:func:`.sources.verify_pages`); a file that fails is refused (or, with ``skip_bad``, left
+        out and listed). The arrow engine verifies them as it reads, whatever this says.
     **engine_options
         arrow: ``batch_rows``, ``workers``; duckdb: ``threads``, ``memory_limit``,
         ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``.
@@ -139,6 +146,8 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     rounds, reduced, _, skipped = scan(files, skip_bad)
     refuse_mixing(rounds, reduced)      # a reduction beside the rounds it came from: counted twice
     skipped = list(found) + list(skipped)
+    if rounds and page_check and engine != "arrow":
+        rounds = _verified(rounds, skip_bad, skipped)
     if rounds:
         names = _one_target(rounds)
         while True:
@@ -183,6 +192,24 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
             parts[-1] = Reduced(red.cells, red.grid, red.buckets,
                                 {**red.info, "skipped": list(red.info.get("skipped", [])) + [list(s) for s in skipped]})
     return _declare(merge(parts), chain) if chain else merge(parts)
+
+
+def _verified(rounds: list[Source], skip_bad: bool, skipped: list) -> list[Source]:
+    """``rounds`` less the files whose page checksums fail (appended to ``skipped`` with
+    ``skip_bad``, else the first is refused in one line)."""
+    from glance_law.data.io import LogError
+    bad = verify_pages(rounds)
+    if not bad:
+        return rounds
+    if not skip_bad:
+        raise LogError(None, bad[0][1])
+    skipped += bad
+    gone = {p for p, _ in bad}
+    kept = [s for s in rounds if s.path not in gone]
+    if not kept:
+        raise LogError(None, f"every rounds file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
+                       "fix the files or point at other logs")
+    return kept
 
 
 def _declare(red: Reduced, chain) -> Reduced:

@@ -14,10 +14,13 @@ import pandas as pd
 from glance_law.data import schema as S
 from glance_law.errors import GlanceError
 
-__all__ = ["Source", "BadFiles", "scan", "READ_COLUMNS", "KEY_FIX", "suspect_streams", "blame", "default_workers"]
+__all__ = ["Source", "BadFiles", "scan", "READ_COLUMNS", "KEY_FIX", "suspect_streams", "blame", "default_workers",
+           "verify_pages", "VERIFIED_COLUMNS"]
 
 #: Round columns a reduction reads (condition and drafter when present).
 READ_COLUMNS = ("run_id", "task", "prompt_id", "condition", "drafter", "round", "root_entropy", "accepted", "horizon")
+#: Columns whose pages :func:`verify_pages` checks: those any engine reads.
+VERIFIED_COLUMNS = READ_COLUMNS + ("drafted_horizon",)
 KEY_FIX = ("each (run_id, prompt_id, condition, round) may occur once; remove the repeated part file, or give "
            "separate runs distinct run_id values")
 
@@ -123,6 +126,58 @@ def scan(paths, skip_bad: bool = False) -> tuple[list[Source], list[Source], lis
         raise _LE(", ".join(str(p) for p in list(expand_paths(paths, []))[:3]), f"no rounds or reduced files among the "
                   f"inputs{found}", "pass the rounds-*.parquet parts that glance-log writes")
     return rounds, reduced, other, skipped
+
+
+# --------------------------------------------------------------------------
+# page checksums (for the engines whose reader does not verify them)
+# --------------------------------------------------------------------------
+
+CHECKSUM_FIX = ("the file is corrupt (a byte changed on disk or in transfer); restore it from a copy or re-log it, "
+                "or pass --skip-bad to leave it out")
+
+
+def _verify_file(src: Source, columns, batch_rows: int) -> tuple[str, str] | None:
+    """(path, one-line message) when a page of ``columns`` in ``src`` fails its CRC32 (or does not
+    decode), None when every page is sound. Streams one record batch at a time."""
+    import pyarrow.parquet as pq
+
+    from glance_law.data import uri
+    from glance_law.data.io import LogError
+    cols = [c for c in columns if c in src.columns]
+    source = None
+    try:
+        source = uri.open_input(src.path)
+        with pq.ParquetFile(source, page_checksum_verification=True) as pf:
+            for _ in pf.iter_batches(batch_size=batch_rows, columns=cols, use_threads=False):
+                pass
+    except uri.StoreError as exc:
+        return src.path, str(LogError(src.path, exc.problem, exc.fix))
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ...
+        what = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        problem = ("a page fails its checksum" if "crc" in what.lower() or "checksum" in what.lower()
+                   else "could not be read")
+        return src.path, str(LogError(src.path, f"{problem} ({what})", CHECKSUM_FIX))
+    finally:
+        if source is not None and source is not src.path:
+            source.close()
+    return None
+
+
+def verify_pages(sources: Sequence[Source], columns=VERIFIED_COLUMNS, *, batch_rows: int = 1 << 16,
+                 workers: int | None = None) -> list[tuple[str, str]]:
+    """(path, message) of each file among ``sources`` a page of whose ``columns`` fails its CRC32
+    checksum, in input order. For engines whose own reader does not verify Parquet checksums
+    (DuckDB, Spark): a pyarrow pass over the columns they read, one batch at a time per file
+    (memory: a batch per worker), files in ``workers`` threads. Files written without
+    checksums pass unchecked, as in every reader."""
+    from concurrent.futures import ThreadPoolExecutor
+    n = workers or default_workers(len(sources))
+    if n <= 1 or len(sources) <= 1:
+        found = [_verify_file(s, columns, batch_rows) for s in sources]
+    else:
+        with ThreadPoolExecutor(n) as pool:
+            found = list(pool.map(lambda s: _verify_file(s, columns, batch_rows), sources))
+    return [f for f in found if f is not None]
 
 
 # --------------------------------------------------------------------------
