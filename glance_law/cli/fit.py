@@ -456,8 +456,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 summary, sections, skipped, logs = perturn.fit_tables(args.paths, args, mods)
                 _report_skips(logs, skipped)
                 _write(render(None, sections, args.format, summary=summary, skipped=skipped,
-                              law_skipped=perturn.needs_steps("the law"), width=None if args.wide else _fmt.TEXT_WIDTH,
-                              closing=perturn.CLOSING), args.out)
+                              law_skipped=perturn.law_reason(summary), width=None if args.wide else _fmt.TEXT_WIDTH,
+                              closing=perturn.closing(summary)), args.out)
                 return
             _report_skips(logs, ())
             summary, law, law_skipped, sections, skipped = run_analyses(logs, args, mods)

@@ -190,13 +190,14 @@ def turn_sentences(summary) -> list[str]:
     tasks = [r for r in rows if r["task"] != POOLED] or rows
     return [f"{_label(str(r['task']), str(r['drafter']), several)}: {int(r['turns'])} turns of {int(r['prompts'])} "
             f"prompts commit {_interval(r, 'tau')} tokens per verification step ({int(r['new_tokens'])} tokens in "
-            f"{int(r['rounds'])} steps; the mean prompt's own ratio is {_num(r['prompt_tau'])}); per-turn counts "
-            "carry no per-step lengths, so the law is not fitted." for r in tasks]
+            f"{int(r['rounds'])} steps; the mean prompt's own ratio is {_num(r['prompt_tau'])}); "
+            + ("an autoregressive baseline drafts nothing, so the law is not fitted." if str(r["drafter"]) == "ar"
+               else "per-turn counts carry no per-step lengths, so the law is not fitted.") for r in tasks]
 
 
 def skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
     """``"not run: <name>: <reason>"`` per skipped section."""
-    return [f"not run: {_one_line(reason) if reason.startswith(name + ' ') else f'{name}: {_one_line(reason)}'}"
+    return [f"not run: {_one_line(reason) if reason.startswith((name + ' ', 'the ' + name + ' ')) else f'{name}: {_one_line(reason)}'}"
             for name, reason in skipped]
 
 
