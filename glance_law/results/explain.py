@@ -206,10 +206,11 @@ def _either(items: Sequence[str], word: str) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
-def closing_sentence(hidden: bool, given: Sequence[str] = ()) -> str:
+def closing_sentence(hidden: bool, given: Sequence[str] = (), unavailable: Sequence[str] = ()) -> str:
     """The last line of the text output: where to go next. ``given``: the section flags the
-    command already had (with or without the leading ``--``); they are not suggested again."""
-    given = {"--" + str(g).lstrip("-") for g in given}
+    command already had (with or without the leading ``--``); they are not suggested again, nor
+    are the ``unavailable`` ones (flags that the same input would refuse or not run)."""
+    given = {"--" + str(g).lstrip("-") for g in list(given) + list(unavailable)}
     todo = [(flag, what) for flag, what in NEXT_SECTIONS if flag not in given]
     parts = ["see docs/cli.md for the sections' columns"] if given else []
     if todo:
