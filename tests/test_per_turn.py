@@ -367,3 +367,24 @@ def test_timing_pairs_uncategorised_answers_with_a_categorised_baseline_by_quest
         assert rows[cat]["prompts"] == sum(1 for r in van if r["category"] == cat)
     notes = " ".join(n for t in doc["timing"].values() for n in t["notes"])
     assert "take the task of the other arm's prompt with the same question id" in notes
+
+
+@needs_real
+def test_a_question_file_given_in_the_call_labels_answers_without_a_category(tmp_path, capsys):
+    """EAGLE's own answers (no category, no question.jsonl beside them) and Spec-Bench's question file
+    passed on the command line: each answer takes its question's category; tau per category is the
+    raw JSON's (new tokens / steps over that category's turns)."""
+    eagle = raw_records(EAGLE_SB)
+    f = per_turn_file(_uncategorised(eagle), tmp_path / "ea" / "answers.jsonl",
+                      "ess-vicuna-7b-v1.3-fp16-ea-in-temperature-0.0")
+    qfile = REAL / "bnukh" / "spec_bench__question.jsonl.gz"
+    assert fit_cli.main([str(f), str(qfile), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    rows = {r["task"]: r for r in fit_cli.json_rows(doc, "summary")}
+    want = brute_by_category(raw_turns(eagle))           # the categories of the original records
+    assert set(rows) == set(want) and "unknown" not in rows
+    for cat, w in want.items():
+        assert rows[cat]["tau"] == pytest.approx(w["tau"], rel=1e-9) and rows[cat]["prompts"] == w["prompts"], cat
+    assert f"{len(eagle)} answer(s) without a category take it from the question file" in " ".join(
+        n for t in doc["summary"].values() for n in t["notes"]) + err
