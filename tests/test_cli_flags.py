@@ -30,12 +30,19 @@ def _flags(parser) -> set[str]:
 
 @pytest.fixture(scope="module")
 def commands() -> dict[str, set[str]]:
+    return command_flags()
+
+
+def command_flags(logger: bool = True) -> dict[str, set[str]]:
+    """command name (fit, report, reduce, ingest, policy, and with ``logger`` glance-log) -> its long options."""
     from glance_law.cli import fit, ingest, reduce, report
     from glance_law.policy import cli as policy
     mods = [fit._import_section(fit._flag(spec)[0], module) for spec, module, _ in fit.SECTIONS]
     out = {"fit": _flags(fit.build_parser(mods)), "report": _flags(report.build_parser()),
            "reduce": _flags(reduce.build_parser()), "ingest": _flags(ingest.build_parser()),
            "policy": _flags(policy.build_parser())}
+    if not logger:
+        return out
     try:
         from glance_log import cli as log_cli
         out["glance-log"] = _flags(log_cli.build_parser())

@@ -44,8 +44,16 @@ def test_reduce_refuses_per_turn_files_in_one_line(tmp_path):
         "per-turn counts without per-step lengths", "python -m glance_law.fit")
 
 
-def test_only_the_baseline_arm_is_one_line(tmp_path):
-    """Per-turn counts of the autoregressive arm alone: nothing to compute tau of, said in one line."""
+def test_only_the_baseline_arm_is_its_own_table_and_a_next_that_pairs_it(tmp_path):
+    """Per-turn counts of the autoregressive arm alone: fit tabulates the baseline itself (tokens per
+    step 13 / 13 = 1) and says the law needs drafted rounds; reduce refuses in one line."""
     f = answers(tmp_path / "base.jsonl", [turn([3, 2], [4, 3]), turn([2, 2], [3, 3])],
                 model_id="ess-vicuna-7b-fp16-baseline-temperature-0.0")
-    run_cli("glance_law.fit", [f]).expect_refusal("no turn of a speculative arm")
+    res = run_cli("glance_law.fit", [f, "--format", "json"]).expect_ok()
+    doc = json.loads(res.stdout)
+    rows = {r["task"]: r for t in doc["summary"].values() for r in t["rows"]}
+    assert rows["pooled"]["drafter"] == "ar" and rows["pooled"]["tau"] == 1.0 and rows["pooled"]["rounds"] == 13
+    assert "needs drafted rounds" in res.stderr
+    text = run_cli("glance_law.fit", [f]).expect_ok().stdout
+    assert "Next: these logs are an autoregressive baseline" in text and "--timing" in text
+    run_cli("glance_law.reduce", [f, "--out", tmp_path / "r.parquet"]).expect_refusal("per-turn counts")

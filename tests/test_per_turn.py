@@ -317,3 +317,74 @@ def test_turn_lists_that_cannot_hold_their_values_are_null(tmp_path):
     res = turn_tau(p)          # question 1 read as one turn of its totals (17 tokens over 10 steps)
     row = res.to_frame().set_index("task").loc["pooled"]
     assert row["new_tokens"] == 17 + 22 and row["rounds"] == 20 and row["turns"] == 3
+
+
+# --------------------------------------------------------------------------
+# EAGLE's own answers (idxs, no category) against a categorised Spec-Bench baseline
+# --------------------------------------------------------------------------
+
+EAGLE_SB = REAL / "bnukh" / "spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz"   # 164 questions
+
+
+def _uncategorised(recs: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "category"} for r in recs]
+
+
+def brute_speedup_by_qid(cand: list[dict], base: list[dict]) -> dict:
+    """Per category of the baseline's records: the mean over question ids decoded by both of the
+    baseline's ms/token over the candidate's (each answer's total wall time / total new tokens)."""
+    def cost(r):
+        c = r["choices"][0]
+        return sum(c["wall_time"]) * 1000 / sum(c["new_tokens"])
+    c_cost = {str(r["question_id"]): cost(r) for r in cand}
+    out: dict = defaultdict(lambda: ([], []))
+    for r in base:
+        q = str(r["question_id"])
+        if q in c_cost:
+            out[r["category"]][0].append(cost(r))
+            out[r["category"]][1].append(c_cost[q])
+    return {cat: (sum(b) / len(b)) / (sum(c) / len(c)) for cat, (b, c) in out.items()}
+
+
+@needs_real
+def test_timing_pairs_uncategorised_answers_with_a_categorised_baseline_by_question_id(tmp_path, capsys):
+    """EAGLE's own answers carry no category (task 'unknown'); the vanilla Spec-Bench answers of the
+    same questions do: the ledger pairs them by question id, each category's speedup as the raw JSON
+    gives it (issue 24: 'no prompt was decoded by both arms' before)."""
+    eagle = raw_records(EAGLE_SB)
+    ids = {r["question_id"] for r in eagle}
+    van = [r for r in raw_records(VANILLA_SB) if r["question_id"] in ids]
+    f1 = per_turn_file(_uncategorised(eagle), tmp_path / "model_answer" / "ess-vicuna-7b-v1.3-fp16-ea-in.jsonl",
+                       "ess-vicuna-7b-v1.3-fp16-ea-in-temperature-0.0")
+    assert all("category" not in json.loads(x) or json.loads(x)["category"] is None for x in f1.read_text().splitlines())
+    assert fit_cli.main([str(f1), str(VANILLA_SB), "--format", "json", "--seed", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = {r["task"]: r for r in fit_cli.json_rows(doc, "timing")}
+    want = brute_speedup_by_qid(eagle, van)
+    assert len(want) >= 5 and set(want) <= set(rows)
+    for cat, sp in want.items():
+        assert rows[cat]["speedup"] == pytest.approx(sp, rel=1e-6), cat
+        assert rows[cat]["prompts"] == sum(1 for r in van if r["category"] == cat)
+    notes = " ".join(n for t in doc["timing"].values() for n in t["notes"])
+    assert "take the task of the other arm's prompt with the same question id" in notes
+
+
+@needs_real
+def test_a_question_file_given_in_the_call_labels_answers_without_a_category(tmp_path, capsys):
+    """EAGLE's own answers (no category, no question.jsonl beside them) and Spec-Bench's question file
+    passed on the command line: each answer takes its question's category; tau per category is the
+    raw JSON's (new tokens / steps over that category's turns)."""
+    eagle = raw_records(EAGLE_SB)
+    f = per_turn_file(_uncategorised(eagle), tmp_path / "ea" / "answers.jsonl",
+                      "ess-vicuna-7b-v1.3-fp16-ea-in-temperature-0.0")
+    qfile = REAL / "bnukh" / "spec_bench__question.jsonl.gz"
+    assert fit_cli.main([str(f), str(qfile), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    rows = {r["task"]: r for r in fit_cli.json_rows(doc, "summary")}
+    want = brute_by_category(raw_turns(eagle))           # the categories of the original records
+    assert set(rows) == set(want) and "unknown" not in rows
+    for cat, w in want.items():
+        assert rows[cat]["tau"] == pytest.approx(w["tau"], rel=1e-9) and rows[cat]["prompts"] == w["prompts"], cat
+    assert f"{len(eagle)} answer(s) without a category take it from the question file" in " ".join(
+        n for t in doc["summary"].values() for n in t["notes"]) + err

@@ -240,14 +240,15 @@ def law_result(logs: LogSet, args):
 
 def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=None,
            skipped: Sequence[tuple[str, str]] = (), law_skipped: str | None = None,
-           width: int | None = None, closing: str | None = None) -> str:
+           width: int | None = None, closing: str | None = None, unavailable: Sequence[str] = ()) -> str:
     """The whole document.
 
     Human formats: one plain sentence per group (:mod:`glance_law.results.explain`), the
     per-group summary, the law table, each section's tables, the sections that could not run
     (each with the column it needs and the tool that records it) and a closing sentence; notes
     already printed under an earlier table are not repeated; text tables fit ``width``
-    characters; ``closing`` replaces the closing sentence. JSON: always the one versioned document of :func:`json_document`. CSV: the law
+    characters; ``closing`` replaces the closing sentence, which suggests no flag of ``unavailable``
+    (sections the same input would refuse or not run: :func:`unavailable_sections`). JSON: always the one versioned document of :func:`json_document`. CSV: the law
     rows alone when nothing else was asked and the law was fitted; otherwise one
     ``# name: title`` block per table."""
     plain = not sections and not skipped and law is not None
@@ -281,7 +282,7 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
         blocks.append(_sentences(explain.skipped_lines(skipped), fmt))
     if fmt == "text":
         given = [name for name, _ in sections] + [name for name, _ in skipped if name.startswith("--")]
-        blocks.append((closing or explain.closing_sentence(hidden, given)) + "\n")
+        blocks.append((closing or explain.closing_sentence(hidden, given, unavailable)) + "\n")
     return "\n".join(blocks)
 
 
@@ -414,6 +415,31 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     return summary, law, law_skipped, sections, skipped
 
 
+def unavailable_sections(logs: LogSet, args) -> list[str]:
+    """The section flags of the closing sentence that these round logs would refuse or not run:
+    ``--order`` with ``--by none`` or fewer than two tasks (it compares tasks), ``--tail`` on rounds
+    rebuilt from server counters (pseudo-prompts: it clusters by prompt)."""
+    from glance_law.data.selection import unordered_rounds
+    f = logs.frame
+    out = []
+    if args.by is None or "task" not in f.columns or f["task"].nunique() < 2:
+        out.append("--order")
+    if unordered_rounds(f, ("pooled",)).any():
+        out.append("--tail")
+    return out
+
+
+def reduced_closing(args, law, given: Sequence[str]) -> str:
+    """The closing sentence on a reduction: --tail where the reduction carries root entropy (the law
+    was fitted; the other sections need per-round columns), else the round logs it was reduced from."""
+    todo = [] if law is None or "--tail" in given else ["--tail"]
+    if todo:
+        return "Next: add --tail for the tail test; --order and --offsets need the round logs (run them there)."
+    return ("Next: a reduction gives this table" + ("" if law is not None else " only (no root_entropy)")
+            + "; the other sections run on the round logs it was reduced from (python -m glance_law.fit ROUND_LOGS "
+            "--offsets).")
+
+
 def _write(text: str, out: str | None) -> None:
     """stdout, or ``out`` through a fresh temporary file in its folder (random name, exclusive
     create) renamed onto it: a link or file planted beside it is never written through. No secret
@@ -456,16 +482,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 summary, sections, skipped, logs = perturn.fit_tables(args.paths, args, mods)
                 _report_skips(logs, skipped)
                 _write(render(None, sections, args.format, summary=summary, skipped=skipped,
-                              law_skipped=perturn.needs_steps("the law"), width=None if args.wide else _fmt.TEXT_WIDTH,
-                              closing=perturn.CLOSING), args.out)
+                              law_skipped=perturn.law_reason(summary), width=None if args.wide else _fmt.TEXT_WIDTH,
+                              closing=perturn.closing(summary)), args.out)
                 return
             _report_skips(logs, ())
             summary, law, law_skipped, sections, skipped = run_analyses(logs, args, mods)
             _report_skips(None, skipped)
             _write(render(law, sections, args.format, summary=summary, skipped=skipped, law_skipped=law_skipped,
-                          width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
+                          width=None if args.wide else _fmt.TEXT_WIDTH, unavailable=unavailable_sections(logs, args)),
+                   args.out)
             return
-        _write(render(law, sections, args.format, width=None if args.wide else _fmt.TEXT_WIDTH), args.out)
+        _write(render(law, sections, args.format, width=None if args.wide else _fmt.TEXT_WIDTH,
+                      closing=reduced_closing(args, law, [f for f, _ in mods])), args.out)
 
     return run_main(PROG, body, argv)
 

@@ -16,7 +16,7 @@ import pandas as pd
 from glance_law.data.io import LogSet, per_turn_only, read_logs
 from glance_law.errors import GlanceError
 
-__all__ = ["WHAT", "REPORT_SECTIONS", "CLOSING", "needs_steps", "read_prompts", "per_turn_only", "baseline_split",
+__all__ = ["WHAT", "REPORT_SECTIONS", "CLOSING", "BASELINE_CLOSING", "baseline_alone", "prompts_baseline_alone", "baseline_section_reason", "law_reason", "closing", "needs_steps", "read_prompts", "per_turn_only", "baseline_split",
            "timing", "fit_tables"]
 
 #: What the inputs are, in the lines of the analyses that cannot run on them.
@@ -27,6 +27,46 @@ REPORT_SECTIONS = ("summary", "timing")
 CLOSING = ("Next: per-turn counts allow this table and the timing ledger (a baseline file among the inputs, or "
            "--timing BASELINE_GLOB); the law, --tail, --order and the other sections, reduce and policy need "
            "per-step accept_lengths (Spec-Bench's evaluation scripts and glance-log record them).")
+
+
+#: The closing line of ``python -m glance_law.fit`` on an autoregressive baseline alone.
+BASELINE_CLOSING = ("Next: these logs are an autoregressive baseline (one token per step, nothing drafted): the law, "
+                    "the sections, reduce and policy need a speculative arm's rounds; compare one with this baseline: "
+                    "python -m glance_law.fit SPECULATIVE_PATHS --timing THESE_PATHS (or give both as inputs).")
+
+
+def baseline_alone(summary) -> bool:
+    """Whether a per-turn summary tabulates the autoregressive arm only (its inputs hold nothing else)."""
+    from glance_law.data.arms import plain_drafter
+    d = summary.to_frame()["drafter"]
+    return bool(len(d)) and bool((plain_drafter(d.astype(str)) == "ar").all())
+
+
+def prompts_baseline_alone(prompts: pd.DataFrame | None) -> bool:
+    """Whether prompt rows hold the autoregressive arm only (a baseline given alone)."""
+    from glance_law.data.arms import plain_drafter
+    if prompts is None or not len(prompts) or "drafter" not in prompts.columns:
+        return False
+    return bool((plain_drafter(prompts["drafter"].astype(str)) == "ar").all())
+
+
+def baseline_section_reason(name: str) -> str:
+    """Why a report section other than the summary is not run on a baseline alone."""
+    return (f"{name} needs a speculative arm; the inputs hold the autoregressive baseline only (one token per step, "
+            "nothing drafted): give a speculative run's logs beside them (the timing section then pairs the two)")
+
+
+def law_reason(summary) -> str:
+    """Why the law is not run on the per-turn inputs of ``summary``."""
+    if baseline_alone(summary):
+        return ("the law needs drafted rounds (horizon > 0); the inputs hold the autoregressive baseline only "
+                "(one token per step)")
+    return needs_steps("the law")
+
+
+def closing(summary) -> str:
+    """The closing line of ``python -m glance_law.fit`` on the per-turn inputs of ``summary``."""
+    return BASELINE_CLOSING if baseline_alone(summary) else CLOSING
 
 
 def needs_steps(name: str) -> str:
@@ -71,9 +111,14 @@ def fit_tables(paths, args, mods):
     prompts = with_run_target(logs)
     summary = turn_tau(prompts, by=args.by, level=args.level)
     summary = replace(summary, extra_notes=tuple(dict.fromkeys(tuple(logs.notes) + summary.extra_notes)))
-    skipped = [("law", needs_steps("the law"))]
+    alone = baseline_alone(summary)
+    skipped = [("law", law_reason(summary))]
     sections = []
     given = getattr(args, "timing", None)
+    if alone and not given:          # the baseline itself: no candidate arm to time
+        skipped += [(flag, f"{flag} needs a speculative arm's rounds; {law_reason(summary).split('; ', 1)[1]}")
+                    for flag, _mod in mods]
+        return summary, sections, skipped, logs
     base = with_run_target(read_logs(given, kind="prompts")) if given else None
     boot = int(getattr(args, "timing_bootstrap", 8000))
     try:

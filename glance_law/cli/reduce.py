@@ -83,6 +83,16 @@ def inputs_reduced(paths) -> bool:
 REDUCED_SECTIONS = ("--tail",)
 
 
+def refuse_baseline(red, paths) -> None:
+    """One line (:data:`glance_law.data.io.BASELINE_ONLY`) when the reduction read rounds and every one
+    was autoregressive: nothing drafted to reduce or fit; what to run on such logs instead."""
+    from glance_law.data.io import BASELINE_ONLY, BASELINE_ONLY_FIX, LogError
+    n = int(red.info.get("rounds_read", 0))
+    if len(red.cells) == 0 and n and int(red.info.get("excluded_horizon0", 0)) == n:
+        where = [str(p) for p in paths]
+        raise LogError(", ".join(where[:3]) + (" ..." if len(where) > 3 else ""), BASELINE_ONLY, BASELINE_ONLY_FIX)
+
+
 def cli_fit(args, mods) -> tuple:
     """``python -m glance_law.fit`` on the reduced path (``--engine``, or reduced files among the inputs):
     reduce (or read and merge) the inputs, fit the law and the supported sections; returns (law, sections)."""
@@ -98,6 +108,7 @@ def cli_fit(args, mods) -> tuple:
     from glance_law.scale.law_reduced import fit_reduced, tail_reduced
     opts = options(args)
     red = reduce_logs(args.paths, **opts)
+    refuse_baseline(red, args.paths)
     for path, reason in red.info.get("skipped", []):
         print(f"python -m glance_law.fit: skipped {reason if str(path) in reason else f'{path}: {reason}'}",
               file=sys.stderr)
@@ -136,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         check_output(args.out, args.paths)      # before any work: never a link, a folder or one of the inputs
         red = reduce_logs(args.paths, **options(args))
+        refuse_baseline(red, args.paths)
         for path, reason in red.info.get("skipped", []):
             print(f"{PROG}: skipped {reason if str(path) in reason else f'{path}: {reason}'}", file=sys.stderr)
         write_reduced(red, args.out)

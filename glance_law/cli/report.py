@@ -590,6 +590,9 @@ def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict
     from glance_law.cli import perturn
     entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": scrub(command), "options": opts,
              "status": "ok", "reason": "", "outputs": [], "artifacts": []}
+    if inp.per_turn and s.name != "summary" and perturn.prompts_baseline_alone(inp.prompts):   # a baseline alone
+        entry.update(status="skipped", reason=perturn.baseline_section_reason(f"{s.name} ({s.paper})"))
+        return entry
     if inp.per_turn and s.name not in perturn.REPORT_SECTIONS:   # per-turn counts: one line says why not
         entry.update(status="skipped", reason=perturn.needs_steps(f"{s.name} ({s.paper})"))
         return entry

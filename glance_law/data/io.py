@@ -473,9 +473,34 @@ def per_turn_only(logs: LogSet) -> bool:
     return not bool((f["horizon"].to_numpy() > 0).any())
 
 
+#: What logs whose every round is autoregressive are, in the one-line refusal of a per-step analysis.
+BASELINE_ONLY = ("every round is autoregressive (horizon 0, nothing drafted: an autoregressive baseline such as "
+                 "Spec-Bench's vanilla answers, drafter 'ar')")
+#: What can be run on them instead.
+BASELINE_ONLY_FIX = ("there is no drafted round to reduce, fit the law on or replay; they are the timing ledger's "
+                     "baseline: python -m glance_law.fit SPECULATIVE_PATHS --timing THESE_PATHS (or both among the "
+                     "inputs), and python -m glance_law.fit THESE_PATHS gives their tokens per step per task")
+
+
+def baseline_only(logs: LogSet) -> bool:
+    """Whether a rounds LogSet holds rounds, none drafted (horizon 0 and no drafted depth), and no
+    prompt rows of another run: an autoregressive baseline alone."""
+    f = logs.frame
+    if not len(f) or "horizon" not in f.columns or (f["horizon"].to_numpy() > 0).any():
+        return False
+    if "drafted_horizon" in f.columns and (pd.to_numeric(f["drafted_horizon"], errors="coerce").fillna(0) > 0).any():
+        return False
+    runs = set(f["run_id"].astype(str)) if "run_id" in f.columns else set()
+    return all(str(dict(fi.run).get("run_id")) in runs for fi in logs.other if fi.kind == S.KIND_PROMPTS)
+
+
 def require_steps(logs: LogSet) -> LogSet:
     """``logs`` itself, or :class:`PromptsOnlyError` when its speculative arms are per-turn counts only
-    (:func:`per_turn_only`): what a per-step analysis (reduce, the policy replay) calls first."""
+    (:func:`per_turn_only`), or :class:`LogError` when every round is autoregressive
+    (:func:`baseline_only`): what a per-step analysis (reduce, the policy replay) calls first."""
+    if baseline_only(logs):
+        where = list(dict.fromkeys(fi.path for fi in logs.files))
+        raise LogError(", ".join(where[:3]) + (" ..." if len(where) > 3 else ""), BASELINE_ONLY, BASELINE_ONLY_FIX)
     if per_turn_only(logs):
         where = [fi.path for fi in logs.other if fi.kind == S.KIND_PROMPTS]
         raise PromptsOnlyError(", ".join(where[:3]) + (" ..." if len(where) > 3 else ""), PROMPTS_ONLY,

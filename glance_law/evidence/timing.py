@@ -17,6 +17,10 @@ tokens). Per task, over the prompts present in both arms:
 * geometric means of the speedup across tasks (``geomean`` rows), with intervals from the
   same replicates (tasks resampled independently).
 
+Tasks: an arm whose answers logged no category (task ``unknown`` everywhere: the EAGLE and
+Medusa repositories' own answers) takes its tasks from the other arm's prompts of the same
+question id (:func:`borrow_tasks`, with a note), so it pairs with a categorised baseline.
+
 Target models: where the prompt files name several targets (the ``target`` column), each
 speculative arm (drafter, target) is paired with the baseline of its own target, by (target,
 task, prompt_id), and the table leads with a ``target`` column; an arm whose target has no
@@ -58,7 +62,7 @@ from glance_law.stats.cluster import bootstrap_counts, cluster_codes, percentile
 from . import common as E
 from .probe import clustered_ols
 
-__all__ = ["per_prompt_cost", "timing_ledger", "round_cost", "TimingResult", "RoundCostResult",
+__all__ = ["per_prompt_cost", "borrow_tasks", "timing_ledger", "round_cost", "TimingResult", "RoundCostResult",
            "cli_section", "add_cli_arguments"]
 
 ANALYSIS = "the timing ledger"
@@ -184,6 +188,7 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
     if not len(cand):
         raise MissingColumnError("prompt files of a candidate arm other than the baseline's drafter", ANALYSIS,
                                  "glance-log (the speculative run whose prompts the baseline also decoded)")
+    base, cand = borrow_tasks(base, cand, notes)
     base, cand, key, by_target = _target_pairing(base, cand, notes)
     rng = np.random.default_rng(seed)
     rows, prow = [], []
@@ -259,6 +264,39 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
                  "mean_prompt_ratio = mean of per-prompt ratios - 1 (sensitivity)")
     return TimingResult(frame, pd.concat(prow, ignore_index=True) if prow else pd.DataFrame(), level,
                         tuple(dict.fromkeys(notes)))
+
+
+#: The task of prompt rows whose source logged no category (the importers' default).
+NO_TASK = "unknown"
+
+
+def borrow_tasks(base: pd.DataFrame, cand: pd.DataFrame, notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(base, cand) with the tasks of an arm that logged none taken from the other arm, by prompt_id.
+
+    Answers without a ``category`` (the EAGLE and Medusa repositories' own per-turn files) import
+    with task ``unknown``; paired by (task, prompt_id) with a categorised baseline they would pair
+    with nothing. Where every row of one arm has task ``unknown`` and the other arm names tasks,
+    the unlabelled arm's rows take the task of the other arm's row with the same prompt_id (the
+    question id), when that prompt_id has exactly one task there; a note says how many did."""
+    def labelled(f):
+        return bool(len(f)) and not (f["task"].astype(str) == NO_TASK).all()
+
+    if labelled(base) == labelled(cand) or not (len(base) and len(cand)):
+        return base, cand
+    src, dst, who = (base, cand, "candidate") if labelled(base) else (cand, base, "baseline")
+    known = src.loc[src["task"].astype(str) != NO_TASK, ["prompt_id", "task"]].astype(str).drop_duplicates()
+    many = known["prompt_id"].duplicated(keep=False)
+    lookup = dict(zip(known.loc[~many, "prompt_id"], known.loc[~many, "task"]))
+    ids = dst["prompt_id"].astype(str)
+    task = ids.map(lookup)
+    got = int(task.notna().sum())
+    if not got:
+        return base, cand
+    dst = dst.assign(task=task.fillna(NO_TASK).to_numpy())
+    notes.append(f"the {who} arm's answers carry no category (task '{NO_TASK}'): {got} of its {len(ids)} prompt(s) "
+                 f"take the task of the other arm's prompt with the same question id (prompt_id)"
+                 + (f"; {int(many.sum())} question id(s) with several tasks there left unlabelled" if many.any() else ""))
+    return (base, dst) if who == "candidate" else (dst, cand)
 
 
 def _target_pairing(base: pd.DataFrame, cand: pd.DataFrame, notes: list[str]):

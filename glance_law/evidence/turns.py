@@ -6,7 +6,8 @@ verification step: idx + 1 steps), ``new_tokens`` and ``wall_time``. The importe
 as the prompt table's per-turn lists ``turn_tokens`` and ``turn_rounds`` (docs/schema.md);
 a prompt row without them (glance-log's ``prompts-*.parquet``) is one turn of ``new_tokens``
 over ``rounds``. Per group (per drafter, then a pooled row per drafter), over the speculative
-arms' turns of the matched condition:
+arms' turns of the matched condition (over the autoregressive arm's own turns when the inputs
+hold nothing else: a baseline alone, tabulated with a note):
 
 * ``tau`` = sum of new tokens / sum of verification steps: Spec-Bench's "mean accepted tokens"
   (hemingkx/Spec-Bench ``evaluation/speed.py`` @ 3594e92 averages ``accept_lengths`` over every
@@ -41,6 +42,8 @@ __all__ = ["turn_tau", "turn_rows", "ratio_tau", "TurnTau", "TURN_COLUMNS", "SPE
 ANALYSIS = "tokens per step from per-turn counts"
 #: Where Spec-Bench defines its mean accepted tokens (the number ``tau`` reproduces).
 SPEC_BENCH_TAU = "hemingkx/Spec-Bench evaluation/speed.py @ 3594e92"
+#: The note of a table whose inputs hold the autoregressive arm only (its turns are tabulated).
+BASELINE_NOTE = "the inputs hold the autoregressive arm only (drafter ar: the timing ledger's baseline)"
 TURN_COLUMNS = ("drafter", "task", "prompts", "turns", "rounds", "new_tokens", "tau", "tau_lo", "tau_hi",
                 "prompt_tau", "prompt_tau_lo", "prompt_tau_hi")
 
@@ -137,9 +140,14 @@ def ratio_tau(tokens: np.ndarray, steps: np.ndarray, codes: np.ndarray, n_cluste
 
 
 def _speculative_turns(T: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """The turns of speculative arms in the matched condition that took a step (exclusions noted)."""
+    """The turns of speculative arms in the matched condition that took a step (exclusions noted);
+    the autoregressive arm's own turns when the inputs hold nothing else."""
     ar = (plain_drafter(T["drafter"]) == "ar").to_numpy()
-    if ar.any():
+    if ar.all() and len(T):
+        notes.append(f"{BASELINE_NOTE}: its own tokens per step (one token per step by construction, more where a "
+                     "turn's count of new tokens exceeds its steps)")
+        ar = np.zeros(len(T), dtype=bool)
+    elif ar.any():
         notes.append(f"{int(ar.sum())} turn(s) of the autoregressive arm (drafter ar: one token per step) left out "
                      "(it is the timing ledger's baseline)")
     other = (T["condition"].astype(str) != "matched").to_numpy()

@@ -190,13 +190,14 @@ def turn_sentences(summary) -> list[str]:
     tasks = [r for r in rows if r["task"] != POOLED] or rows
     return [f"{_label(str(r['task']), str(r['drafter']), several)}: {int(r['turns'])} turns of {int(r['prompts'])} "
             f"prompts commit {_interval(r, 'tau')} tokens per verification step ({int(r['new_tokens'])} tokens in "
-            f"{int(r['rounds'])} steps; the mean prompt's own ratio is {_num(r['prompt_tau'])}); per-turn counts "
-            "carry no per-step lengths, so the law is not fitted." for r in tasks]
+            f"{int(r['rounds'])} steps; the mean prompt's own ratio is {_num(r['prompt_tau'])}); "
+            + ("an autoregressive baseline drafts nothing, so the law is not fitted." if str(r["drafter"]) == "ar"
+               else "per-turn counts carry no per-step lengths, so the law is not fitted.") for r in tasks]
 
 
 def skipped_lines(skipped: Sequence[tuple[str, str]]) -> list[str]:
     """``"not run: <name>: <reason>"`` per skipped section."""
-    return [f"not run: {_one_line(reason) if reason.startswith(name + ' ') else f'{name}: {_one_line(reason)}'}"
+    return [f"not run: {_one_line(reason) if reason.startswith((name + ' ', 'the ' + name + ' ')) else f'{name}: {_one_line(reason)}'}"
             for name, reason in skipped]
 
 
@@ -205,10 +206,11 @@ def _either(items: Sequence[str], word: str) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
-def closing_sentence(hidden: bool, given: Sequence[str] = ()) -> str:
+def closing_sentence(hidden: bool, given: Sequence[str] = (), unavailable: Sequence[str] = ()) -> str:
     """The last line of the text output: where to go next. ``given``: the section flags the
-    command already had (with or without the leading ``--``); they are not suggested again."""
-    given = {"--" + str(g).lstrip("-") for g in given}
+    command already had (with or without the leading ``--``); they are not suggested again, nor
+    are the ``unavailable`` ones (flags that the same input would refuse or not run)."""
+    given = {"--" + str(g).lstrip("-") for g in list(given) + list(unavailable)}
     todo = [(flag, what) for flag, what in NEXT_SECTIONS if flag not in given]
     parts = ["see docs/cli.md for the sections' columns"] if given else []
     if todo:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -42,7 +42,7 @@ from glance_law.data.inputs import check_regular
 from glance_law.data.tables import LogError
 from glance_law.errors import GlanceError
 
-__all__ = ["import_logs", "import_file", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
+__all__ = ["import_logs", "import_file", "with_categories", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
            "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS", "RUNS_NOTE"]
 
 from glance_law.data.importers.spec_bench import METHODS  # noqa: E402  (the documented method table)
@@ -264,6 +264,12 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
     for _path, why in skipped:
         notes.append(f"skipped {why}")
     data = [r for r in results if r.format != QUESTIONS]
+    cats: dict = {}
+    for r in results:
+        if r.format == QUESTIONS:
+            cats.update((r.run or {}).get("categories", {}))
+    if cats:              # a question file among the inputs: categories of the answers that carry none
+        data = [with_categories(r, cats, notes) for r in data]
     data = _separate_runs(data, notes)
     if not data:
         if skipped:
@@ -276,6 +282,39 @@ def combine(results: Iterable[FileResult], skipped=()) -> Imported:
     fmts = "+".join(dict.fromkeys(r.format for r in data))
     parts = tuple((r.path, r.format, r.n_rounds, r.n_prompts, r.run) for r in data)
     return Imported(R, P, tuple(notes), fmts, tuple(r.path for r in results), tuple(skipped), parts)
+
+
+def with_categories(res: FileResult, cats: Mapping, notes: list[str]) -> FileResult:
+    """``res`` with the task of its rows that have none (task ``unknown``: the answers logged no
+    category, and no question file lay beside them) taken from ``cats`` (question_id -> category,
+    from a question file given in the same call) where it holds their question id; a note says
+    how many answers did."""
+    import pyarrow as pa
+
+    def relabel(table):
+        if table is None or "task" not in table.column_names or "prompt_id" not in table.column_names:
+            return table, 0
+        task = table.column("task").to_pandas().astype(str)
+        pid = table.column("prompt_id").to_pandas().astype(str)
+        new = pid.map(cats)
+        hit = (task == "unknown") & new.notna()
+        if not hit.any():
+            return table, 0
+        col = pa.array(task.where(~hit, new).tolist(), type=pa.string())
+        typ = table.schema.field("task").type
+        col = col.dictionary_encode() if pa.types.is_dictionary(typ) else col.cast(typ)
+        if pa.types.is_dictionary(typ) and col.type != typ:
+            col = col.cast(typ)
+        i = table.column_names.index("task")
+        return table.set_column(i, table.schema.field("task").with_type(col.type), col), int(pid[hit].nunique())
+
+    rounds, _ = relabel(res.rounds)
+    prompts, n = relabel(res.prompts)
+    if rounds is res.rounds and prompts is res.prompts:
+        return res
+    notes.append(f"{res.path}: {n} answer(s) without a category take it from the question file given among the "
+                 "inputs (by question_id)")
+    return replace(res, rounds=rounds, prompts=prompts)
 
 
 #: Prefix of the notes that say which runs the analyses keep apart or pool (the CLIs print them).
@@ -390,7 +429,6 @@ def _separate_runs(data: list, notes: list) -> list:
     drafter: those are pooled as one run, noted.
     The autoregressive arm (``ar``) is the timing baseline: repeated baseline files of one target
     are pooled per prompt there (noted by the ledger), not relabelled."""
-    from dataclasses import replace
 
     from glance_law.data.importers.common import run_base
     for r in data:

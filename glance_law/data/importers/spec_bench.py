@@ -181,10 +181,14 @@ def _questions(path: Path) -> dict:
 
 
 def questions_file(path, lines) -> FileResult:
-    """A question.jsonl: used for categories only (no rounds)."""
+    """A question.jsonl: used for categories only (no rounds). Its question_id -> category map is
+    kept in the result's ``run["categories"]``: the answers of the same call that carry no category
+    take theirs from it (:func:`glance_law.data.importers.combine`)."""
+    cats = {str(r.get("question_id")): str(r["category"]) for _, r in lines.records
+            if isinstance(r, dict) and "question_id" in r and r.get("category") not in (None, "")}
     return FileResult(str(path), QUESTIONS, None, None,
                       [f"{path}: a Spec-Bench question file ({len(lines.records)} questions); read for "
-                       "categories only"])
+                       "categories only"], {"categories": cats})
 
 
 _INT = {int}
