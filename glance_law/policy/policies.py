@@ -90,36 +90,7 @@ class RootStats:
     def take(self, idx) -> RootStats:
         sel = {f.name: (None if getattr(self, f.name) is None else np.asarray(getattr(self, f.name))[idx])
                for f in fields(self)}
-        out = RootStats(**sel)
-        orders = self.__dict__.get("_orders")
-        if orders:                  # each round's best-first order is its own: the rows carry over
-            object.__setattr__(out, "_orders", {n: (dep[idx], cod[idx]) for n, (dep, cod) in orders.items()})
-        return out
-
-    def capped_logq(self, who: str) -> np.ndarray:
-        """``topk_logq`` with the offsets past each round's horizon removed (-inf)."""
-        logq = _need_topk(self, who)
-        cap = self.caps()
-        if cap is not None and logq.shape[1]:
-            j = np.arange(logq.shape[1])[None, :, None]
-            logq = np.where(j < cap[:, None, None], logq, -np.inf)
-        return logq
-
-    def best_first_order(self, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """(depth, code), each (R, n): the first ``n`` nodes of every round's best-first order over
-        :meth:`capped_logq`. It depends on the round alone, so it is computed once per ``n`` and
-        carried by :meth:`take` (a held-out search refits a family on many resamples of the same
-        rounds)."""
-        orders = self.__dict__.setdefault("_orders", {})
-        if n not in orders:
-            logq = self.capped_logq("keyed")
-            if logq.shape[0] <= _FEW_ROUNDS:        # live decoding: one round (a heap, equal by test)
-                one = [best_first_one(lq, n) for lq in logq]
-                orders[n] = (np.stack([o[1] for o in one]), np.stack([o[2] for o in one]))
-            else:
-                _, dep, cod = best_first(logq, n)
-                orders[n] = (dep, cod)
-        return orders[n]
+        return RootStats(**sel)
 
 
 @dataclass(frozen=True, eq=False)
@@ -198,12 +169,20 @@ class KeyedBudgetPolicy(ThresholdPolicy):
     def unit_values(self, stats: RootStats) -> np.ndarray:
         if self.key not in ("paper", "rescue"):
             raise GlanceError(f"keyed policy: key must be 'paper' or 'rescue' (got {self.key!r})")
-        logq = stats.capped_logq("keyed")
+        logq = _need_topk(stats, "keyed")
         H = np.asarray(stats.entropy, dtype=np.float64)
+        cap = stats.caps()
+        if cap is not None and logq.shape[1]:
+            j = np.arange(logq.shape[1])[None, :, None]
+            logq = np.where(j < cap[:, None, None], logq, -np.inf)
         p = match_prob(H, self.b0, self.b1)
         r = p if self.key == "paper" else special.expit(self.c0 - self.c1 * H)
         n = int(self.max_size)
-        dep, cod = stats.best_first_order(n)
+        if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round (a heap, equal by test)
+            one = [best_first_one(lq, n) for lq in logq]
+            dep, cod = np.stack([o[1] for o in one]), np.stack([o[2] for o in one])
+        else:
+            _, dep, cod = best_first(logq, n)
         cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
         if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round, vertex by vertex
             return np.stack([_envelope_units(c, int((d > 0).sum()), n) for c, d in zip(cum, dep)])
