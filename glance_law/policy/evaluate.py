@@ -13,7 +13,9 @@ the shadow price/threshold are all fitted on the training folds only. Each row s
 was evaluated (``evaluated_on``), *computed from the folds actually used*: ``held-out`` only
 when no scored round's prompt was among the prompts its policy was fitted on. Gains are
 relative to the fixed shape at equal mean shape (tokens per round) and at equal mean modelled
-cost, with prompt-level bootstrap intervals (fits held at the fold estimates).
+cost; held-out rows carry a jackknife of the whole held-out procedure (:func:`refit_interval`:
+every fold refitted without one prompt, or one group of prompts, at a time), other rows
+prompt-level bootstrap intervals (fits held at the fold estimates).
 """
 from __future__ import annotations
 
