@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=5, help="prompt-grouped folds (default 5)")
     p.add_argument("--n-max", type=int, default=255,
                    help="largest tree budget (or, on accepted-run logs, draft depth) replayed (default 255)")
-    p.add_argument("--bootstrap", type=int, default=200, metavar="B", help="prompt-bootstrap replicates (default 200)")
+    p.add_argument("--bootstrap", type=int, default=200, metavar="B",
+                   help="prompt-bootstrap replicates (default 200); on held-out rows, at most B jackknife groups "
+                        "of prompts (one prompt each when there are at most B)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--level", type=float, default=0.95)
     p.add_argument("--node-ms", type=float, default=None, help="ms per tree node (overrides the round-cost regression)")

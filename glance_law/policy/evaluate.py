@@ -13,7 +13,9 @@ the shadow price/threshold are all fitted on the training folds only. Each row s
 was evaluated (``evaluated_on``), *computed from the folds actually used*: ``held-out`` only
 when no scored round's prompt was among the prompts its policy was fitted on. Gains are
 relative to the fixed shape at equal mean shape (tokens per round) and at equal mean modelled
-cost, with prompt-level bootstrap intervals (fits held at the fold estimates).
+cost; held-out rows carry a jackknife of the whole held-out procedure (:func:`refit_interval`:
+every fold refitted without one prompt, or one group of prompts, at a time), other rows
+prompt-level bootstrap intervals (fits held at the fold estimates).
 """
 from __future__ import annotations
 
@@ -415,47 +417,48 @@ def fold_shapes(name: str, d: PolicyData, splits, target: float, cap: int) -> tu
     return shapes, used, ""
 
 
-def refit_interval(d: PolicyData, name: str, target: float, cap: int, folds: int, cost: CostModel, point: dict, *,
-                   n_boot: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None) -> dict:
-    """Held-out intervals that account for the fitting and the fold split: every replicate resamples
-    the prompts, splits them into folds afresh, refits the family on each fold's training prompts
-    and scores it on the fold's held-out prompts (a copy of a prompt stays in one fold). The interval
-    is ``point +- t(G-1) * sd * sqrt(G / (G-1))`` with ``sd`` the replicates' standard deviation
-    (``point``: the figures on the data; percentile intervals of the replicates covered a known
-    gain less often: docs/policy.md, "Exporting only what the evidence supports"): ``{key_lo,
-    key_hi}``. Replicates in which the family cannot be fitted on some fold are left out (noted)."""
+def refit_interval(d: PolicyData, name: str, target: float, cap: int, splits, cost: CostModel, point: dict, *,
+                   groups: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None) -> dict:
+    """Held-out intervals that account for the fitting: a jackknife of the whole held-out procedure.
+    The prompts are dealt at random into ``m = min(G, groups)`` groups (one prompt each when
+    ``G <= groups``: the delete-one-prompt jackknife); each replicate leaves one group out, refits
+    the family on every fold's remaining training prompts (each prompt keeps its fold of
+    ``splits``) and scores it on the fold's remaining held-out prompts. The interval is
+    ``point +- t(m-1) * sqrt((m-1)/m * sum_j (theta_j - mean theta)^2)`` (``point``: the figures on
+    the data). A refit bootstrap covered a known gain less often (docs/policy.md, "Exporting only
+    what the evidence supports"): ``{key_lo, key_hi}``. Replicates in which the family cannot be
+    fitted on some fold are left out (noted)."""
     G = int(d.codes.max(initial=-1)) + 1
-    rng = np.random.default_rng(seed + 7919)
+    m = int(min(G, max(int(groups), 2)))
+    group = np.random.default_rng(seed + 7919).permutation(G) % m        # prompt -> group, sizes differ by <= 1
+    fold = np.zeros(d.rounds, np.int64)
+    for k, (_, te) in enumerate(splits):
+        fold[te] = k
     draws: dict = {}
-    failed = b = 0
-    for cnt in bootstrap_counts(G, n_boot, rng):
-        for c in cnt:
-            b += 1
-            idx = np.repeat(np.arange(d.rounds), c[d.codes].astype(np.int64))
-            db = d.take(idx)
-            if int(db.codes.max(initial=-1)) + 1 < 2:
-                failed += 1
-                continue
-            spl = prompt_folds(db.codes, folds, seed + b)
-            shapes, _, why = fold_shapes(name, db, spl, target, cap)
-            if why:
-                failed += 1
-                continue
-            for k, v in score_policy(db, shapes, cost, n_boot=0).items():
-                if not k.endswith(("_lo", "_hi")):
-                    draws.setdefault(k, []).append(v)
+    failed = 0
+    for j in range(m):
+        keep = np.flatnonzero(group[d.codes] != j)
+        dj, fk = d.take(keep), fold[keep]
+        spl = [(np.flatnonzero(fk != k), np.flatnonzero(fk == k)) for k in range(len(splits))]
+        shapes, _, why = fold_shapes(name, dj, [(tr, te) for tr, te in spl if te.size], target, cap)
+        if why:
+            failed += 1
+            continue
+        for k, v in score_policy(dj, shapes, cost, n_boot=0).items():
+            if not k.endswith(("_lo", "_hi")):
+                draws.setdefault(k, []).append(v)
     if failed and notes is not None:
-        notes.append(f"{name}: {failed} of {n_boot} refit replicates could not fit the family on some fold and are "
+        notes.append(f"{name}: {failed} of {m} jackknife replicates could not fit the family on some fold and are "
                      "left out of its held-out intervals")
     out = {}
-    half = t_crit(G, level) * np.sqrt(G / max(G - 1, 1))
     for k, v in draws.items():
         v = np.asarray(v, dtype=np.float64)
         v = v[np.isfinite(v)]
         if k not in point or v.size < 2:
             continue
-        sd = float(np.std(v, ddof=1))
-        out[k + "_lo"], out[k + "_hi"] = float(point[k] - half * sd), float(point[k] + half * sd)
+        sd = float(np.sqrt((v.size - 1) / v.size * np.sum((v - v.mean()) ** 2)))
+        half = t_crit(v.size, level) * sd
+        out[k + "_lo"], out[k + "_hi"] = float(point[k] - half), float(point[k] + half)
     return out
 
 
@@ -484,9 +487,10 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     meet on its training prompts. ``in_sample``: also add rows fitted and scored on every
     prompt (labelled ``in-sample``: never a held-out figure). ``policies``: extra user callables
     (name -> ``f(RootStats) -> ints``), scored as given (``evaluated_on`` = ``as given``).
-    ``refit``: held-out intervals by :func:`refit_interval` (each bootstrap replicate redraws the
-    folds and refits the family: the interval covers the fitting too); False holds the fits at
-    their fold estimates (faster, narrower, below nominal coverage).
+    ``refit``: held-out intervals by :func:`refit_interval` (a jackknife that leaves out a prompt, or
+    one of ``n_boot`` groups of prompts, at a time and refits the family on every fold: the interval
+    covers the fitting too); False holds the fits at their fold estimates (percentile bootstrap: faster,
+    narrower, below nominal coverage).
     ``node_ms``/``pass_ms``/``constant_ms`` override the round-cost fit's terms; ``host_ms``: the
     policy's per-round host work when the logs hold no policy run to fit it from
     (:func:`glance_law.policy.cost.fit_cost`)."""
@@ -530,8 +534,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
             mode = evaluated_on(spl, d.codes)
             r = score_policy(d, shapes, cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
             if mode == "held-out" and refit and n_boot > 0:
-                r.update(refit_interval(d, name, target, cap, len(spl), cost, r, n_boot=n_boot, level=level,
-                                        seed=seed, notes=notes))
+                r.update(refit_interval(d, name, target, cap, spl, cost, r, groups=n_boot, level=level, seed=seed,
+                                        notes=notes))
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc, **r})
             if mode == "in-sample" and label == "in-sample":
@@ -553,9 +557,10 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         "never a held-out gain)",
         "tokens: committed tokens per round (accepted + 1) replayed at each round's shape; fixed_tokens: the fixed "
         "shape at the policy's mean shape (interpolated between integer shapes); gain: % over it",
-        (f"intervals: {100 * level:g}%, prompt-level bootstrap ({n_boot} replicates); held-out rows: estimate +- "
-         "t(G-1) x the sd of replicates that refit everything (prompts resampled, folds redrawn, the family refitted "
-         "on each fold's training prompts); other rows: percentile, the fits held at their estimates" if refit else
+        (f"intervals: {100 * level:g}%; held-out rows: estimate +- t(m-1) x the delete-a-group jackknife sd of the "
+         f"whole held-out procedure (m = min(prompts, {n_boot}) random prompt groups, each left out in turn "
+         "and the family refitted on every fold's remaining training prompts); other rows: percentile, prompt-level "
+         f"bootstrap ({n_boot} replicates), the fits held at their estimates" if refit else
          f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "
          "their fold estimates (refit=False: they ignore the fitting's own variability)"),
     ]
