@@ -61,6 +61,7 @@ MAX_POSITION = 4096
 _CHUNK = 1 << 20
 _BLANK = b" \t\r\n"
 _NONBLANK = re.compile(rb"[^ \t\r\n]")
+_BLANK_AFTER = re.compile(rb"\n[ \t\r\n]")        # a line that starts with a blank (it may be blank)
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 
@@ -232,11 +233,23 @@ def read_text(path, gzip_only: bool = False) -> Text:
             raise _too_much(path, lineno, limit, var, info.get("gzip_size"))
         buf += chunk
         pos = 0
-        if not buf.translate(None, _BLANK):          # blanks only: count the lines, keep nothing
+        if _NONBLANK.search(buf) is None:          # blanks only: count the lines, keep nothing
             lineno += buf.count(b"\n")
             del buf[:buf.rfind(b"\n") + 1]
             continue
         while True:
+            cut = buf.rfind(b"\n", pos) + 1
+            if pos < cut <= pos + MAX_LINE_BYTES and buf[pos] not in _BLANK and not _BLANK_AFTER.search(buf, pos, cut):
+                # whole lines, none blank (none starts with a blank), none too long: kept at once
+                kept += 1
+                if lineno != kept + (shift[-1] if shift else 0):
+                    idx.append(kept)
+                    shift.append(lineno - kept)
+                n = buf.count(b"\n", pos, cut)
+                kept += n - 1
+                lineno += n
+                out += buf[pos:cut]
+                pos = cut
             m = _NONBLANK.search(buf, pos)
             if m is None:
                 lineno += buf.count(b"\n", pos)
@@ -281,13 +294,55 @@ def read_text(path, gzip_only: bool = False) -> Text:
 
 # --------------------------------------------------------------------------- JSON
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
-_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW = re.compile(rb"\\u[dD][c-fC-F]")
+_RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+_OPEN, _CLOSE, _QUOTE, _BACKSLASH = 91, 93, 34, 92
 
 
 def json_depth(data: bytes) -> int:
     """The deepest nesting of ``[`` / ``{`` in JSON text, counted without recursion (strings
-    blanked first; 4 MiB at a time, so its memory stays small whatever the text's size)."""
+    blanked first, as :data:`_STRING` finds them)."""
+    fast = _quick_depth(data)
+    return fast if fast is not None else _blanked_depth(data)
+
+
+def _quick_depth(data: bytes) -> int | None:
+    """:func:`json_depth` over the bytes at once (numpy; the brackets outside the strings that
+    the unescaped quotes delimit), or None where that could differ from blanking the strings:
+    an unterminated string, or an escaped quote outside every string (neither is valid JSON)."""
+    b = np.frombuffer(data, np.uint8)
+    q = np.flatnonzero(b == _QUOTE)
+    esc = q[(q > 0) & (b[np.maximum(q - 1, 0)] == _BACKSLASH)]
+    if esc.size:
+        longer = esc[(esc > 1) & (b[np.maximum(esc - 2, 0)] == _BACKSLASH)]     # runs of 2 or more: counted
+        if longer.size:
+            even = np.fromiter((not _odd_run(data, int(p)) for p in longer), dtype=bool, count=longer.size)
+            esc = np.setdiff1d(esc, longer[even], assume_unique=True)
+        q = np.setdiff1d(q, esc, assume_unique=True)
+    if q.size % 2 or (esc.size and (np.searchsorted(q, esc) % 2 == 0).any()):
+        return None
+    folded = b | 0x20                       # folds [ ] onto { }
+    br = np.flatnonzero((folded == 123) | (folded == 125))
+    opens = folded[br] == 123
+    outside = np.searchsorted(q, br) % 2 == 0
+    if not outside.any():
+        return 0
+    return max(0, int(np.cumsum(np.where(opens[outside], 1, -1), dtype=np.int64).max()))
+
+
+def _odd_run(data: bytes, p: int) -> bool:
+    """Whether an odd run of backslashes ends just before ``data[p]`` (the quote there is escaped)."""
+    k = p - 1
+    while k >= 0 and data[k] == _BACKSLASH:
+        k -= 1
+    return (p - 1 - k) % 2 == 1
+
+
+def _blanked_depth(data: bytes) -> int:
+    """:func:`json_depth` with the strings blanked by :data:`_STRING` (4 MiB at a time)."""
     text = _STRING.sub(b'""', data)
     depth = best = 0
     step = 1 << 22
@@ -306,18 +361,35 @@ def loads(data):
     """``json.loads`` within the bounds: :class:`JSONLimitError` (a ``ValueError``, like a
     syntax error) for nesting deeper than :data:`MAX_JSON_DEPTH` or a lone surrogate."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(raw) > MAX_JSON_DEPTH:
+    deep = len(raw) > 1 << 16 or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH    # worth counting
+    if deep and json_depth(raw) > MAX_JSON_DEPTH:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         obj = json.loads(data)
     except RecursionError:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
-    if _SURROGATE.search(raw):
+    if _maybe_lone(raw):
         try:
             json.dumps(obj, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise JSONLimitError("a string holds a lone UTF-16 surrogate, which is not text") from None
     return obj
+
+
+def _maybe_lone(raw: bytes) -> bool:
+    """Whether a string in the JSON text may hold a lone UTF-16 surrogate: a raw UTF-8 surrogate,
+    a high escape not followed by a low one, or a low escape not preceded by a high one whose
+    backslash is not itself escaped. Escaped pairs (emoji) pass; a True is confirmed on the value."""
+    if b"\xed" in raw and _RAW_SURROGATE.search(raw):
+        return True
+    for m in _SURROGATE_ESCAPE.finditer(raw):
+        i = m.start()
+        if raw[i + 3] in b"89abAB":
+            if not _LOW.match(raw, i + 6):
+                return True
+        elif i < 7 or raw[i - 7] == 92 or not _HIGH.match(raw, i - 6):
+            return True
+    return False
 
 
 def read_json_document(path, what: str = "JSON file"):

@@ -274,21 +274,25 @@ ACCEPT_KEYS = ("accept_lengths", "accept_lengths:")
 def _plain_choice(c: dict, check_min: bool):
     """The common case of :func:`_read_choice`, read without its general checks: flat lists of
     plain ints in ``accept_lengths``, ``decoding_steps`` and ``new_tokens``, the steps summing
-    to the values, no ``idxs``. The same result as :func:`_read_choice` (``check_min`` False: the
-    values are not checked to be >= 1; the caller checks the file's values at once), or None when
-    the choice is not that case."""
+    to the values, no ``idxs``. The same result as :func:`_read_choice`, or None when the choice
+    is not that case. ``check_min`` False: the values are neither checked to be plain ints >= 1
+    nor converted (they come back as the list itself); the caller checks the file's values at once."""
     al, ds, nt = c.get("accept_lengths"), c.get("decoding_steps"), c.get("new_tokens")
     if type(al) is not list or not al or type(ds) is not list or type(nt) is not list or "idxs" in c:
         return None
-    if not set(map(type, ds)) <= _INT or sum(ds) != len(al) or not set(map(type, nt)) <= _INT \
-            or not set(map(type, al)) <= _INT:
+    if not set(map(type, ds)) <= _INT or sum(ds) != len(al) or not set(map(type, nt)) <= _INT:
         return None
-    if check_min and min(al) < 1:
+    if not check_min:
+        v = al
+    elif not set(map(type, al)) <= _INT:
+        return None
+    elif min(al) < 1:
         return "accept_lengths below 1"
-    try:
-        v = array("q", al)
-    except OverflowError:
-        return None
+    else:
+        try:
+            v = array("q", al)
+        except OverflowError:
+            return None
     wt, turns = c.get("wall_time"), c.get("turns")
     wt = list(wt) if isinstance(wt, list) else _nums(wt)
     turns = turns if isinstance(turns, list) else ([] if turns is None else [turns])
@@ -387,14 +391,11 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     """One Spec-Bench answer file: its rounds (one per ``accept_lengths`` entry), its prompt rows
     (one per answer, with the per-turn counts) and the notes (see the module docstring)."""
     f = _open_file(path, lines, horizon)
-    answers, tally = _read_answers(f, task)
+    answers, tally, flat_a = _read_answers(f, task)
     _answer_notes(f, tally, answers, task)
     _check_token_idxs(f, answers)
-    flat = array("q")                   # every answer's values, in order
-    for a in answers:
-        if a[3] is not None:
-            flat.extend(a[3])
-    flat_a = np.frombuffer(flat, dtype=np.int64) if flat.itemsize == 8 else np.asarray(flat, dtype=np.int64)
+    if flat_a is None:                  # every answer's values, in order
+        flat_a = np.array(list(chain.from_iterable(a[3] for a in answers if a[3] is not None)), dtype=np.int64)
     _check_horizon(f, flat_a, any(a[3] is not None for a in answers))
     P, turns, nan_wall = _prompt_rows(f.base, answers)
     cols = _round_columns(f, answers, flat_a, turns) if turns[0] else None
@@ -443,22 +444,24 @@ def _open_file(path, lines, horizon) -> _File:
     return _File(path, notes, base, model_id, target, method, drafter, override, spec, qcat, recs)
 
 
-def _read_answers(f: _File, task) -> tuple[list, _Tally]:
+def _read_answers(f: _File, task) -> tuple[list, _Tally, np.ndarray | None]:
     """Per usable choice: ((run k, choice), question id, task, values | None, steps per turn, turn
     ids, new_tokens, wall_time, line). Choices left out are counted in the tally. The values are
-    checked to be >= 1 once for the whole file; where one is not, the file is read again checking
-    every choice on its own (which leaves that choice out)."""
+    checked to be plain ints >= 1 once for the whole file; where one is not, the file is read again
+    checking every choice on its own (which leaves that choice out or reads it the general way).
+    Third: the answers' values concatenated, when that check already made them (else None)."""
     got = _read_all(f, task, False)
     if got is None:
-        got = _read_all(f, task, True)
+        got = _read_all(f, task, True) + (None,)
     return got
 
 
 def _read_all(f: _File, task, check_min: bool):
-    """:func:`_read_answers`; without ``check_min``, None when a value below 1 was read."""
+    """:func:`_read_answers`; without ``check_min``, None when a value that is not a plain int >= 1
+    was read."""
     t = _Tally()
     answers = []
-    raw = array("q")
+    raw = []
     for lineno, r in f.recs:
         q = r.get("question_id")
         if q is None:
@@ -488,13 +491,30 @@ def _read_all(f: _File, task, check_min: bool):
                     t.why_bad[got] += 1
                 continue
             if got[0] is not None and not check_min:
-                raw.extend(got[0])
+                raw.append(got[0])
             kept = _choice_turns(f.spec, got, qid, t)
             if kept is not None:
                 answers.append(((k, ci), qid, tsk, *kept, lineno))
-    if not check_min and len(raw) and int(np.frombuffer(raw, dtype=np.int64).min()) < 1:
+    if check_min:
+        return answers, t
+    flat = _plain_ints(raw)
+    if flat is None:
         return None
-    return answers, t
+    # the answers hold every list read, unchanged, unless an 'ERROR' turn was left out
+    return answers, t, (None if t.error_turns else flat)
+
+
+def _plain_ints(lists: list) -> np.ndarray | None:
+    """The lists concatenated as int64 when they hold plain ints only, each in 1..2**63 - 1 (one
+    check over them all), else None."""
+    flat = list(chain.from_iterable(lists))
+    if not set(map(type, flat)) <= _INT:
+        return None
+    try:
+        arr = np.array(flat, dtype=np.int64)
+    except OverflowError:
+        return None
+    return None if arr.size and int(arr.min()) < 1 else arr
 
 
 def _choice_turns(spec, got, qid: str, t: _Tally):

@@ -1,0 +1,74 @@
+"""The bounded JSON reader's depth count and lone-surrogate check (glance_law.data.inputs): the
+fast paths (numpy over the bytes, the escape-pair scan) give what the definitions give."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from glance_law.data import inputs
+
+
+def _depth_by_parsing(text: str) -> int:
+    def depth(v):
+        if isinstance(v, list):
+            return 1 + max((depth(x) for x in v), default=0)
+        if isinstance(v, dict):
+            return 1 + max((depth(x) for x in v.values()), default=0)
+        return 0
+    return depth(json.loads(text))
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{"a": "[[[[", "b": [1, [2]]}', 3),
+    ('["\\"[[[", [["\\\\"]]]', 3),
+    ('["\\\\\\"]]]", {"k": ["]]"]}]', 3),
+    ('"no brackets"', 0),
+    ('[' * 70 + ']' * 70, 70),
+])
+def test_depth_ignores_brackets_in_strings(text, want):
+    assert inputs.json_depth(text.encode()) == want == _depth_by_parsing(text)
+
+
+def test_depth_matches_parsing_on_random_documents():
+    rng = random.Random(7)
+    pieces = ['"[', '"{', '\\\\', '\\"', "]", "}", "x"]
+
+    def value(d):
+        r = rng.random()
+        if d > 6 or r < 0.3:
+            return '"' + "".join(rng.choice(pieces[:5]) if rng.random() < 0.7 else "a" for _ in range(4)) \
+                .replace('"', '\\"').replace("\\\\\\", "\\\\") + '"'
+        if r < 0.65:
+            return "[" + ", ".join(value(d + 1) for _ in range(rng.randint(0, 3))) + "]"
+        return "{" + ", ".join(f'"k{i}": {value(d + 1)}' for i in range(rng.randint(0, 3))) + "}"
+
+    checked = 0
+    for _ in range(300):
+        text = value(0)
+        try:
+            want = _depth_by_parsing(text)
+        except ValueError:
+            continue
+        assert inputs.json_depth(text.encode()) == want, text
+        checked += 1
+    assert checked > 100
+
+
+def test_unterminated_string_still_counted():
+    # not valid JSON: the regex blanking decides (an unmatched quote is not a string)
+    assert inputs.json_depth(b'[[["') == 3
+
+
+@pytest.mark.parametrize("text", ['["\\ud83d\\ude00"]', '["\\uD83D\\uDE00 and \\ud83c\\udf89"]',
+                                  '["\\\\ud800"]'])
+def test_surrogate_pairs_and_escaped_text_are_text(text):
+    assert inputs.loads(text) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ['["\\ud83d"]', '["\\ude00"]', '["\\ud83d\\ud83d\\ude00"]',
+                                  '["\\\\\\ud83d x"]', '["\\\\ud83d\\ude00"]', '["a\\udfff"]'])
+def test_lone_surrogates_refused(text):
+    with pytest.raises(inputs.JSONLimitError, match="lone UTF-16 surrogate"):
+        inputs.loads(text)
