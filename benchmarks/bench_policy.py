@@ -21,6 +21,10 @@
    mix of the two fixed arms whose mean shape (every round counted, shape-0 rounds included)
    equals the policy's; tokens per round (accepted + 1) and tokens per second of the policy over
    it, with prompt-bootstrap intervals; the best fixed arm's tokens per second beside them.
+
+The JSON (``--json``) holds every figure; the last lines printed give the predicted (held-out
+prompts) and live ratios with their intervals and say whether the live ratio lies inside the
+predicted interval.
 """
 from __future__ import annotations
 
@@ -220,6 +224,29 @@ def _live(decode, t, dr, test, policy, lo, hi, args):
     return out
 
 
+def _fmt(v) -> str:
+    return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"
+
+
+def _summary(out) -> list:
+    """Readable lines: predicted (search; held-out prompts) and live ratios with their intervals,
+    and whether each live ratio lies inside the held-out prompts' predicted interval."""
+    live, pred, s = out["live"], out.get("predicted_test_prompts"), out["predicted_heldout_search"]
+    lines = [f"search (held-out folds, training prompts): gain {s['gain']:+.2f} % [{s['gain_lo']:+.2f}, "
+             f"{s['gain_hi']:+.2f}], tokens/round {s['tokens']:.3f} vs fixed {s['fixed_tokens']:.3f}"]
+    for key, what in (("tokens_ratio", "tokens/round"), ("speed_ratio", "tokens/s")):
+        p = pred.get(key) if pred else None
+        inside = "" if p is None else ("; live inside the predicted interval" if p[1] <= live[key][0] <= p[2]
+                                       else "; live OUTSIDE the predicted interval")
+        kind = "modelled " if key == "speed_ratio" else ""
+        lines.append(f"{what} ratio, policy / fixed at equal shape: predicted ({kind}held-out prompts) "
+                     f"{_fmt(p) if p else 'not logged dense (--no-dense-test)'}; live {_fmt(live[key])}{inside}")
+    lines.append(f"mean shape: predicted {pred['policy_mean_shape']:.3f} / live {live['policy_mean_shape']:.3f}; "
+                 f"shape-0 rounds live {100 * live['policy_share_shape0']:.1f} %" if pred else
+                 f"mean shape live {live['policy_mean_shape']:.3f}")
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=None, help="target (default: the embedded default; e.g. gemma-3-270m)")
@@ -300,6 +327,7 @@ def main(argv=None) -> int:
     out["seconds"] = {"logging_wall": log_s, "live_wall": time.perf_counter() - w1,
                       "total_wall": time.perf_counter() - w_start, "total_cpu": _cpu() - c_start}
     print(json.dumps(out, indent=2, default=float))
+    print("\n".join(_summary(out)))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=float) + "\n")
     return 0
