@@ -259,6 +259,34 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
     if prompts is None or not len(prompts):
         raise MissingColumnError("prompt files (kind=prompts)", ANALYSIS, "glance-log --audit")
     notes: list[str] = []
+    spec, ar_tokens, R = _audit_inputs(prompts, rounds, notes)
+    pp = _audit_prompts(spec, ar_tokens, _RoundIndex(R), threshold, notes)
+    runs = pp.groupby(["drafter", "task"])["run_id"].unique()
+    several = runs.loc[runs.map(len) > 1]
+    if len(several):
+        shown = "; ".join(f"{d}/{t}: {', '.join(sorted(r))}" for (d, t), r in several.items())
+        notes.append(f"several runs of one drafter on one task ({shown}): each run is audited on its own rounds "
+                     "and prompt rows, one row per run (run_id); every run is compared with the same "
+                     "autoregressive reference (the ar arm's tokens for the task and prompt_id)")
+    else:
+        pp = pp.drop(columns="run_id")
+    lead = (["drafter"] if pp["drafter"].nunique() > 1 else []) + (["run_id"] if len(several) else [])
+    rows = _audit_rows(pp, lead, not E.by_columns(by))
+    n_not = int((pp["audited"] == False).sum())  # noqa: E712
+    if n_not:
+        notes.append(f"{n_not} prompt(s) neither audited by the logger nor pairable with an ar arm's tokens "
+                     "(counted in prompts, not in audited)")
+    notes.append(f"near_tie: divergence margin < {threshold:g} logits (top-1 minus top-2 of the target); "
+                 "wide-margin divergences break Theorem 1 and indicate a decoder bug")
+    divs = pp.loc[(pp["audited"] == True) & (pp["equal"] == False)] if "equal" in pp.columns else pp.iloc[0:0]  # noqa: E712
+    divs = divs.drop(columns=[c for c in ("audited", "equal") if c in divs.columns]).reset_index(drop=True)
+    return AuditResult(pd.DataFrame(rows), divs, float(threshold), tuple(notes))
+
+
+def _audit_inputs(prompts: pd.DataFrame, rounds: pd.DataFrame | None, notes: list[str]):
+    """The speculative prompts to audit, the autoregressive arm's tokens by (target, task,
+    prompt_id) and the rounds (arms labelled ``drafter @ target`` with several targets); one line
+    when there is nothing to audit against."""
     # several target models: arms "drafter @ target" on both sides, and each speculative prompt is
     # compared with the autoregressive output of its own target (glance_law.data.arms)
     P = label_targets(E.with_arm_labels(prompts), notes)
@@ -282,79 +310,85 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
     if not has_logged and not ar_tokens:
         raise MissingColumnError("either greedy_match (the logger's audit) or the autoregressive arm's tokens",
                                  ANALYSIS, f"{SUPPLIED_BY['greedy_match']} or {SUPPLIED_BY['drafter=ar']}")
-    index = _RoundIndex(R)
+    return spec, ar_tokens, R
+
+
+def _audit_prompts(spec: pd.DataFrame, ar_tokens: dict, index: _RoundIndex, threshold: float,
+                   notes: list[str]) -> pd.DataFrame:
+    """One row per speculative prompt: audited or not, equal, first divergence, its margin and
+    label (near-tie, wide, unknown) and where the verdict came from; notes on how they were found."""
     per_prompt = []
-    n_disagree = n_second = n_unaligned = 0
+    tally = {"disagree": 0, "second": 0, "unaligned": 0}
     for row in spec.to_dict("records"):
-        key = (row["audit_target"], row["task"], row["prompt_id"])
-        rkey = tuple(row[k] for k in _KEY)
-        logged = row.get("greedy_match")
-        logged = None if _missing(logged) else bool(logged)
-        tok = row.get("tokens")
-        tok = None if _missing(tok) else tok
-        stream = index.stream(rkey)              # the rounds' committed tokens, built once per prompt
-        first = index.first_index(rkey, _n_out(row, tok), stream)
-        tok_div = None
-        if key in ar_tokens and tok is not None:
-            tok_div = first_divergence(tok, ar_tokens[key])
-        elif key in ar_tokens and stream is not None:
-            # the rounds hold the output from index `first` on: compare like with like
-            if first is None:
-                n_unaligned += logged is None
-            else:
-                fd = first_divergence(stream, ar_tokens[key][first:])
-                tok_div = -1 if fd == -1 else fd + first
-                n_second += first
-        if logged is not None:
-            equal = logged
-            fd = row.get("first_divergence")
-            div = None if equal else (int(fd) if fd is not None and not pd.isna(fd) else tok_div)
-            source = "logged audit"
-            if tok_div is not None and (tok_div == -1) != equal:
-                n_disagree += 1
-        elif tok_div is not None:
-            equal = tok_div == -1
-            div = None if equal else tok_div
-            source = "tokens vs ar arm"
-        else:
-            per_prompt.append({**{k: row[k] for k in _KEY}, "audited": False})
-            continue
-        margin, msource = np.nan, ""
-        if not equal:
-            dm = row.get("divergence_margin")
-            if dm is not None and not pd.isna(dm):
-                margin, msource = float(dm), "divergence_margin"
-            elif div is not None:
-                margin = index.margin(rkey, div, first)
-                msource = "round min_path_margin" if np.isfinite(margin) else ""
-        label = "" if equal else ("unknown" if not np.isfinite(margin) else
-                                  ("near-tie" if margin < threshold else "wide"))
-        per_prompt.append({**{k: row[k] for k in _KEY}, "audited": True, "equal": equal, "first_divergence": div,
-                           "margin": margin, "margin_source": msource, "label": label, "source": source})
+        per_prompt.append(_audit_prompt(row, ar_tokens, index, threshold, tally))
     pp = pd.DataFrame(per_prompt, columns=_KEY + ["audited", "equal", "first_divergence", "margin", "margin_source",
                                                   "label", "source"])
-    if n_disagree:
-        notes.append(f"{n_disagree} prompt(s) where the logged audit and the token comparison disagree "
+    if tally["disagree"]:
+        notes.append(f"{tally['disagree']} prompt(s) where the logged audit and the token comparison disagree "
                      "(the logged audit is reported)")
-    if n_second:
-        notes.append(f"{n_second} prompt(s) compared from the rounds' committed tokens from the second token on "
-                     "(glance-log's rounds do not hold the first token: the prefill produced it)")
-    if n_unaligned:
-        notes.append(f"{n_unaligned} prompt(s) without tokens whose rounds could not be aligned with the output "
-                     "(neither two rounds with position nor the prompt's new_tokens tell whether round 0 holds "
-                     "the first token): not audited")
-    runs = pp.groupby(["drafter", "task"])["run_id"].unique()
-    several = runs.loc[runs.map(len) > 1]
-    if len(several):
-        shown = "; ".join(f"{d}/{t}: {', '.join(sorted(r))}" for (d, t), r in several.items())
-        notes.append(f"several runs of one drafter on one task ({shown}): each run is audited on its own rounds "
-                     "and prompt rows, one row per run (run_id); every run is compared with the same "
-                     "autoregressive reference (the ar arm's tokens for the task and prompt_id)")
+    if tally["second"]:
+        notes.append(f"{tally['second']} prompt(s) compared from the rounds' committed tokens from the second "
+                     "token on (glance-log's rounds do not hold the first token: the prefill produced it)")
+    if tally["unaligned"]:
+        notes.append(f"{tally['unaligned']} prompt(s) without tokens whose rounds could not be aligned with the "
+                     "output (neither two rounds with position nor the prompt's new_tokens tell whether round 0 "
+                     "holds the first token): not audited")
+    return pp
+
+
+def _audit_prompt(row: dict, ar_tokens: dict, index: _RoundIndex, threshold: float, tally: dict) -> dict:
+    """One speculative prompt's audit row: the logger's own audit when logged, else its tokens (or
+    its rounds' committed tokens) against the autoregressive arm's; ``tally`` counts the notes' cases."""
+    key = (row["audit_target"], row["task"], row["prompt_id"])
+    rkey = tuple(row[k] for k in _KEY)
+    logged = row.get("greedy_match")
+    logged = None if _missing(logged) else bool(logged)
+    tok = row.get("tokens")
+    tok = None if _missing(tok) else tok
+    stream = index.stream(rkey)              # the rounds' committed tokens, built once per prompt
+    first = index.first_index(rkey, _n_out(row, tok), stream)
+    tok_div = None
+    if key in ar_tokens and tok is not None:
+        tok_div = first_divergence(tok, ar_tokens[key])
+    elif key in ar_tokens and stream is not None:
+        # the rounds hold the output from index `first` on: compare like with like
+        if first is None:
+            tally["unaligned"] += logged is None
+        else:
+            fd = first_divergence(stream, ar_tokens[key][first:])
+            tok_div = -1 if fd == -1 else fd + first
+            tally["second"] += first
+    if logged is not None:
+        equal = logged
+        fd = row.get("first_divergence")
+        div = None if equal else (int(fd) if fd is not None and not pd.isna(fd) else tok_div)
+        source = "logged audit"
+        if tok_div is not None and (tok_div == -1) != equal:
+            tally["disagree"] += 1
+    elif tok_div is not None:
+        equal = tok_div == -1
+        div = None if equal else tok_div
+        source = "tokens vs ar arm"
     else:
-        pp = pp.drop(columns="run_id")
+        return {**{k: row[k] for k in _KEY}, "audited": False}
+    margin, msource = np.nan, ""
+    if not equal:
+        dm = row.get("divergence_margin")
+        if dm is not None and not pd.isna(dm):
+            margin, msource = float(dm), "divergence_margin"
+        elif div is not None:
+            margin = index.margin(rkey, div, first)
+            msource = "round min_path_margin" if np.isfinite(margin) else ""
+    label = "" if equal else ("unknown" if not np.isfinite(margin) else
+                              ("near-tie" if margin < threshold else "wide"))
+    return {**{k: row[k] for k in _KEY}, "audited": True, "equal": equal, "first_divergence": div,
+            "margin": margin, "margin_source": msource, "label": label, "source": source}
+
+
+def _audit_rows(pp: pd.DataFrame, lead: list[str], pooled: bool) -> list[dict]:
+    """The audit table's rows: one per ``lead`` group and task (``pooled``: task "pooled") with its
+    counts, first-divergence positions and verdict."""
     rows = []
-    lead = (["drafter"] if pp["drafter"].nunique() > 1 else []) + (["run_id"] if len(several) else [])
-    pooled = not E.by_columns(by)
     groups = pp.groupby(lead, sort=True) if pooled and lead else \
         ([((), pp)] if pooled else pp.groupby(lead + ["task"], sort=True))
     for key, sub in groups:
@@ -383,15 +417,7 @@ def audit(prompts: pd.DataFrame, rounds: pd.DataFrame | None = None, *,
                      "first_divergence_min": int(pos.min()) if len(pos) else None,
                      "first_divergence_median": float(pos.median()) if len(pos) else np.nan,
                      "verdict": verdict})
-    n_not = int((pp["audited"] == False).sum())  # noqa: E712
-    if n_not:
-        notes.append(f"{n_not} prompt(s) neither audited by the logger nor pairable with an ar arm's tokens "
-                     "(counted in prompts, not in audited)")
-    notes.append(f"near_tie: divergence margin < {threshold:g} logits (top-1 minus top-2 of the target); "
-                 "wide-margin divergences break Theorem 1 and indicate a decoder bug")
-    divs = pp.loc[(pp["audited"] == True) & (pp["equal"] == False)] if "equal" in pp.columns else pp.iloc[0:0]  # noqa: E712
-    divs = divs.drop(columns=[c for c in ("audited", "equal") if c in divs.columns]).reset_index(drop=True)
-    return AuditResult(pd.DataFrame(rows), divs, float(threshold), tuple(notes))
+    return rows
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:

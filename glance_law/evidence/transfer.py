@@ -171,36 +171,24 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
     frame = E.as_frame(rounds, notes)
     E.require(frame, ["root_entropy", "accepted", "horizon", by], ANALYSIS)
     frame = E.speculative_rounds(frame, notes)
-    vals = frame[by].astype(str)
-    present = sorted(set(vals))
-    unknown = [t for t in train if t not in present]
-    if unknown:
-        raise GlanceError(f"{ANALYSIS}: training {by} {', '.join(unknown)} not in the logs "
-                          f"(present: {', '.join(present)})")
-    test = [t for t in present if t not in train] if not test else list(test)
-    unknown = [t for t in test if t not in present]
-    if unknown:
-        raise GlanceError(f"{ANALYSIS}: test {by} {', '.join(unknown)} not in the logs (present: {', '.join(present)})")
-    if not test:
-        raise GlanceError(f"{ANALYSIS}: no held-out {by} left to score (present: {', '.join(present)})")
+    test = _held_out(frame[by].astype(str), by, train, test)
     lead = [c for c in E.arm_columns(frame, by) if c != by]
     rows, cal = [], []
     b_first = (np.nan, np.nan)
     for arm_key, arm in E.group_items(frame, lead):
         av = arm[by].astype(str)
-        tr = arm.loc[av.isin(train)]
-        if not len(tr):
+        in_train = av.isin(train).to_numpy()
+        if not in_train.any():
             notes.append(f"{E.fmt_group(arm_key)}: no training rounds; skipped")
             continue
         # one cluster numbering over the arm, so shared prompts line up between fits
         codes_arm, G = cluster_codes(arm)
-        ctr = codes_arm[av.isin(train).to_numpy()]
-        Htr, atr, Ltr = _arrays(tr)
+        Htr, atr, Ltr = _arrays(arm.loc[in_train])
         try:
-            b_tr, _, sc_tr, info_tr = E.law_fit(Htr, atr, Ltr, ctr, G)
+            b_tr, _, sc_tr, info_tr = E.law_fit(Htr, atr, Ltr, codes_arm[in_train], G)
         except ValueError as exc:
             raise GlanceError(f"{ANALYSIS}: the law cannot be fitted on {', '.join(train)} ({exc})") from None
-        if_tr = sc_tr @ np.linalg.inv(info_tr)
+        train_fit = _TrainFit(b_tr, sc_tr @ np.linalg.inv(info_tr), in_train, codes_arm, G)
         if not np.isfinite(b_first[0]):
             b_first = (float(b_tr[0]), float(b_tr[1]))
         for t, values in ([(E.GROUP_ALL, test)] if pool_test else [(t, [t]) for t in test]):
@@ -208,92 +196,9 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
             if not mask.any():
                 notes.append(f"{E.fmt_group({**arm_key, by: t})}: no rounds; skipped")
                 continue
-            te = arm.loc[mask]
-            cte = codes_arm[mask]
-            H, a, L = _arrays(te)
-            n = len(a)
-            key = {**arm_key, by: t}
-            label = E.fmt_group(key)
-            p_tr = special.expit(b_tr[0] - b_tr[1] * H)
-            pred = _law.truncated_mean(p_tr, L)
-            try:
-                b_te, _, sc_te, info_te = E.law_fit(H, a, L, cte, G)
-                if_te = sc_te @ np.linalg.inv(info_te)
-                pred_own = _law.expected_accepted(H, b_te[0], b_te[1], L)
-            except ValueError as exc:
-                notes.append(f"{label}: own fit not identified ({exc}); own-fit columns empty")
-                b_te, if_te, pred_own = np.array([np.nan, np.nan]), None, np.full(n, np.nan)
-            bins = decile_bins(H, n_bins)
-            # calibration in the large, with the training fit's error
-            cal_l = float(np.mean(a - pred))
-            dpred = mean_derivative(p_tr, L) * p_tr * (1 - p_tr)
-            g = np.array([dpred.mean(), -(dpred * H).mean()])
-            psi = np.zeros(len(codes_arm))
-            psi[mask] = (a - pred - cal_l) / n
-            psi[av.isin(train).to_numpy()] -= if_tr @ g
-            V, gk = _cr1(psi, codes_arm, G)
-            se_cal = float(np.sqrt(V[0, 0]))
-            tt = t_crit(gk, level)
-            # parameter shift (Wald), influence of b_te - b_tr summed within shared clusters
-            if if_te is not None:
-                psi2 = np.zeros((len(codes_arm), 2))
-                psi2[mask] = if_te
-                psi2[av.isin(train).to_numpy()] -= if_tr
-                Vd, gd = _cr1(psi2, codes_arm, G)
-                d = b_te - b_tr
-                try:
-                    wald = float(d @ np.linalg.solve(Vd, d))
-                    wald_p = float(stats.chi2.sf(wald, 2))
-                except np.linalg.LinAlgError:
-                    wald, wald_p = np.nan, np.nan
-                se_d = np.sqrt(np.diag(Vd))
-            else:
-                d, se_d, wald, wald_p = np.array([np.nan, np.nan]), np.array([np.nan, np.nan]), np.nan, np.nan
-            # likelihoods per round
-            ll_tr = _law.loglik(b_tr, H, a, L) / n
-            ll_own = _law.loglik(b_te, H, a, L) / n if np.isfinite(b_te).all() else np.nan
-            s, f = a, (a < L).astype(float)
-            pbar = s.sum() / (s + f).sum() if (s + f).sum() > 0 else np.nan
-            ll_null = float((special.xlogy(s, pbar) + special.xlog1py(f, -pbar)).sum() / n)
-            eff = (ll_tr - ll_null) / (ll_own - ll_null) if np.isfinite(ll_own) and ll_own > ll_null else np.nan
-            # calibration slope: OLS of a on (1, pred), its influence including the training fit's
-            slope = s_lo = s_hi = np.nan
-            if np.ptp(pred) > 0:
-                X = np.column_stack([np.ones(n), pred])
-                A = np.linalg.inv(X.T @ X)
-                beta = A @ X.T @ a
-                e = a - X @ beta
-                D = np.column_stack([dpred, -dpred * H])          # d pred / d (b0, b1)
-                # d beta / d b_k = A ([0, D_k . e] - beta_1 X' D_k)  (differentiated normal equations)
-                dbeta = A @ (np.vstack([np.zeros(2), e @ D]) - beta[1] * (X.T @ D))
-                psi3 = np.zeros(len(codes_arm))
-                psi3[mask] = (X @ A[1]) * e
-                psi3[av.isin(train).to_numpy()] += if_tr @ dbeta[1]
-                V3, g3 = _cr1(psi3, codes_arm, G)
-                slope = float(beta[1])
-                t3 = t_crit(g3, level)
-                s_lo, s_hi = slope - t3 * float(np.sqrt(V3[0, 0])), slope + t3 * float(np.sqrt(V3[0, 0]))
-            ss = ((a - a.mean()) ** 2).sum()
-            rows.append({**key, "rounds": n, "prompts": int(np.unique(cte).size),
-                         "r2_curve": curve_r2(a, pred, bins), "r2_curve_own": curve_r2(a, pred_own, bins),
-                         "r2_round": float(1 - ((a - pred) ** 2).sum() / ss) if ss > 0 else np.nan,
-                         "mean_accepted": float(a.mean()), "mean_predicted": float(pred.mean()),
-                         "calibration": cal_l, "calibration_lo": cal_l - tt * se_cal,
-                         "calibration_hi": cal_l + tt * se_cal,
-                         "calibration_slope": slope, "calibration_slope_lo": s_lo, "calibration_slope_hi": s_hi,
-                         "ll_transfer": ll_tr, "ll_own": ll_own, "ll_null": ll_null,
-                         "ll_gap": ll_own - ll_tr, "efficiency": eff,
-                         "b0_train": float(b_tr[0]), "b1_train": float(b_tr[1]),
-                         "b0_own": float(b_te[0]), "b1_own": float(b_te[1]),
-                         "b1_shift": float(d[1]), "b1_shift_lo": float(d[1] - tt * se_d[1]),
-                         "b1_shift_hi": float(d[1] + tt * se_d[1]), "wald": wald, "wald_p": wald_p})
-            for k in np.unique(bins):
-                inb = bins == k
-                mu, se, gb = clustered_mean(a[inb], cte[inb], G)
-                tb = t_crit(gb, level)
-                cal.append({**key, "bin": int(k) + 1, "rounds": int(inb.sum()), "mean_entropy": float(H[inb].mean()),
-                            "observed": mu, "observed_lo": mu - tb * se, "observed_hi": mu + tb * se,
-                            "predicted": float(pred[inb].mean()), "predicted_own": float(pred_own[inb].mean())})
+            row, cal_rows = _score(arm.loc[mask], mask, train_fit, {**arm_key, by: t}, n_bins, level, notes)
+            rows.append(row)
+            cal += cal_rows
     if not rows:
         raise GlanceError(f"{ANALYSIS}: nothing to score")
     notes = [f"law fitted on {by} = {', '.join(train)} (pooled, exact MLE) and frozen; scored on each held-out {by}",
@@ -307,6 +212,142 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
                  "intervals vs the transferred (predicted) and the group's own-fit (predicted_own) means")
     return TransferResult(pd.DataFrame(rows), pd.DataFrame(cal), tuple(train), b_first, level,
                           tuple(dict.fromkeys(notes)))
+
+
+def _held_out(vals: pd.Series, by: str, train, test) -> list[str]:
+    """The test values (default: every value not trained on); one line for a value not in the logs
+    or nothing left to score."""
+    present = sorted(set(vals))
+    unknown = [t for t in train if t not in present]
+    if unknown:
+        raise GlanceError(f"{ANALYSIS}: training {by} {', '.join(unknown)} not in the logs "
+                          f"(present: {', '.join(present)})")
+    test = [t for t in present if t not in train] if not test else list(test)
+    unknown = [t for t in test if t not in present]
+    if unknown:
+        raise GlanceError(f"{ANALYSIS}: test {by} {', '.join(unknown)} not in the logs (present: {', '.join(present)})")
+    if not test:
+        raise GlanceError(f"{ANALYSIS}: no held-out {by} left to score (present: {', '.join(present)})")
+    return test
+
+
+@dataclass(frozen=True)
+class _TrainFit:
+    """One arm's training fit: the estimate, its per-round influence (rows of the training rounds),
+    which of the arm's rounds it was fitted on, and the arm's cluster codes (``G`` clusters)."""
+
+    b: np.ndarray
+    influence: np.ndarray
+    rows: np.ndarray
+    codes: np.ndarray
+    G: int
+
+    def clustered(self, psi_test, mask, psi_train):
+        """The CR1 covariance (and clusters) of an influence that is ``psi_test`` on the arm's rounds
+        in ``mask`` plus ``psi_train`` on its training rounds (summed within shared clusters)."""
+        psi = np.zeros((len(self.codes),) + np.shape(psi_test)[1:])
+        psi[mask] = psi_test
+        psi[self.rows] += psi_train
+        return _cr1(psi, self.codes, self.G)
+
+
+def _score(te, mask, fit: _TrainFit, key: dict, n_bins: int, level: float, notes: list[str]):
+    """The frozen training fit scored on one held-out group (the arm's rounds ``te``, at ``mask``):
+    its table row and its calibration rows."""
+    cte, G, b_tr = fit.codes[mask], fit.G, fit.b
+    H, a, L = _arrays(te)
+    n = len(a)
+    label = E.fmt_group(key)
+    p_tr = special.expit(b_tr[0] - b_tr[1] * H)
+    pred = _law.truncated_mean(p_tr, L)
+    try:
+        b_te, _, sc_te, info_te = E.law_fit(H, a, L, cte, G)
+        if_te = sc_te @ np.linalg.inv(info_te)
+        pred_own = _law.expected_accepted(H, b_te[0], b_te[1], L)
+    except ValueError as exc:
+        notes.append(f"{label}: own fit not identified ({exc}); own-fit columns empty")
+        b_te, if_te, pred_own = np.array([np.nan, np.nan]), None, np.full(n, np.nan)
+    bins = decile_bins(H, n_bins)
+    # calibration in the large, with the training fit's error
+    cal_l = float(np.mean(a - pred))
+    dpred = mean_derivative(p_tr, L) * p_tr * (1 - p_tr)
+    g = np.array([dpred.mean(), -(dpred * H).mean()])
+    V, gk = fit.clustered((a - pred - cal_l) / n, mask, -(fit.influence @ g))
+    se_cal = float(np.sqrt(V[0, 0]))
+    tt = t_crit(gk, level)
+    d, se_d, wald, wald_p = _shift(fit, mask, b_te, if_te)
+    ll_tr, ll_own, ll_null, eff = _likelihoods(b_tr, b_te, H, a, L)
+    slope, s_lo, s_hi = _calibration_slope(fit, mask, H, a, pred, dpred, level)
+    ss = ((a - a.mean()) ** 2).sum()
+    row = {**key, "rounds": n, "prompts": int(np.unique(cte).size),
+           "r2_curve": curve_r2(a, pred, bins), "r2_curve_own": curve_r2(a, pred_own, bins),
+           "r2_round": float(1 - ((a - pred) ** 2).sum() / ss) if ss > 0 else np.nan,
+           "mean_accepted": float(a.mean()), "mean_predicted": float(pred.mean()),
+           "calibration": cal_l, "calibration_lo": cal_l - tt * se_cal,
+           "calibration_hi": cal_l + tt * se_cal,
+           "calibration_slope": slope, "calibration_slope_lo": s_lo, "calibration_slope_hi": s_hi,
+           "ll_transfer": ll_tr, "ll_own": ll_own, "ll_null": ll_null,
+           "ll_gap": ll_own - ll_tr, "efficiency": eff,
+           "b0_train": float(b_tr[0]), "b1_train": float(b_tr[1]),
+           "b0_own": float(b_te[0]), "b1_own": float(b_te[1]),
+           "b1_shift": float(d[1]), "b1_shift_lo": float(d[1] - tt * se_d[1]),
+           "b1_shift_hi": float(d[1] + tt * se_d[1]), "wald": wald, "wald_p": wald_p}
+    cal = []
+    for k in np.unique(bins):
+        inb = bins == k
+        mu, se, gb = clustered_mean(a[inb], cte[inb], G)
+        tb = t_crit(gb, level)
+        cal.append({**key, "bin": int(k) + 1, "rounds": int(inb.sum()), "mean_entropy": float(H[inb].mean()),
+                    "observed": mu, "observed_lo": mu - tb * se, "observed_hi": mu + tb * se,
+                    "predicted": float(pred[inb].mean()), "predicted_own": float(pred_own[inb].mean())})
+    return row, cal
+
+
+def _shift(fit: _TrainFit, mask, b_te, if_te):
+    """The parameter shift ``b_te - b_tr`` (Wald), its influence summed within shared clusters:
+    ``(d, se_d, wald, wald_p)``; NaN without an own fit."""
+    if if_te is None:
+        return np.array([np.nan, np.nan]), np.array([np.nan, np.nan]), np.nan, np.nan
+    Vd, _ = fit.clustered(if_te, mask, -fit.influence)
+    d = b_te - fit.b
+    try:
+        wald = float(d @ np.linalg.solve(Vd, d))
+        wald_p = float(stats.chi2.sf(wald, 2))
+    except np.linalg.LinAlgError:
+        wald, wald_p = np.nan, np.nan
+    return d, np.sqrt(np.diag(Vd)), wald, wald_p
+
+
+def _likelihoods(b_tr, b_te, H, a, L):
+    """Per-round log-likelihoods of the transferred, the own and the null (constant p) fits and the
+    transfer's efficiency: ``(ll_tr, ll_own, ll_null, efficiency)``."""
+    n = len(a)
+    ll_tr = _law.loglik(b_tr, H, a, L) / n
+    ll_own = _law.loglik(b_te, H, a, L) / n if np.isfinite(b_te).all() else np.nan
+    s, f = a, (a < L).astype(float)
+    pbar = s.sum() / (s + f).sum() if (s + f).sum() > 0 else np.nan
+    ll_null = float((special.xlogy(s, pbar) + special.xlog1py(f, -pbar)).sum() / n)
+    eff = (ll_tr - ll_null) / (ll_own - ll_null) if np.isfinite(ll_own) and ll_own > ll_null else np.nan
+    return ll_tr, ll_own, ll_null, eff
+
+
+def _calibration_slope(fit: _TrainFit, mask, H, a, pred, dpred, level: float):
+    """The calibration slope: OLS of a on (1, pred), its influence including the training fit's;
+    ``(slope, lo, hi)``, NaN when the prediction does not vary."""
+    if not np.ptp(pred) > 0:
+        return np.nan, np.nan, np.nan
+    n = len(a)
+    X = np.column_stack([np.ones(n), pred])
+    A = np.linalg.inv(X.T @ X)
+    beta = A @ X.T @ a
+    e = a - X @ beta
+    D = np.column_stack([dpred, -dpred * H])          # d pred / d (b0, b1)
+    # d beta / d b_k = A ([0, D_k . e] - beta_1 X' D_k)  (differentiated normal equations)
+    dbeta = A @ (np.vstack([np.zeros(2), e @ D]) - beta[1] * (X.T @ D))
+    V3, g3 = fit.clustered((X @ A[1]) * e, mask, fit.influence @ dbeta[1])
+    slope = float(beta[1])
+    t3 = t_crit(g3, level)
+    return slope, slope - t3 * float(np.sqrt(V3[0, 0])), slope + t3 * float(np.sqrt(V3[0, 0]))
 
 
 def add_cli_arguments(parser: argparse.ArgumentParser) -> None:

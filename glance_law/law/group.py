@@ -93,86 +93,18 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None, compacted=No
         cl, G, counts = _sel.compact_counts(cl)
     if opt.get("weighting") == "prompt":
         w = prompt_weights(cl, G, w, counts)
-    n_all = a.size
-    W = float(n_all) if w is None else float(w.sum())
-
-    def wsum(x):
-        return float(x.sum()) if w is None else _law.dot(w, x)
-
-    # the rounds the descriptive checks read (all but the output-ending ones)
-    keep = None
-    if ends is not None and ends.any():
-        keep = ~ends
-        n_end = int(ends.sum()) if w is None else _law.dot(w, ends.astype(np.float64))
-        notes.append(f"{where}: {n_end:.0f} output-ending round(s) (a prompt's last round, cut at the output's "
-                     "end to L = a) enter the likelihood as completed runs (p^a) and are left out of the decile "
-                     "curve, the isotonic fit, the rank test, the ceilings and r2_round, whose raw a they would "
-                     "pull down")
-        Hc, ac, clc = H[keep], a[keep], cl[keep]
-        wc = None if w is None else w[keep]
-    else:
-        Hc, ac, clc, wc = H, a, cl, w
-    n = ac.size
-    Wc = float(n) if wc is None else float(wc.sum())
-
-    def wsumc(x):
-        return float(x.sum()) if wc is None else _law.dot(wc, x)
-
-    starts = None  # unweighted, the sorted rounds' bins are B consecutive runs: sums by np.add.reduceat
+    W = float(a.size) if w is None else float(w.sum())
+    keep, Hc, ac, clc, wc = _check_rounds(H, a, cl, w, ends, where, notes)
+    row = _describe(H, a, L, w, cl, G, counts, W, label, opt, where, notes)
     # unweighted, every statistic below reads the sorted runs directly: no tie ids, no per-round bins
     fast = wc is None
-
-    def wbin(bins, x, B):  # per-bin weighted sums over the checks' rounds
-        if starts is not None:
-            return np.add.reduceat(x, starts[:-1])
-        return np.bincount(bins, x if wc is None else wc * x, B)
-
-    level = opt["level"]
-    row = _nan_row()
-    row.update(task=label, rounds=int(round(W)), prompts=G, method=opt["method"], interval=opt["interval"],
-               level=level, horizon=int(L.max()), converged=False)
-    row["mean_entropy"] = wsum(H) / W
-    mean_a, se_a, _ = clustered_mean(a, cl, G, w, counts=counts if w is None else None)
-    row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
-    half = t_crit(G, level) * se_a if G >= 2 else np.nan
-    row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
-    row["p_ge8"] = (np.count_nonzero(a >= 8) if w is None else _law.dot(w, (a >= 8).astype(np.float64))) / W
-    if L.min() != L.max():
-        notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
-                     "mean use each round's own L; sup and the horizon column use the largest")
     key = None if fast else _curve.sort_key(Hc, is_sorted=True)
     ceil = _ceiling.noise_ceiling(Hc, ac, opt["ceiling_bins"], wc, is_sorted=True)
     row["ceiling"], row["ceiling_binned"], row["ceiling_bins"] = ceil.corrected, ceil.binned, ceil.bins
     if ceil.bins >= 2 and ceil.n < 5 * ceil.bins:
         notes.append(f"{where}: {ceil.n:.0f} rounds in {ceil.bins} ceiling bins (fewer than 5 per bin): the "
                      "ceiling estimate is noisy here and ceiling_fraction can exceed 1; read them from ~250 rounds up")
-    B = opt["bins"]
-    curve = None  # the decile curve's columns (numpy), one frame at the end
-    bins = bm = None
-    floor = False
-    if Wc >= B:  # rounds, not rows: a reduced table's row stands for `weight` rounds
-        if fast:  # n >= B: every bin holds at least one round
-            starts = _curve.bin_starts(n, B)
-            bins = _curve.sorted_bins(n, B) if opt["n_boot"] > 0 else None  # the bootstrap's bin means
-        else:
-            bins = _curve.sorted_bins(n, B, wc)
-        bm = _curve.binned_means(ac, bins, B, clc, G, wc, level, starts=starts)
-        Wb = bm["n"]
-        curve = {"bin": np.arange(1, B + 1), "n": Wb.astype(np.int64) if wc is None else Wb,
-                 "mean_entropy": _per_bin(wbin(bins, Hc, B), Wb), "mean_accepted": bm["mean"], "lo": bm["lo"],
-                 "hi": bm["hi"], "predicted": np.full(B, np.nan), "isotonic": np.full(B, np.nan)}
-        floor = bool(Wb[0] > 0) if fast else bool(np.any(bins == 0))
-        row["floor_rounds"] = int(round(Wb[0]))
-        row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
-        if fast:
-            curve["isotonic"] = _per_bin(_curve.sorted_isotonic_bin_sums(Hc, ac, starts), Wb)
-        else:
-            iso = _curve.isotonic_decreasing(Hc, ac, weights=wc, key=key)
-            curve["isotonic"] = _per_bin(wbin(bins, iso, B), Wb)
-            del iso
-        row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
-    else:
-        notes.append(f"{where}: fewer rounds ({Wc:.0f}) than curve bins ({B}); no decile curve")
+    curve, bins, bm, starts, floor = _decile_curve(row, Hc, ac, clc, G, wc, key, opt, where, notes)
     ranks = (_curve.sorted_midranks(Hc) if fast else _curve.midranks(Hc, weights=wc, key=key),
              _curve.integer_midranks(ac, wc))
     del key
@@ -180,79 +112,11 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None, compacted=No
                                        counts=counts if keep is None and w is None else None)
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
-    # the MLE: Newton and the pass at the estimate (clustered sums, fitted moments) share a pass;
-    # the same estimate whatever the interval method
-    fused = None
-    try:
-        if opt["method"] == "mle":
-            b, *fused = _law.fit_law_pass(H, a, L, cl, G, w, sorted_h=True)
-        else:
-            b = _law.refit(opt["method"], H, a, L, w, sorted_h=True)
-        row["converged"] = True
-    except ValueError as exc:
-        notes.append(f"{where}: the law could not be fitted ({exc})")
-        b = None
+    b, moments = _fit_with_interval(row, curve, H, a, L, w, cl, G, bins, label, drafter, opt, notes, where, keep)
     if b is not None:
-        b0, b1 = float(b[0]), float(b[1])
-        row["b0"], row["b1"] = b0, b1
-        moments, sums = (None, None) if fused is None else (fused[2:], fused[:2])
-        fused = None
-        if G < 2:
-            lo = hi = np.array([np.nan, np.nan])
-            notes.append(f"{where}: a single prompt; no prompt-clustered interval")
-        elif opt["n_boot"] > 0:
-            lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where, keep)
-            if curve is not None and cdraw is not None:
-                curve["lo"], curve["hi"] = cdraw[0], cdraw[1]
-                row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
-                row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
-        else:
-            if sums is not None:  # the clustered sums, from the same pass
-                u, info_g = sums
-            else:
-                u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"])
-            cov = clustered_covariance(u, info_g, opt.get("cov", "cr3"))
-            del u, info_g, sums
-            half = t_crit(G, level) * np.sqrt(np.maximum(np.diag(cov), 0.0))
-            lo, hi = b - half, b + half
-        row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
-        row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
-        row["cap"] = _law.cap(b0)
-        # the law's mean M(p, L), the log-likelihood and the model-implied ceiling
-        # Var(M) / (Var(M) + E Var(a|H)) (ceiling.model_ceiling) in one chunked pass
-        if moments is None:
-            moments = _law.fitted_moments(b, H, a, L, _law.match_prob(H, b0, b1), w)
-        pred, row["loglik"], s1, s2, sv = moments
-        del moments
-        between = max(s2 / W - (s1 / W) ** 2, 0.0)
-        row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
-        if keep is not None:
-            pred = pred[keep]
-        if curve is not None:
-            curve["predicted"] = _per_bin(wbin(bins, pred, B), bm["n"])
-            row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
-        pred -= ac                                         # residuals, in place
-        sse = _law.dot(pred, pred) if wc is None else _law.dot(wc, pred * pred)
-        del pred
-        mean_c = mean_a if keep is None else wsumc(ac) / Wc
-        sst = 0.0
-        for k in range(0, n, 1 << 16):  # sum of squares about the mean, without a round-sized temporary
-            d = ac[k:k + (1 << 16)] - mean_c
-            sst += _law.dot(d, d) if wc is None else _law.dot(wc[k:k + (1 << 16)], d * d)
-        del d
-        row["r2_round"] = 1.0 - sse / sst if sst > 0 else np.nan
-        lo_h, hi_h = _spread(H, w)
-        if hi_h - lo_h < NARROW_SPREAD:
-            notes.append(f"{where}: b1 = {b1:.3g} is fitted on a narrow entropy spread (10-90% of rounds within "
-                         f"[{lo_h:.3g}, {hi_h:.3g}] nats, under {NARROW_SPREAD:g}): the slope says how acceptance "
-                         "moves inside that range only, not at higher entropy (docs/theory-law.md, 'Entropy "
-                         "spread')")
-        row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
-        if floor:
-            # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the group's largest L
-            # (M grows with L: no round of the group can be predicted more; rounds cut short by the
-            # end of the output carry L = a, so an average over the floor rounds' own L would not be)
-            row["sup"] = float(_law.law_supremum(b0, int(L.max())))
+        _fitted_statistics(row, curve, b, moments, H, a, L, w, W, keep, ac, wc, bins, bm, starts, floor,
+                           opt["bins"], where, notes)
+    del moments
     checks = LawChecks(group=label, drafter=str(drafter if drafter is not None else "unknown"),
                        b1=row["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"], rho=rho, rho_p=rho_p,
                        r2_curve=row["r2_curve"], r2_isotonic=row["r2_isotonic"], alpha=opt["alpha"],
@@ -264,6 +128,169 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None, compacted=No
     curve = pd.DataFrame(curve) if curve is not None else \
         pd.DataFrame({c: pd.Series(dtype=float) for c in CURVE_COLUMNS})
     return row, curve, checks
+
+
+def _check_rounds(H, a, cl, w, ends, where, notes):
+    """The rounds the descriptive checks read (all but the output-ending ones): ``(keep, H, a, cl, w)``
+    with ``keep`` the mask (None: every round, the arrays themselves)."""
+    if ends is None or not ends.any():
+        return None, H, a, cl, w
+    keep = ~ends
+    n_end = int(ends.sum()) if w is None else _law.dot(w, ends.astype(np.float64))
+    notes.append(f"{where}: {n_end:.0f} output-ending round(s) (a prompt's last round, cut at the output's "
+                 "end to L = a) enter the likelihood as completed runs (p^a) and are left out of the decile "
+                 "curve, the isotonic fit, the rank test, the ceilings and r2_round, whose raw a they would "
+                 "pull down")
+    return keep, H[keep], a[keep], cl[keep], None if w is None else w[keep]
+
+
+def _describe(H, a, L, w, cl, G, counts, W, label, opt, where, notes) -> dict:
+    """The group's row with its descriptive statistics: rounds, prompts, mean entropy, the mean
+    accepted length with its prompt-clustered interval, P(a >= 8); a note when horizons vary."""
+    level = opt["level"]
+    row = _nan_row()
+    row.update(task=label, rounds=int(round(W)), prompts=G, method=opt["method"], interval=opt["interval"],
+               level=level, horizon=int(L.max()), converged=False)
+    row["mean_entropy"] = (float(H.sum()) if w is None else _law.dot(w, H)) / W
+    mean_a, se_a, _ = clustered_mean(a, cl, G, w, counts=counts if w is None else None)
+    row["mean_accepted"], row["tau"] = mean_a, mean_a + 1.0
+    half = t_crit(G, level) * se_a if G >= 2 else np.nan
+    row["mean_accepted_lo"], row["mean_accepted_hi"] = mean_a - half, mean_a + half
+    row["p_ge8"] = (np.count_nonzero(a >= 8) if w is None else _law.dot(w, (a >= 8).astype(np.float64))) / W
+    if L.min() != L.max():
+        notes.append(f"{where}: horizons vary (L = {int(L.min())}..{int(L.max())}); the likelihood and the law's "
+                     "mean use each round's own L; sup and the horizon column use the largest")
+    return row
+
+
+def _bin_sums(bins, x, B, starts, wc):
+    """Per-bin (weighted) sums over the checks' rounds; unweighted, the sorted rounds' bins are
+    ``B`` consecutive runs from ``starts``: sums by ``np.add.reduceat``."""
+    if starts is not None:
+        return np.add.reduceat(x, starts[:-1])
+    return np.bincount(bins, x if wc is None else wc * x, B)
+
+
+def _decile_curve(row, Hc, ac, clc, G, wc, key, opt, where, notes):
+    """The decile curve's columns (numpy; None under ``B`` rounds) with its isotonic fit, the floor
+    bin's statistics and ``r2_isotonic`` into ``row``. Returns ``(curve, bins, bin means, starts,
+    floor)``: the bins and starts the later per-bin sums reuse, ``floor`` whether the lowest bin holds rounds."""
+    B, n = opt["bins"], ac.size
+    Wc = float(n) if wc is None else float(wc.sum())
+    fast = wc is None
+    if Wc < B:  # rounds, not rows: a reduced table's row stands for `weight` rounds
+        notes.append(f"{where}: fewer rounds ({Wc:.0f}) than curve bins ({B}); no decile curve")
+        return None, None, None, None, False
+    starts = None
+    if fast:  # n >= B: every bin holds at least one round
+        starts = _curve.bin_starts(n, B)
+        bins = _curve.sorted_bins(n, B) if opt["n_boot"] > 0 else None  # the bootstrap's bin means
+    else:
+        bins = _curve.sorted_bins(n, B, wc)
+    bm = _curve.binned_means(ac, bins, B, clc, G, wc, opt["level"], starts=starts)
+    Wb = bm["n"]
+    curve = {"bin": np.arange(1, B + 1), "n": Wb.astype(np.int64) if wc is None else Wb,
+             "mean_entropy": _per_bin(_bin_sums(bins, Hc, B, starts, wc), Wb), "mean_accepted": bm["mean"],
+             "lo": bm["lo"], "hi": bm["hi"], "predicted": np.full(B, np.nan), "isotonic": np.full(B, np.nan)}
+    floor = bool(Wb[0] > 0) if fast else bool(np.any(bins == 0))
+    row["floor_rounds"] = int(round(Wb[0]))
+    row["floor_mean"], row["floor_mean_lo"], row["floor_mean_hi"] = bm["mean"][0], bm["lo"][0], bm["hi"][0]
+    if fast:
+        curve["isotonic"] = _per_bin(_curve.sorted_isotonic_bin_sums(Hc, ac, starts), Wb)
+    else:
+        iso = _curve.isotonic_decreasing(Hc, ac, weights=wc, key=key)
+        curve["isotonic"] = _per_bin(_bin_sums(bins, iso, B, starts, wc), Wb)
+        del iso
+    row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
+    return curve, bins, bm, starts, floor
+
+
+def _fit_with_interval(row, curve, H, a, L, w, cl, G, bins, label, drafter, opt, notes, where, keep):
+    """The law's estimate (MLE or NLS) and its interval (CR1/CR3 from the clustered sums, or the
+    prompt-level bootstrap, which also redraws the curve's and the mean's intervals) into ``row``.
+    Returns ``(b, moments)``: ``b`` None when the law could not be fitted; ``moments`` the fitted
+    moments from the MLE's own pass (None otherwise)."""
+    # the MLE: Newton and the pass at the estimate (clustered sums, fitted moments) share a pass;
+    # the same estimate whatever the interval method
+    fused = None
+    try:
+        if opt["method"] == "mle":
+            b, *fused = _law.fit_law_pass(H, a, L, cl, G, w, sorted_h=True)
+        else:
+            b = _law.refit(opt["method"], H, a, L, w, sorted_h=True)
+        row["converged"] = True
+    except ValueError as exc:
+        notes.append(f"{where}: the law could not be fitted ({exc})")
+        return None, None
+    row["b0"], row["b1"] = float(b[0]), float(b[1])
+    moments, sums = (None, None) if fused is None else (fused[2:], fused[:2])
+    fused = None
+    if G < 2:
+        lo = hi = np.array([np.nan, np.nan])
+        notes.append(f"{where}: a single prompt; no prompt-clustered interval")
+    elif opt["n_boot"] > 0:
+        lo, hi, cdraw = _bootstrap(b, H, a, L, w, cl, G, bins, opt["bins"], label, drafter, opt, notes, where, keep)
+        if curve is not None and cdraw is not None:
+            curve["lo"], curve["hi"] = cdraw[0], cdraw[1]
+            row["floor_mean_lo"], row["floor_mean_hi"] = cdraw[0][0], cdraw[1][0]
+            row["mean_accepted_lo"], row["mean_accepted_hi"] = cdraw[2], cdraw[3]
+    else:
+        if sums is not None:  # the clustered sums, from the same pass
+            u, info_g = sums
+        else:
+            u, info_g = _law.cluster_score_information(b, H, a, L, cl, G, w, method=opt["method"])
+        cov = clustered_covariance(u, info_g, opt.get("cov", "cr3"))
+        del u, info_g, sums
+        half = t_crit(G, opt["level"]) * np.sqrt(np.maximum(np.diag(cov), 0.0))
+        lo, hi = b - half, b + half
+    row["b0_lo"], row["b1_lo"] = float(lo[0]), float(lo[1])
+    row["b0_hi"], row["b1_hi"] = float(hi[0]), float(hi[1])
+    row["cap"] = _law.cap(row["b0"])
+    return b, moments
+
+
+def _fitted_statistics(row, curve, b, moments, H, a, L, w, W, keep, ac, wc, bins, bm, starts, floor, B,
+                       where, notes):
+    """What the fitted law implies, into ``row`` (and the curve's ``predicted`` column): the
+    log-likelihood, the model-implied ceiling, r2_curve, r2_round, the ceiling fraction and the
+    law's supremum at the floor; a note when the entropy spread is too narrow for the slope."""
+    b0, b1 = row["b0"], row["b1"]
+    # the law's mean M(p, L), the log-likelihood and the model-implied ceiling
+    # Var(M) / (Var(M) + E Var(a|H)) (ceiling.model_ceiling) in one chunked pass
+    if moments is None:
+        moments = _law.fitted_moments(b, H, a, L, _law.match_prob(H, b0, b1), w)
+    pred, row["loglik"], s1, s2, sv = moments
+    del moments
+    between = max(s2 / W - (s1 / W) ** 2, 0.0)
+    row["ceiling_model"] = between / (between + sv / W) if between + sv > 0 else np.nan
+    if keep is not None:
+        pred = pred[keep]
+    if curve is not None:
+        curve["predicted"] = _per_bin(_bin_sums(bins, pred, B, starts, wc), bm["n"])
+        row["r2_curve"] = _curve.r_squared(curve["mean_accepted"], curve["predicted"])
+    pred -= ac                                         # residuals, in place
+    sse = _law.dot(pred, pred) if wc is None else _law.dot(wc, pred * pred)
+    del pred
+    n = ac.size
+    Wc = float(n) if wc is None else float(wc.sum())
+    mean_c = row["mean_accepted"] if keep is None else (float(ac.sum()) if wc is None else _law.dot(wc, ac)) / Wc
+    sst = 0.0
+    for k in range(0, n, 1 << 16):  # sum of squares about the mean, without a round-sized temporary
+        d = ac[k:k + (1 << 16)] - mean_c
+        sst += _law.dot(d, d) if wc is None else _law.dot(wc[k:k + (1 << 16)], d * d)
+    row["r2_round"] = 1.0 - sse / sst if sst > 0 else np.nan
+    lo_h, hi_h = _spread(H, w)
+    if hi_h - lo_h < NARROW_SPREAD:
+        notes.append(f"{where}: b1 = {b1:.3g} is fitted on a narrow entropy spread (10-90% of rounds within "
+                     f"[{lo_h:.3g}, {hi_h:.3g}] nats, under {NARROW_SPREAD:g}): the slope says how acceptance "
+                     "moves inside that range only, not at higher entropy (docs/theory-law.md, 'Entropy "
+                     "spread')")
+    row["ceiling_fraction"] = _ceiling.ceiling_fraction(row["r2_round"], row["ceiling"])
+    if floor:
+        # the law's own supremum M(sigmoid(b0)) = e^b0 (1 - sigmoid(b0)^L) at the group's largest L
+        # (M grows with L: no round of the group can be predicted more; rounds cut short by the
+        # end of the output carry L = a, so an average over the floor rounds' own L would not be)
+        row["sup"] = float(_law.law_supremum(b0, int(L.max())))
 
 
 def _bootstrap(b, H, a, L, w, cl, G, bins, B, label, drafter, opt, notes, where, keep=None):

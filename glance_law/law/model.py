@@ -461,6 +461,35 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
         s = s * w
         n_tr *= w
     S, N = float(s.sum()), float(n_tr.sum())
+    _check_identified(H, s, n_tr, S, N, sorted_h)
+    passes = _LogitPasses(H, n_tr, S, dot(s, H))
+    del s
+    b = np.asarray(b_init, dtype=np.float64).copy()
+    binned = None
+    if not np.any(b) and sorted_h and H.size > _BINNED_ABOVE:
+        binned = _binned_start(H, n_tr, S, passes.SH)
+        if binned is not None and not confirm:
+            return binned, None, None          # the caller's pass at it confirms it (fit_law_pass)
+    if binned is not None:
+        b = binned
+    elif not np.any(b):
+        b = np.array([special.logit(S / N), 0.0])  # the intercept-only MLE
+        if H.size > _BINNED_ABOVE:
+            # Warm start from a strided subsample: Newton converges quadratically, so two or three
+            # full-data iterations then reach the exact MLE (the result does not depend on the start).
+            k = H.size // 25_000
+            try:
+                sub = (np.ascontiguousarray(x[::k]) for x in (H, a_arr, L_arr))  # strided: ~4x slower
+                b = fit_affine_logit(*sub, None if w is None else np.ascontiguousarray(w[::k]),
+                                     tol=1e-6, sorted_h=sorted_h)[0]
+            except ValueError:
+                pass
+    return _newton(passes, b, tol, max_iter, confirm)
+
+
+def _check_identified(H, s, n_tr, S, N, sorted_h: bool) -> None:
+    """``ValueError`` when the MLE does not exist: no acceptance or no rejection at all, no
+    variation in H among the rounds with trials, or (quasi-)complete separation."""
     if S == 0:
         raise ValueError("every round accepted 0 tokens: p -> 0 and the law has no finite fit")
     if S == N:
@@ -482,31 +511,40 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
         raise ValueError(f"the entropies separate acceptances from rejections (every one of the {low} "
                          "lies at or below every other one), so the slope is infinite and the law has no "
                          "finite fit")
-    SH = dot(s, H)
-    del s
-    n = H.size
-    C = min(n, _NEWTON_CHUNK)
-    e_buf, p_buf, n_buf = np.empty(C), np.empty(C), np.empty(C)
 
-    def ll(b):
+
+class _LogitPasses:
+    """The chunked passes of :func:`fit_affine_logit`'s Newton over the rounds (entropies ``H``,
+    trials ``n_tr``; ``S``, ``SH`` the weighted successes and their entropy sum): the
+    log-likelihood and the score with the 2x2 information, in three cache-sized buffers."""
+
+    def __init__(self, H, n_tr, S: float, SH: float):
+        self.H, self.n_tr, self.S, self.SH = H, n_tr, S, SH
+        self.n = H.size
+        self.C = min(self.n, _NEWTON_CHUNK)
+        self.e_buf, self.p_buf, self.n_buf = np.empty(self.C), np.empty(self.C), np.empty(self.C)
+
+    def ll(self, b) -> float:
+        H, n_tr, C = self.H, self.n_tr, self.C
         tot = 0.0
-        for k in range(0, n, C):
+        for k in range(0, self.n, C):
             h = H[k:k + C]
-            e = e_buf[:h.size]
+            e = self.e_buf[:h.size]
             np.multiply(h, -b[1], out=e)
             np.add(e, b[0], out=e)
             np.logaddexp(0.0, e, out=e)
             tot += dot(n_tr[k:k + C], e)
-        return b[0] * S - b[1] * SH - tot
+        return b[0] * self.S - b[1] * self.SH - tot
 
-    def grad_info(b):
+    def grad_info(self, b):
         # In place, with p = 1/(1 + e^-eta) and 1 - p = e^-eta p (both without cancellation):
         # this loop dominates the fit's time on 10^6+ rounds.
+        H, n_tr, C = self.H, self.n_tr, self.C
         g0 = g1 = v0 = vh = vhh = 0.0
-        for k in range(0, n, C):
+        for k in range(0, self.n, C):
             h = H[k:k + C]
             m = h.size
-            e, p, npv = e_buf[:m], p_buf[:m], n_buf[:m]
+            e, p, npv = self.e_buf[:m], self.p_buf[:m], self.n_buf[:m]
             np.multiply(h, b[1], out=e)
             np.subtract(e, b[0], out=e)
             np.minimum(e, 700.0, out=e)
@@ -521,29 +559,13 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             v0 += float(e.sum())
             vh += dot(e, h)
             vhh += float(np.einsum("i,i,i->", e, h, h))
-        return np.array([S - g0, -(SH - g1)]), np.array([[v0, -vh], [-vh, vhh]])
+        return np.array([self.S - g0, -(self.SH - g1)]), np.array([[v0, -vh], [-vh, vhh]])
 
-    b = np.asarray(b_init, dtype=np.float64).copy()
-    binned = None
-    if not np.any(b) and sorted_h and H.size > _BINNED_ABOVE:
-        binned = _binned_start(H, n_tr, S, SH)
-        if binned is not None and not confirm:
-            return binned, None, None          # the caller's pass at it confirms it (fit_law_pass)
-    if binned is not None:
-        b = binned
-    elif not np.any(b):
-        b = np.array([special.logit(S / N), 0.0])  # the intercept-only MLE
-        if H.size > _BINNED_ABOVE:
-            # Warm start from a strided subsample: Newton converges quadratically, so two or three
-            # full-data iterations then reach the exact MLE (the result does not depend on the start).
-            k = H.size // 25_000
-            try:
-                sub = (np.ascontiguousarray(x[::k]) for x in (H, a_arr, L_arr))  # strided: ~4x slower
-                b = fit_affine_logit(*sub, None if w is None else np.ascontiguousarray(w[::k]),
-                                     tol=1e-6, sorted_h=sorted_h)[0]
-            except ValueError:
-                pass
-    g, info = grad_info(b)
+
+def _newton(passes: _LogitPasses, b, tol: float, max_iter: int, confirm: bool):
+    """Damped Newton from ``b``: ``(b, info, converged)`` (``converged`` None when ``confirm`` is
+    off and the quadratic regime was reached; see :func:`fit_affine_logit`)."""
+    g, info = passes.grad_info(b)
     converged, ll_cur = False, None
     for _ in range(max_iter):
         try:
@@ -569,13 +591,13 @@ def fit_affine_logit(H, a, L, weight=None, b_init=(0.0, 0.0), tol: float = 1e-10
             # directional derivative at the new point proves it did not decrease; only
             # otherwise are log-likelihoods compared (and the step halved if it fell).
             b_new = b + t * step
-            g_new, info_new = grad_info(b_new)
+            g_new, info_new = passes.grad_info(b_new)
             if g_new @ step >= 0 or t < 1e-8 or small:
                 ll_new = None
                 break
             if ll_cur is None:
-                ll_cur = ll(b)
-            ll_new = ll(b_new)
+                ll_cur = passes.ll(b)
+            ll_new = passes.ll(b_new)
             if ll_new >= ll_cur - 1e-12 * max(1.0, abs(ll_cur)):
                 break
             t *= 0.5

@@ -522,6 +522,10 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     # a tree policy's per-round cap: 4x the target (at least 63, at most n_max) keeps the live
     # decoder's per-round work small (best-first listing and envelope of at most that many nodes)
     cap = d.n_max if d.shape == "depth" else int(min(d.n_max, max(63, 4 * int(np.ceil(target)))))
+    if any(n.startswith("keyed-") and n != "keyed-depth" for n in names):
+        # every fold fit, held-out score and refit replicate of a keyed budget family reads the same
+        # per-round best-first orders (rows of these ones): enumerate the trees once
+        d = replace(d, stats=d.stats.with_best_first(cap))
     for name in names:
         modes = [("held-out" if ev == "held-out" else "in-sample", splits)]
         if in_sample:

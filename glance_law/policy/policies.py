@@ -74,6 +74,9 @@ class RootStats:
     position: np.ndarray | None = None
     prev_accepted: np.ndarray | None = None
     prev_shape: np.ndarray | None = None
+    # (n, depths, codes): every round's first n best-first nodes of its capped top-k, computed once
+    # (:meth:`with_best_first`) and gathered by :meth:`take`, so a refit on resampled rounds reuses it
+    best_first_order: tuple | None = None
 
     @property
     def rounds(self) -> int:
@@ -89,8 +92,28 @@ class RootStats:
 
     def take(self, idx) -> RootStats:
         sel = {f.name: (None if getattr(self, f.name) is None else np.asarray(getattr(self, f.name))[idx])
-               for f in fields(self)}
-        return RootStats(**sel)
+               for f in fields(self) if f.name != "best_first_order"}
+        order = self.best_first_order
+        if order is not None:
+            order = (order[0], order[1][idx], order[2][idx])
+        return RootStats(**sel, best_first_order=order)
+
+    def capped_logq(self) -> np.ndarray:
+        """``topk_logq`` with the offsets past each round's cap set to -inf."""
+        logq = np.asarray(self.topk_logq, dtype=np.float64)
+        cap = self.caps()
+        if cap is not None and logq.shape[1]:
+            j = np.arange(logq.shape[1])[None, :, None]
+            logq = np.where(j < cap[:, None, None], logq, -np.inf)
+        return logq
+
+    def with_best_first(self, n: int) -> RootStats:
+        """These rounds with their first ``n`` best-first nodes computed once (``best_first_order``):
+        the keyed budget policies read them instead of enumerating the trees again."""
+        if self.topk_logq is None or self.rounds <= _FEW_ROUNDS:
+            return self
+        _, dep, cod = best_first(self.capped_logq(), int(n))
+        return replace(self, best_first_order=(int(n), dep, cod))
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,18 +192,18 @@ class KeyedBudgetPolicy(ThresholdPolicy):
     def unit_values(self, stats: RootStats) -> np.ndarray:
         if self.key not in ("paper", "rescue"):
             raise GlanceError(f"keyed policy: key must be 'paper' or 'rescue' (got {self.key!r})")
-        logq = _need_topk(stats, "keyed")
+        _need_topk(stats, "keyed")
+        logq = stats.capped_logq()
         H = np.asarray(stats.entropy, dtype=np.float64)
-        cap = stats.caps()
-        if cap is not None and logq.shape[1]:
-            j = np.arange(logq.shape[1])[None, :, None]
-            logq = np.where(j < cap[:, None, None], logq, -np.inf)
         p = match_prob(H, self.b0, self.b1)
         r = p if self.key == "paper" else special.expit(self.c0 - self.c1 * H)
         n = int(self.max_size)
+        order = stats.best_first_order
         if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round (a heap, equal by test)
             one = [best_first_one(lq, n) for lq in logq]
             dep, cod = np.stack([o[1] for o in one]), np.stack([o[2] for o in one])
+        elif order is not None and order[0] == n:   # computed once for these rounds (RootStats.with_best_first)
+            dep, cod = order[1], order[2]
         else:
             _, dep, cod = best_first(logq, n)
         cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
@@ -213,13 +236,18 @@ def _envelope_units(cum: np.ndarray, m: int, n: int) -> np.ndarray:
 
 
 def _unit_slopes(x0, length, slope, n):
-    """(R, n): the slope of the envelope segment holding each unit, -inf beyond the last."""
+    """(R, n): the slope of the envelope segment holding each unit, -inf beyond the last (the
+    segments of a row are contiguous: each unit is written once, by index)."""
     R = x0.shape[0]
     out = np.full((R, n), -np.inf)
-    u = np.arange(n)[None, :]
-    for j in range(x0.shape[1]):
-        inside = (u >= x0[:, j:j + 1]) & (u < x0[:, j:j + 1] + length[:, j:j + 1])
-        out = np.where(inside, slope[:, j:j + 1], out)
+    x0 = np.asarray(x0, dtype=np.int64)
+    ln = np.clip(np.minimum(x0 + np.asarray(length, dtype=np.int64), n) - np.maximum(x0, 0), 0, None).ravel()
+    if not ln.any():
+        return out
+    first = np.cumsum(ln) - ln
+    units = np.repeat(np.maximum(x0, 0).ravel() - first, ln) + np.arange(int(ln.sum()))
+    rows = np.repeat(np.repeat(np.arange(R), x0.shape[1]), ln)
+    out[rows, units] = np.repeat(np.asarray(slope, dtype=np.float64).ravel(), ln)
     return out
 
 

@@ -299,6 +299,41 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
     >>> law.to_frame()["task"].iloc[-1]
     'pooled'
     """
+    _check_request(reduced, by, n_boot, cov, condition)
+    interval = "bootstrap" if n_boot > 0 else cov
+    p = _Parts.of(reduced, quadrature)
+    base = fit_law(p.atoms, by=by, method=method, level=level, n_boot=0, seed=seed, condition=None,
+                   weight="weight", cluster=("_atom",), bins=bins, ceiling_bins=ceiling_bins, alpha=alpha,
+                   min_r2_curve=min_r2_curve, min_r2_isotonic=min_r2_isotonic,
+                   cov="cr1")  # its intervals are replaced below
+    table = base.table.copy()
+    table["buckets"] = 0
+    curves, checks, notes = dict(base.curves), dict(base.checks), []
+    opt = dict(method=method, level=level, n_boot=int(n_boot), seed=seed, bins=bins, ceiling_bins=ceiling_bins,
+               alpha=alpha, min_r2_curve=min_r2_curve, min_r2_isotonic=min_r2_isotonic, interval=interval)
+    for d_i, d in enumerate(p.dnames):
+        rows = table.index[table["drafter"].astype(str) == d]
+        if not len(rows):
+            continue
+        groups = {i: _group_state(table.loc[i], d_i, p, opt) for i in rows}
+        _accumulate(groups, d_i, p, opt)
+        for i, gr in groups.items():
+            key = (d, gr["g"])
+            row, curves[key], checks[key] = _group_result(reduced, table.loc[i], gr, d, curves[key],
+                                                          checks[key].drafter, p, opt, notes)
+            for col, v in row.items():
+                table.at[i, col] = v
+            groups[i] = None
+    for col in ("prompts", "buckets", "floor_rounds", "ceiling_bins"):
+        if table[col].notna().all():  # as fit_law: floor_rounds stays NaN (float) for a group without a curve
+            table[col] = table[col].astype(np.int64)
+    out = _fit_notes(base, reduced, interval, level, n_boot, seed) + notes + list(reduced.notes)
+    return replace(base, table=table, curves=curves, checks=checks, n_boot=int(n_boot), interval=interval,
+                   note_lines=tuple(out))
+
+
+def _check_request(reduced: Reduced, by, n_boot, cov, condition) -> None:
+    """One line (GlanceError) for a fit the reduction cannot give."""
     if condition is not None:
         want = normalize_condition(condition)
         if reduced.condition is not None and want != reduced.condition:
@@ -311,152 +346,174 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
         raise GlanceError(f"n_boot must be >= 0 (got {n_boot})")
     if cov not in ("cr3", "cr1"):
         raise GlanceError(f"unknown cov {cov!r}; choose 'cr3' (cluster jackknife) or 'cr1' (sandwich)")
-    interval = "bootstrap" if n_boot > 0 else cov
-    c = reduced.cells
     if reduced.rounds == 0:
         raise GlanceError("the reduction holds no rounds: nothing to fit")
-    marg, inv = _marginal(c)
-    lo, hi = reduced.grid.edges(marg["hbin"].to_numpy())
-    h1, w1, h2, w2 = two_point(marg["n"], marg["sum_h"], marg["sum_h2"], lo, hi)
-    if not quadrature:
-        h1, w1, w2 = marg["sum_h"].to_numpy() / marg["n"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), 0 * w2
-    K = len(marg)
-    two = np.flatnonzero(w2 > 0)
-    mt, md = marg["task"].cat, marg["drafter"].cat
-    atoms = pd.DataFrame(_with_targets({
-        "task": pd.Categorical.from_codes(np.r_[mt.codes, mt.codes.to_numpy()[two]], mt.categories),
-        "drafter": pd.Series(pd.Categorical.from_codes(np.r_[md.codes, md.codes.to_numpy()[two]], md.categories)),
-        "root_entropy": np.r_[h1, h2[two]],
-        "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
-        "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]]}))
-    atoms["_atom"] = np.arange(len(atoms))
-    atom_m = np.r_[np.arange(K), two]
-    base = fit_law(atoms, by=by, method=method, level=level, n_boot=0, seed=seed, condition=None, weight="weight",
-                   cluster=("_atom",), bins=bins, ceiling_bins=ceiling_bins, alpha=alpha, min_r2_curve=min_r2_curve,
-                   min_r2_isotonic=min_r2_isotonic, cov="cr1")  # its intervals are replaced below
-    table = base.table.copy()
-    table["buckets"] = 0
-    curves, checks, notes = dict(base.curves), dict(base.checks), []
-    # cells: slices of one (task, drafter) (the cells are sorted by task, drafter, ...), clusters (task, bucket)
-    tcode, tnames = _codes(c["task"])
-    dcode, dnames = _codes(c["drafter"])
-    bucket = c["bucket"].to_numpy().astype(np.int64)
-    nb = int(bucket.max()) + 1
-    keys, cl_all = np.unique(tcode * nb + bucket, return_inverse=True)
-    cl_all, G_all = cl_all.ravel(), keys.size
-    task_of = keys // nb   # each cluster's task: the strata of a group that spans several tasks
-    sl = np.flatnonzero(np.r_[True, (tcode[1:] != tcode[:-1]) | (dcode[1:] != dcode[:-1]), True])
-    slices = [(int(tcode[i]), int(dcode[i]), i, j) for i, j in zip(sl[:-1], sl[1:])]
-    cols = {k: c[k].to_numpy() for k in ("n", "sum_h", "sum_h2", "accepted", "horizon")}
-    m_task, m_dr = _code_of(marg["task"], tnames), _code_of(marg["drafter"], dnames)
-    m_hbin, m_n, m_sh = marg["hbin"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), marg["sum_h"].to_numpy()
-    m_a, m_L = marg["accepted"].to_numpy().astype(np.float64), marg["horizon"].to_numpy().astype(np.float64)
-    for d_i, d in enumerate(dnames):
-        rows = table.index[table["drafter"].astype(str) == d]
-        if not len(rows):
+
+
+class _Parts:
+    """What :func:`fit_reduced` reads of a reduction: the marginal cells (summed over buckets) as
+    arrays and as quadrature atoms (``atoms``, ``atom_m``: each atom's marginal cell), and the full
+    cells as (task, drafter) slices with their (task, bucket) clusters (``cl_all``, ``G_all``,
+    ``task_of``: each cluster's task, the strata of a group that spans several tasks)."""
+
+    @classmethod
+    def of(cls, reduced: Reduced, quadrature: bool) -> _Parts:
+        p = cls()
+        c = reduced.cells
+        marg, p.inv = _marginal(c)
+        p.lo, p.hi = reduced.grid.edges(marg["hbin"].to_numpy())
+        h1, w1, h2, w2 = two_point(marg["n"], marg["sum_h"], marg["sum_h2"], p.lo, p.hi)
+        if not quadrature:
+            h1, w1, w2 = marg["sum_h"].to_numpy() / marg["n"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), 0 * w2
+        p.K = len(marg)
+        two = np.flatnonzero(w2 > 0)
+        mt, md = marg["task"].cat, marg["drafter"].cat
+        p.atoms = pd.DataFrame(_with_targets({
+            "task": pd.Categorical.from_codes(np.r_[mt.codes, mt.codes.to_numpy()[two]], mt.categories),
+            "drafter": pd.Series(pd.Categorical.from_codes(np.r_[md.codes, md.codes.to_numpy()[two]],
+                                                           md.categories)),
+            "root_entropy": np.r_[h1, h2[two]],
+            "accepted": np.r_[marg["accepted"], marg["accepted"][two]],
+            "horizon": np.r_[marg["horizon"], marg["horizon"][two]], "weight": np.r_[w1, w2[two]]}))
+        p.atoms["_atom"] = np.arange(len(p.atoms))
+        p.atom_m = np.r_[np.arange(p.K), two]
+        # cells: slices of one (task, drafter) (the cells are sorted by task, drafter, ...), clusters (task, bucket)
+        tcode, p.tnames = _codes(c["task"])
+        dcode, p.dnames = _codes(c["drafter"])
+        bucket = c["bucket"].to_numpy().astype(np.int64)
+        nb = int(bucket.max()) + 1
+        keys, cl_all = np.unique(tcode * nb + bucket, return_inverse=True)
+        p.cl_all, p.G_all = cl_all.ravel(), keys.size
+        p.task_of = keys // nb
+        sl = np.flatnonzero(np.r_[True, (tcode[1:] != tcode[:-1]) | (dcode[1:] != dcode[:-1]), True])
+        p.slices = [(int(tcode[i]), int(dcode[i]), i, j) for i, j in zip(sl[:-1], sl[1:])]
+        p.cols = {k: c[k].to_numpy() for k in ("n", "sum_h", "sum_h2", "accepted", "horizon")}
+        p.m_task, p.m_dr = _code_of(marg["task"], p.tnames), _code_of(marg["drafter"], p.dnames)
+        p.m_hbin, p.m_n, p.m_sh = marg["hbin"].to_numpy(), marg["n"].to_numpy(dtype=np.float64), marg["sum_h"].to_numpy()
+        p.m_a = marg["accepted"].to_numpy().astype(np.float64)
+        p.m_L = marg["horizon"].to_numpy().astype(np.float64)
+        return p
+
+
+def _group_state(r, d_i, p: _Parts, opt) -> dict:
+    """One table row's group (``r``: its task or pooled, for drafter ``d_i``) before the pass over
+    the cells: its marginal cells, estimate, reduced curve and ceiling, atom ranks, decile pieces
+    and an empty accumulator."""
+    g = str(r["task"])
+    mmask = (p.m_dr == d_i) & ((p.m_task == p.tnames.index(g)) if g != POOLED else True)
+    mi = np.flatnonzero(mmask)
+    local = np.full(p.K, -1, dtype=np.int64)
+    local[mi] = np.arange(mi.size)
+    b = np.array([r["b0"], r["b1"]], dtype=np.float64)
+    cv, crow, mparts = curve_and_ceiling(p.m_hbin[mi], p.lo[mi], p.hi[mi], p.m_n[mi], p.m_sh[mi], p.m_a[mi],
+                                         p.m_L[mi], b, opt["bins"], opt["ceiling_bins"])
+    amask = mmask[p.atom_m]
+    z = _ranks(p.atoms["root_entropy"].to_numpy()[amask], p.atoms["weight"].to_numpy()[amask],
+               local[p.atom_m[amask]], p.m_n[mi], p.m_a[mi])
+    pieces = _pieces(mparts, p.m_n[mi], mi.size) if mparts is not None else None
+    return dict(g=g, mi=mi, local=local, b=b, cv=cv, crow=crow, pieces=pieces,
+                z=z if z is not None else (np.zeros(mi.size), np.zeros(mi.size)),
+                acc=_Acc(p.G_all, opt["bins"], opt["n_boot"] > 0))
+
+
+def _accumulate(groups: dict, d_i, p: _Parts, opt) -> None:
+    """One pass over drafter ``d_i``'s cells, each slice added to the accumulators of the groups
+    it belongs to (its task's and the pooled one)."""
+    cols = p.cols
+    for t_i, dd, s0, s1 in p.slices:
+        if dd != d_i:
             continue
-        groups = {}
-        for i in rows:
-            r = table.loc[i]
-            g = str(r["task"])
-            mmask = (m_dr == d_i) & ((m_task == tnames.index(g)) if g != POOLED else True)
-            mi = np.flatnonzero(mmask)
-            local = np.full(K, -1, dtype=np.int64)
-            local[mi] = np.arange(mi.size)
-            b = np.array([r["b0"], r["b1"]], dtype=np.float64)
-            cv, crow, mparts = curve_and_ceiling(m_hbin[mi], lo[mi], hi[mi], m_n[mi], m_sh[mi], m_a[mi], m_L[mi], b,
-                                                 bins, ceiling_bins)
-            amask = mmask[atom_m]
-            z = _ranks(atoms["root_entropy"].to_numpy()[amask], atoms["weight"].to_numpy()[amask],
-                       local[atom_m[amask]], m_n[mi], m_a[mi])
-            pieces = _pieces(mparts, m_n[mi], mi.size) if mparts is not None else None
-            groups[i] = dict(g=g, mi=mi, local=local, b=b, cv=cv, crow=crow, pieces=pieces,
-                             z=z if z is not None else (np.zeros(mi.size), np.zeros(mi.size)),
-                             acc=_Acc(G_all, bins, n_boot > 0))
-        for t_i, dd, s0, s1 in slices:
-            if dd != d_i:
+        n = cols["n"][s0:s1].astype(np.float64)
+        sh, sh2 = cols["sum_h"][s0:s1], cols["sum_h2"][s0:s1]
+        a = cols["accepted"][s0:s1].astype(np.float64)
+        L = cols["horizon"][s0:s1].astype(np.float64)
+        H, g, m = sh / n, p.cl_all[s0:s1], p.inv[s0:s1]
+        for gr in groups.values():
+            if gr["g"] != POOLED and gr["g"] != p.tnames[t_i]:
                 continue
-            n = cols["n"][s0:s1].astype(np.float64)
-            sh, sh2 = cols["sum_h"][s0:s1], cols["sum_h2"][s0:s1]
-            a = cols["accepted"][s0:s1].astype(np.float64)
-            L = cols["horizon"][s0:s1].astype(np.float64)
-            H, g, m = sh / n, cl_all[s0:s1], inv[s0:s1]
-            for gr in groups.values():
-                if gr["g"] != POOLED and gr["g"] != tnames[t_i]:
-                    continue
-                gr["acc"].add(g, n, a, H, L, sh, sh2, gr["local"][m], gr["b"], method, gr["pieces"], *gr["z"], bins)
-        for i, gr in groups.items():
-            r, acc, g = table.loc[i], groups[i]["acc"], gr["g"]
-            present = acc.W > 0
-            G = int(present.sum())
-            where = g if len(dnames) == 1 else f"{d}/{g}"
-            row = {"buckets": G, "interval": interval}
-            k = reduced.prompts(d, None if g == POOLED else g)
-            row["prompts"] = G if k is None else k
-            row.update(gr["crow"])
-            row["ceiling_fraction"] = ceiling_fraction(r["r2_round"], row["ceiling"])
-            tc = t_crit(G, level) if G >= 2 else np.nan
-            ids = np.arange(G)
-            _, se_a, _ = clustered_mean(acc.Sa[present] / acc.W[present], ids, G, acc.W[present],
-                                        strata=task_of[present])
-            row["mean_accepted_lo"] = r["mean_accepted"] - tc * se_a
-            row["mean_accepted_hi"] = r["mean_accepted"] + tc * se_a
-            cur = curves[(d, g)].copy()
-            if gr["cv"] is None:
-                notes.append(f"{where}: fewer rounds ({m_n[gr['mi']].sum():.0f}) than curve bins ({bins}); "
-                             "no decile curve")
-            else:
-                cur = pd.DataFrame({col: gr["cv"].get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
-                sw, swy = acc.sw[:, present], acc.swy[:, present]
-                kb, kg = np.nonzero(sw > 0)
-                bm = _curve.binned_means(swy[kb, kg] / sw[kb, kg], kb, bins, kg, G, sw[kb, kg], level)
-                half = bm["hi"] - bm["mean"]
-                cur["lo"], cur["hi"] = cur["mean_accepted"] - half, cur["mean_accepted"] + half
-            row["rho_p"] = _spearman_p(acc, present)
-            b = gr["b"]
-            lo_b = hi_b = np.array([np.nan, np.nan])
-            if np.all(np.isfinite(b)) and n_boot > 0:
-                rng = np.random.default_rng([int(seed), zlib.crc32(f"{d}\0{g}".encode())])
-                mi = gr["mi"]
-                res = _bootstrap(acc, present, b, method, lo[mi], hi[mi], m_a[mi], m_L[mi], bins, int(n_boot), level,
-                                 rng, gr["cv"] is not None)
-                if res["failed"]:
-                    notes.append(f"{where}: {res['failed']} of {n_boot} bootstrap replicates could not be refitted "
-                                 "(left out of the percentile interval)")
-                if "b" in res:
-                    lo_b, hi_b = res["b"]
-                if "curve" in res:
-                    cur["lo"], cur["hi"] = res["curve"]
-                row["mean_accepted_lo"], row["mean_accepted_hi"] = (float(x) for x in res["mean"])
-            elif np.all(np.isfinite(b)) and G >= 2:
-                # buckets are nested in tasks and each task holds only a few: the pooled row's
-                # covariance is stratified by task (stats.cluster.clustered_covariance)
-                strata = task_of[present]
-                cov = clustered_covariance(acc.u[present], acc.info_g[present], interval,
-                                           strata=strata if np.unique(strata).size > 1 else None)
-                half = tc * np.sqrt(np.maximum(np.diag(cov), 0.0))
-                lo_b, hi_b = b - half, b + half
-            elif np.all(np.isfinite(b)):
-                notes.append(f"{where}: a single prompt bucket; no clustered interval")
-            row["b0_lo"], row["b1_lo"], row["b0_hi"], row["b1_hi"] = lo_b[0], lo_b[1], hi_b[0], hi_b[1]
-            if len(cur):
-                row["floor_mean_lo"], row["floor_mean_hi"] = cur["lo"].iloc[0], cur["hi"].iloc[0]
-            chk = LawChecks(group=g, drafter=checks[(d, g)].drafter, b1=r["b1"], b1_lo=row["b1_lo"],
-                            b1_hi=row["b1_hi"], rho=r["rho"], rho_p=row["rho_p"],
-                            r2_curve=row.get("r2_curve", r["r2_curve"]), r2_isotonic=row.get("r2_isotonic",
-                                                                                           r["r2_isotonic"]),
-                            alpha=alpha, min_r2_curve=min_r2_curve, min_r2_isotonic=min_r2_isotonic)
-            flags = chk.as_dict()
-            row.update(holds=chk.passed, holds_slope=flags["slope"], holds_rank=flags["rank"],
-                       holds_curve=flags["curve"], holds_monotone=flags["monotone"],
-                       failed_checks=",".join(chk.failed()))
-            for key, v in row.items():
-                table.at[i, key] = v
-            curves[(d, g)], checks[(d, g)] = cur, chk
-            groups[i] = None
-    for col in ("prompts", "buckets", "floor_rounds", "ceiling_bins"):
-        if table[col].notna().all():  # as fit_law: floor_rounds stays NaN (float) for a group without a curve
-            table[col] = table[col].astype(np.int64)
+            gr["acc"].add(g, n, a, H, L, sh, sh2, gr["local"][m], gr["b"], opt["method"], gr["pieces"], *gr["z"],
+                          opt["bins"])
+
+
+def _group_result(reduced: Reduced, r, gr: dict, d: str, cur, drafter, p: _Parts, opt, notes):
+    """One group's bucket-clustered statistics after the pass: the row's replaced columns, its
+    curve (the reduced one, with clustered or bootstrap intervals) and its checks."""
+    acc, g, bins, level = gr["acc"], gr["g"], opt["bins"], opt["level"]
+    present = acc.W > 0
+    G = int(present.sum())
+    where = g if len(p.dnames) == 1 else f"{d}/{g}"
+    row = {"buckets": G, "interval": opt["interval"]}
+    k = reduced.prompts(d, None if g == POOLED else g)
+    row["prompts"] = G if k is None else k
+    row.update(gr["crow"])
+    row["ceiling_fraction"] = ceiling_fraction(r["r2_round"], row["ceiling"])
+    tc = t_crit(G, level) if G >= 2 else np.nan
+    _, se_a, _ = clustered_mean(acc.Sa[present] / acc.W[present], np.arange(G), G, acc.W[present],
+                                strata=p.task_of[present])
+    row["mean_accepted_lo"] = r["mean_accepted"] - tc * se_a
+    row["mean_accepted_hi"] = r["mean_accepted"] + tc * se_a
+    cur = cur.copy()
+    if gr["cv"] is None:
+        notes.append(f"{where}: fewer rounds ({p.m_n[gr['mi']].sum():.0f}) than curve bins ({bins}); "
+                     "no decile curve")
+    else:
+        cur = pd.DataFrame({col: gr["cv"].get(col, np.full(bins, np.nan)) for col in CURVE_COLUMNS})
+        sw, swy = acc.sw[:, present], acc.swy[:, present]
+        kb, kg = np.nonzero(sw > 0)
+        bm = _curve.binned_means(swy[kb, kg] / sw[kb, kg], kb, bins, kg, G, sw[kb, kg], level)
+        half = bm["hi"] - bm["mean"]
+        cur["lo"], cur["hi"] = cur["mean_accepted"] - half, cur["mean_accepted"] + half
+    row["rho_p"] = _spearman_p(acc, present)
+    lo_b, hi_b = _law_interval(gr, present, G, tc, row, cur, d, p, opt, where, notes)
+    row["b0_lo"], row["b1_lo"], row["b0_hi"], row["b1_hi"] = lo_b[0], lo_b[1], hi_b[0], hi_b[1]
+    if len(cur):
+        row["floor_mean_lo"], row["floor_mean_hi"] = cur["lo"].iloc[0], cur["hi"].iloc[0]
+    chk = LawChecks(group=g, drafter=drafter, b1=r["b1"], b1_lo=row["b1_lo"], b1_hi=row["b1_hi"], rho=r["rho"],
+                    rho_p=row["rho_p"], r2_curve=row.get("r2_curve", r["r2_curve"]),
+                    r2_isotonic=row.get("r2_isotonic", r["r2_isotonic"]), alpha=opt["alpha"],
+                    min_r2_curve=opt["min_r2_curve"], min_r2_isotonic=opt["min_r2_isotonic"])
+    flags = chk.as_dict()
+    row.update(holds=chk.passed, holds_slope=flags["slope"], holds_rank=flags["rank"],
+               holds_curve=flags["curve"], holds_monotone=flags["monotone"], failed_checks=",".join(chk.failed()))
+    return row, cur, chk
+
+
+def _law_interval(gr, present, G, tc, row, cur, d, p: _Parts, opt, where, notes):
+    """The (b0, b1) interval ``(lo, hi)`` over the ``G`` non-empty buckets: the bucket bootstrap
+    (which also replaces the curve's and the mean's intervals in ``cur`` and ``row``), else the
+    clustered covariance (stratified by task for a pooled row); NaN without a finite estimate."""
+    acc, b, g = gr["acc"], gr["b"], gr["g"]
+    n_boot = opt["n_boot"]
+    nan = np.array([np.nan, np.nan])
+    if not np.all(np.isfinite(b)):
+        return nan, nan
+    if n_boot > 0:
+        rng = np.random.default_rng([int(opt["seed"]), zlib.crc32(f"{d}\0{g}".encode())])
+        mi = gr["mi"]
+        res = _bootstrap(acc, present, b, opt["method"], p.lo[mi], p.hi[mi], p.m_a[mi], p.m_L[mi], opt["bins"],
+                         n_boot, opt["level"], rng, gr["cv"] is not None)
+        if res["failed"]:
+            notes.append(f"{where}: {res['failed']} of {n_boot} bootstrap replicates could not be refitted "
+                         "(left out of the percentile interval)")
+        if "curve" in res:
+            cur["lo"], cur["hi"] = res["curve"]
+        row["mean_accepted_lo"], row["mean_accepted_hi"] = (float(x) for x in res["mean"])
+        return res.get("b", (nan, nan))
+    if G >= 2:
+        # buckets are nested in tasks and each task holds only a few: the pooled row's
+        # covariance is stratified by task (stats.cluster.clustered_covariance)
+        strata = p.task_of[present]
+        cov = clustered_covariance(acc.u[present], acc.info_g[present], opt["interval"],
+                                   strata=strata if np.unique(strata).size > 1 else None)
+        half = tc * np.sqrt(np.maximum(np.diag(cov), 0.0))
+        return b - half, b + half
+    notes.append(f"{where}: a single prompt bucket; no clustered interval")
+    return nan, nan
+
+
+def _fit_notes(base, reduced: Reduced, interval, level, n_boot, seed) -> list[str]:
+    """The fit's notes: how its intervals were made, fit_law's own notes on the atoms (less the ones
+    that the reduced fit replaces) and how the reduction entered the likelihood."""
     lvl = f"{100 * level:g}%"
     how = {"cr3": f"{lvl} CR3 cluster jackknife over prompt buckets (cluster = task, bucket; one Newton step per "
                   "deleted bucket) with Student-t(G-1), G = non-empty buckets (column buckets)",
@@ -471,18 +528,12 @@ def fit_reduced(reduced: Reduced, *, by: str | None = "task", method: str = "mle
     out.append("fitted from reduced sufficient statistics: each entropy bin's rounds (summed over buckets) enter the "
                "likelihood as two atoms matching their entropy mean and variance (b0, b1 exact to O(width^4)); "
                "equal-count bins cut inside a fine bin by each cell's modelled entropy density (docs/scale.md)")
-    no_sq = int(np.isnan(c["sum_h2"].to_numpy(dtype=np.float64)).sum())
+    no_sq = int(np.isnan(reduced.cells["sum_h2"].to_numpy(dtype=np.float64)).sum())
     if no_sq:
         out.append(f"{no_sq} cell(s) without sum_h2 (from a reduction that did not record it) enter at their mean "
                    "entropy: binning error O(width^2) there")
-    out += notes + list(reduced.notes)
-    return replace(base, table=table, curves=curves, checks=checks, n_boot=int(n_boot), interval=interval,
-                   note_lines=tuple(out))
+    return out
 
-
-# --------------------------------------------------------------------------
-# the tail
-# --------------------------------------------------------------------------
 
 def _floor_cells(sub: pd.DataFrame, quantile: float, threshold: float | None) -> np.ndarray:
     """Mask of the floor regime's cells (by cell-mean entropy)."""
