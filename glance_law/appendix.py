@@ -58,6 +58,7 @@ class Options:
     order_boot: int = 2000             # prompt-bootstrap replicates of the ordering
     timing_boot: int = 8000            # paired bootstrap of the timing margin
     width_boot: int = 200              # prompt-bootstrap replicates of the width gains
+    policy_groups: int = 20            # prompt groups of the policy table's held-out jackknife
     budgets: tuple[int, ...] = (15, 31, 47, 63)
     exchange_rate: float = 0.0         # the width policies' stopping rule (tokens per node)
     offset_bins: int = 10              # entropy bins of the Assumption 2 tables
@@ -541,7 +542,7 @@ def policy(inp: Inputs) -> list:
             data = prepare_for(rounds, drafter=d)
             target = default_target(data, o.budgets)
             res = policy_table(rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed,
-                               prompts=inp.prompts)
+                               prompts=inp.prompts, groups=o.policy_groups)
         except GlanceError as exc:
             why.append(f"{d}: {exc}")
             continue

@@ -160,6 +160,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--offset-rounds", type=int, default=A.Options.offset_rounds, metavar="N",
                    help="the per-offset tables (offsets) likewise, above N rounds "
                         f"(default {A.Options.offset_rounds}; 0: every round)")
+    g.add_argument("--policy-groups", type=int, default=A.Options.policy_groups, metavar="M",
+                   help="prompt groups of the policy table's held-out jackknife: every group is left out in turn and "
+                        f"each family refitted (default {A.Options.policy_groups}; python -m glance_law.policy leaves "
+                        "out one prompt at a time, up to its --bootstrap)")
     # the old --bootstrap of the report meant the probe's and the ordering's replicates
     deprecated_alias(g, "--bootstrap", "probe_bootstrap", "order_bootstrap", type=int)
     for module, dests in SECTION_OPTIONS:
@@ -175,6 +179,8 @@ def options_from(args) -> A.Options:
         raise UsageError("--level must lie strictly between 0 and 1")
     if args.jobs < 1:
         raise UsageError("--jobs must be >= 1")
+    if args.policy_groups < 2:
+        raise UsageError("--policy-groups must be >= 2")
     if args.replay_rounds < 0 or args.offset_rounds < 0:
         raise UsageError("--replay-rounds and --offset-rounds must be >= 0 (0: every round)")
     if args.tail_folds < 2 or args.offset_bins < 2 or args.transfer_bins < 2:
@@ -189,7 +195,7 @@ def options_from(args) -> A.Options:
                      task_order=tuple(names(args.task_order)) if args.task_order else None,
                      reference=args.reference_drafter, vocab_size=args.vocab_size,
                      tie_threshold=args.tie_threshold, by=grouping(args.by), replay_rounds=args.replay_rounds,
-                     offset_rounds=args.offset_rounds)
+                     offset_rounds=args.offset_rounds, policy_groups=args.policy_groups)
 
 
 # ---------------------------------------------------------------------------

@@ -479,7 +479,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
                       node_ms: float | None = None, pass_ms: float | None = None,
                       constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
                       data: PolicyData | None = None, feature: str = "auto", host_ms: float | None = None,
-                      refit: bool = True) -> PolicyTable:
+                      refit: bool = True, groups: int | None = None) -> PolicyTable:
     """Fit each family on training prompts (prompt-grouped ``folds``-fold), score it on the held-out
     prompts, and compare with the fixed shape ``target`` on the same rounds.
 
@@ -489,13 +489,16 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     (name -> ``f(RootStats) -> ints``), scored as given (``evaluated_on`` = ``as given``).
     ``refit``: held-out intervals by :func:`refit_interval` (a jackknife that leaves out a prompt, or
     one of ``n_boot`` groups of prompts, at a time and refits the family on every fold: the interval
-    covers the fitting too); False holds the fits at their fold estimates (percentile bootstrap: faster,
-    narrower, below nominal coverage).
+    covers the fitting too; ``groups`` caps its groups, default ``n_boot``); False holds the fits at their
+    fold estimates (percentile bootstrap: faster, narrower, below nominal coverage).
     ``node_ms``/``pass_ms``/``constant_ms`` override the round-cost fit's terms; ``host_ms``: the
     policy's per-round host work when the logs hold no policy run to fit it from
     (:func:`glance_law.policy.cost.fit_cost`)."""
     if target <= 0:
         raise GlanceError("the target mean shape (--budget) must be positive")
+    jk = int(n_boot if groups is None else groups)
+    if jk < 2 and refit and n_boot > 0:
+        raise GlanceError(f"the held-out jackknife needs at least 2 prompt groups (got {jk})")
     d = data if data is not None else prepare(rounds, drafter=drafter, shape=shape, n_max=n_max, feature=feature)
     if target > d.n_max:
         raise GlanceError(f"the target shape {target:g} exceeds the largest replayed shape ({d.n_max})")
@@ -538,7 +541,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
             mode = evaluated_on(spl, d.codes)
             r = score_policy(d, shapes, cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
             if mode == "held-out" and refit and n_boot > 0:
-                r.update(refit_interval(d, name, target, cap, spl, cost, r, groups=n_boot, level=level, seed=seed,
+                r.update(refit_interval(d, name, target, cap, spl, cost, r, groups=jk, level=level, seed=seed,
                                         notes=notes))
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc, **r})
@@ -562,7 +565,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
         "tokens: committed tokens per round (accepted + 1) replayed at each round's shape; fixed_tokens: the fixed "
         "shape at the policy's mean shape (interpolated between integer shapes); gain: % over it",
         (f"intervals: {100 * level:g}%; held-out rows: estimate +- t(m-1) x the delete-a-group jackknife sd of the "
-         f"whole held-out procedure (m = min(prompts, {n_boot}) random prompt groups, each left out in turn "
+         f"whole held-out procedure (m = min(prompts, {jk}) random prompt groups, each left out in turn "
          "and the family refitted on every fold's remaining training prompts); other rows: percentile, prompt-level "
          f"bootstrap ({n_boot} replicates), the fits held at their estimates" if refit else
          f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); the fits are held at "

@@ -59,8 +59,9 @@ def policy_table(rounds, target: float, *, data: PolicyData | RunData | DenseDat
              families: Sequence[str] | None = None, folds: int = 5, n_boot: int = 200, level: float = 0.95,
              seed: int = 0, node_ms: float | None = None, pass_ms: float | None = None,
              constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
-             prompts=None, host_ms: float | None = None, **prepare_kw) -> PolicyTable:
+             prompts=None, host_ms: float | None = None, groups: int | None = None, **prepare_kw) -> PolicyTable:
     """Held-out policy table from whichever replay the logs allow (:func:`prepare_for`).
+    ``groups``: the prompt groups of the held-out jackknife on glance-log logs (default ``n_boot``).
     ``prompts``: the per-prompt table; on accepted-run logs its ``decode_ms`` gives the round
     cost (:func:`glance_law.policy.runs.run_cost_model`)."""
     d = data if data is not None else prepare_for(rounds, drafter=drafter, **prepare_kw)
@@ -78,4 +79,4 @@ def policy_table(rounds, target: float, *, data: PolicyData | RunData | DenseDat
                                      seed=seed, policies=policies, data=d, prompts=prompts)
     return evaluate_policies(rounds, target, families=families, folds=folds, n_boot=n_boot, level=level, seed=seed,
                              node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms, policies=policies, data=d,
-                             host_ms=host_ms)
+                             host_ms=host_ms, groups=groups)
