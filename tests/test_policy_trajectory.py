@@ -201,3 +201,40 @@ def test_round_cost_reads_dense_rounds_as_shape_zero_rounds():
     tr = simulate(prepare_dense(frame, shape="depth"), FixedPolicy(shape="depth", size=2))
     want = (res.cost.constant + 2 * res.cost.node_ms) / (tr.accepted + 1).mean()
     assert row["ms_per_token"] == pytest.approx(want, rel=1e-6)
+
+
+def test_heldout_interval_is_the_jackknife_along_the_policy_run():
+    """Held-out rows on dense logs carry the delete-one-prompt jackknife of the whole procedure,
+    computed here by brute force on tokens per round: drop a prompt, refit every fold on what is
+    left of its training prompts (law and threshold on its own run), walk what is left of its
+    held-out prompts, and take the remaining prompts' tokens / rounds."""
+    from glance_law.policy.evaluate import prompt_folds
+    from glance_law.policy.trajectory import fit_on_trajectory, trajectory_jackknife
+    from glance_law.stats.cluster import t_crit
+
+    frame = dense_frame(n_prompts=10, seed=3, n_range=(15, 30))
+    d = prepare_for(frame, shape="depth")
+    G = d.prompts
+    spl = prompt_folds(np.arange(G), 3, 0)
+    vals = []
+    for g in range(G):
+        tok = rnd = 0.0
+        for tr, te in spl:
+            pol, why = fit_on_trajectory("gated-cumprob", d, tr[tr != g], 2.0, d.rows.n_max)
+            assert pol is not None, why
+            t = simulate(d, pol, prompts=te[te != g])
+            tok, rnd = tok + (t.accepted + 1).sum(), rnd + t.rounds
+        vals.append(tok / rnd)
+    vals = np.asarray(vals)
+    sd = np.sqrt((G - 1) / G * np.sum((vals - vals.mean()) ** 2))
+    assert sd > 0
+    from glance_law.policy.evaluate import CostModel
+    from glance_law.policy.trajectory import _fixed_sums
+    F = _fixed_sums(d, CostModel(), 6)
+    r = trajectory_jackknife("gated-cumprob", d, spl, 2.0, d.rows.n_max, CostModel(), F, {"tokens": 2.5}, groups=200)
+    assert np.isclose(r["tokens_lo"], 2.5 - t_crit(G, 0.95) * sd) and np.isclose(r["tokens_hi"], 2.5 + t_crit(G, 0.95) * sd)
+    # the table's held-out rows use it (same groups and folds), the in-sample rows keep the bootstrap
+    res = evaluate_trajectories(frame, 2.0, data=d, n_boot=50, families=["gated-cumprob"], folds=3)
+    ho = res.table.set_index(["family", "evaluated_on"]).loc[("gated-cumprob", "held-out")]
+    assert ho["tokens_lo"] < ho["tokens"] < ho["tokens_hi"]
+    assert any("jackknife" in n for n in res.note_lines)

@@ -48,7 +48,7 @@ from .policies import (
     fit_threshold,
 )
 
-__all__ = ["PolicyData", "CostModel", "select_rounds", "fold_shapes", "refit_interval", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
+__all__ = ["PolicyData", "CostModel", "select_rounds", "fold_shapes", "refit_interval", "jackknife_groups", "jackknife_interval", "interp_up", "prepare", "cost_model", "prompt_folds", "fit_family", "evaluate_policies", "evaluated_on",
            "score_policy", "PolicyTable", "FAMILY_NAMES", "families_for"]
 
 #: built-in families searched per shape ("keyed-paper": the paper's key; "keyed-rescue": corrected)
@@ -429,8 +429,7 @@ def refit_interval(d: PolicyData, name: str, target: float, cap: int, splits, co
     what the evidence supports"): ``{key_lo, key_hi}``. Replicates in which the family cannot be
     fitted on some fold are left out (noted)."""
     G = int(d.codes.max(initial=-1)) + 1
-    m = int(min(G, max(int(groups), 2)))
-    group = np.random.default_rng(seed + 7919).permutation(G) % m        # prompt -> group, sizes differ by <= 1
+    group, m = jackknife_groups(G, groups, seed)
     fold = np.zeros(d.rounds, np.int64)
     for k, (_, te) in enumerate(splits):
         fold[te] = k
@@ -450,6 +449,20 @@ def refit_interval(d: PolicyData, name: str, target: float, cap: int, splits, co
     if failed and notes is not None:
         notes.append(f"{name}: {failed} of {m} jackknife replicates could not fit the family on some fold and are "
                      "left out of its held-out intervals")
+    return jackknife_interval(point, draws, level)
+
+
+def jackknife_groups(G: int, groups: int, seed: int) -> tuple[np.ndarray, int]:
+    """(prompt -> group, m): the G prompts dealt at random into ``m = min(G, groups)`` groups whose
+    sizes differ by at most one (one prompt each when ``G <= groups``)."""
+    m = int(min(G, max(int(groups), 2)))
+    return np.random.default_rng(seed + 7919).permutation(G) % max(m, 1), m
+
+
+def jackknife_interval(point: dict, draws: dict, level: float) -> dict:
+    """``{key_lo, key_hi}``: ``point[key] +- t(m-1) * sqrt((m-1)/m * sum_j (theta_j - mean theta)^2)``
+    over each key's m finite leave-a-group-out replicates ``draws[key]`` (keys with fewer than two
+    are left out)."""
     out = {}
     for k, v in draws.items():
         v = np.asarray(v, dtype=np.float64)

@@ -61,14 +61,15 @@ def policy_table(rounds, target: float, *, data: PolicyData | RunData | DenseDat
              constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
              prompts=None, host_ms: float | None = None, groups: int | None = None, **prepare_kw) -> PolicyTable:
     """Held-out policy table from whichever replay the logs allow (:func:`prepare_for`).
-    ``groups``: the prompt groups of the held-out jackknife on glance-log logs (default ``n_boot``).
+    ``groups``: the prompt groups of the held-out jackknife on glance-log logs, logged roots or dense
+    (default ``n_boot``).
     ``prompts``: the per-prompt table; on accepted-run logs its ``decode_ms`` gives the round
     cost (:func:`glance_law.policy.runs.run_cost_model`)."""
     d = data if data is not None else prepare_for(rounds, drafter=drafter, **prepare_kw)
     if isinstance(d, DenseData):
         return evaluate_trajectories(rounds, target, data=d, families=families, folds=folds, n_boot=n_boot,
                                      level=level, seed=seed, node_ms=node_ms, pass_ms=pass_ms,
-                                     constant_ms=constant_ms, policies=policies)
+                                     constant_ms=constant_ms, policies=policies, groups=groups)
     if isinstance(d, RunData):
         given = [k for k, v in (("--node-ms", node_ms), ("--pass-ms", pass_ms), ("--constant-ms", constant_ms),
                                 ("--host-ms", host_ms)) if v is not None]

@@ -42,13 +42,15 @@ from .evaluate import (
     families_for,
     fit_family,
     interp_up,
+    jackknife_groups,
+    jackknife_interval,
     prepare,
     prompt_folds,
 )
 from .policies import FixedPolicy, ThresholdPolicy, apply_policy
 
 __all__ = ["DenseData", "Trajectory", "prepare_dense", "has_dense", "simulate", "fit_on_trajectory",
-           "trajectory_sums", "evaluate_trajectories", "DENSE_ASSUMPTIONS"]
+           "trajectory_sums", "trajectory_jackknife", "evaluate_trajectories", "DENSE_ASSUMPTIONS"]
 
 #: what a trajectory replay assumes (recorded with every exported policy fitted on dense logs)
 DENSE_ASSUMPTIONS = (
@@ -310,6 +312,38 @@ def _score(P: dict, F: dict, n_boot: int, level: float, seed: int) -> dict:
     return out
 
 
+def trajectory_jackknife(name: str, d: DenseData, splits, target: float, cap: int, cost: CostModel, F: dict,
+                         point: dict, *, groups: int = 200, level: float = 0.95, seed: int = 0,
+                         notes: list | None = None) -> dict:
+    """Held-out intervals along the policy's own run that account for the fitting: the jackknife of
+    the whole held-out procedure (as :func:`glance_law.policy.evaluate.refit_interval` on logged
+    roots). Each replicate leaves one of ``min(G, groups)`` prompt groups out, refits the family
+    on every fold's remaining training prompts (law and threshold on its own simulated run) and
+    walks the fold's remaining held-out prompts: ``{key_lo, key_hi}`` around ``point``."""
+    group, m = jackknife_groups(d.prompts, groups, seed)
+    draws: dict = {}
+    failed = 0
+    for j in range(m):
+        out = group == j
+        P, why = None, ""
+        for tr, te in splits:
+            pol, why = fit_on_trajectory(name, d, tr[~out[tr]], target, cap)
+            if pol is None:
+                break
+            p = trajectory_sums(d, simulate(d, pol, prompts=te[~out[te]]), cost)
+            P = p if P is None else {k: P[k] + p[k] for k in P}
+        w = (~out).astype(np.float64)
+        if why or P is None or not w @ P["rounds"] > 0:
+            failed += 1
+            continue
+        for k, v in _summary(w, P, F).items():
+            draws.setdefault(k, []).append(v)
+    if failed and notes is not None:
+        notes.append(f"{name}: {failed} of {m} jackknife replicates could not fit the family on some fold and are "
+                     "left out of its held-out intervals")
+    return jackknife_interval(point, draws, level)
+
+
 def _fixed_sums(d: DenseData, cost: CostModel, top: int) -> dict:
     """Per prompt and fixed shape n = 0..top, each along its own simulated run: (G, top + 1) sums."""
     per = [trajectory_sums(d, simulate(d, shapes=np.minimum(n, d.rows.cap)), cost) for n in range(top + 1)]
@@ -331,13 +365,15 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
                           in_sample: bool = True, n_max: int = 255, n_boot: int = 200, level: float = 0.95,
                           seed: int = 0, node_ms: float | None = None, pass_ms: float | None = None,
                           constant_ms: float | None = None, policies: dict[str, Callable] | None = None,
-                          feature: str = "auto") -> PolicyTable:
+                          feature: str = "auto", groups: int | None = None) -> PolicyTable:
     """The held-out policy search on dense logs, every figure along the policy's own run.
 
     Same table as :func:`glance_law.policy.evaluate.evaluate_policies` (``tokens``, ``mean_shape``,
     ``fixed_tokens`` at the policy's mean shape, ``gain``, modelled speed when the matched rounds
     identify a round cost), plus ``share_shape0`` (rounds drafting nothing) and ``rounds`` (the
-    simulated rounds). Folds are prompt-grouped; every fit uses the training prompts only."""
+    simulated rounds). Folds are prompt-grouped; every fit uses the training prompts only. Held-out
+    rows' intervals: :func:`trajectory_jackknife` over ``groups`` prompt groups (default ``n_boot``;
+    none when ``n_boot`` is 0); the other rows': a percentile prompt bootstrap, the fits held."""
     if target <= 0:
         raise GlanceError("the target mean shape (--budget) must be positive")
     d = data if data is not None else prepare_dense(rounds, drafter=drafter, shape=shape, n_max=n_max,
@@ -349,6 +385,7 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
     cost = cost_model(_timed_rounds(rounds), d.drafter, node_ms=node_ms, pass_ms=pass_ms, constant_ms=constant_ms,
                       notes=notes)
     names = families_for(rd, families)
+    jk = int(n_boot if groups is None else groups)
     G = d.prompts
     pcodes = np.arange(G)
     splits = prompt_folds(pcodes, folds, seed)
@@ -384,7 +421,11 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
                 notes.append(f"{name}: not evaluated ({why})")
                 break
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
-            rows.append(row(name, evaluated_on(spl, pcodes), desc, P))
+            r = row(name, evaluated_on(spl, pcodes), desc, P)
+            if r["evaluated_on"] == "held-out" and n_boot > 0:
+                r.update(trajectory_jackknife(name, d, spl, target, cap, cost, F, r, groups=jk, level=level,
+                                              seed=seed, notes=notes))
+            rows.append(r)
             if label == "in-sample":
                 fitted[name] = used[0]
     for name, f in (policies or {}).items():
@@ -397,8 +438,10 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
         "tokens: tokens per round (accepted + 1) along the run; mean_shape and share_shape0 count every round "
         "(shape-0 rounds included); fixed_tokens: the fixed shape at the policy's mean shape, each fixed shape "
         "along its own run (interpolated between integer shapes); gain: % over it",
-        f"intervals: {100 * level:g}% percentile, prompt-level bootstrap ({n_boot} replicates); fits held at their "
-        "fold estimates",
+        f"intervals: {100 * level:g}%; held-out rows: estimate +- t(m-1) x the delete-a-group jackknife sd of the "
+        f"whole held-out procedure (m = min(prompts, {jk}) random prompt groups, each left out in turn, the family "
+        "refitted on every fold's remaining training prompts and walked on its remaining held-out prompts); other "
+        f"rows: percentile, prompt-level bootstrap ({n_boot} replicates), the fits held at their estimates",
         *DENSE_ASSUMPTIONS,
     ]
     if cost.identified:
