@@ -198,3 +198,27 @@ def test_fit_law_pass_confirms_any_start(monkeypatch, offset):
     u_ref, info_ref = model.cluster_score_information(exact, H, a, L, codes, G, w)
     assert info_g == pytest.approx(info_ref, rel=1e-9)
     assert np.abs(u - u_ref).max() < 1e-6 * np.abs(u_ref).max()
+
+
+@pytest.mark.parametrize("by", ["task", "condition", None])
+def test_summary_no_draft_count_equals_the_count_over_every_round(by):
+    """The summary counts the rounds that drafted nothing from those rows alone (issue 24 item 7:
+    no string per round of the whole frame); it must equal no_draft_rounds over every round."""
+    from glance_law.evidence import common
+    from glance_law.evidence.summary import group_summary
+    from glance_law.simulate import DEFAULT_TASKS
+    frame = simulate_rounds(DEFAULT_TASKS[:3], n_prompts=8, vectors=False, seed=1)
+    rng = np.random.default_rng(2)
+    frame["horizon"] = np.where(rng.random(len(frame)) < 0.2, 0, frame["horizon"]).astype(np.int16)
+    frame["accepted"] = np.minimum(frame["accepted"], frame["horizon"]).astype(np.int16)
+    frame["drafter"] = frame["drafter"].cat.add_categories(["other"])
+    frame.loc[frame.index[::3], "drafter"] = "other"
+    frame["condition"] = frame["condition"].cat.add_categories(["mismatched"])
+    frame.loc[frame.index[1::4], "condition"] = "mismatched"
+    expected = selection.no_draft_rounds(common.with_arm_labels(frame), by, ("matched",))
+    assert sum(expected.values()) > 0
+    rows = group_summary(frame, by=by).to_frame()
+    for _, r in rows.iterrows():
+        group = selection.POOLED if r["task"] == common.GROUP_ALL else r["task"]
+        assert r["no_draft_rounds"] == round(expected.get((r["drafter"], group), 0.0))
+    assert rows["no_draft_rounds"].sum() > 0
