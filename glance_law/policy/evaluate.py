@@ -509,9 +509,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
     (:func:`glance_law.policy.cost.fit_cost`)."""
     if target <= 0:
         raise GlanceError("the target mean shape (--budget) must be positive")
-    jk = int(n_boot if groups is None else groups)
-    if jk < 2 and refit and n_boot > 0:
-        raise GlanceError(f"the held-out jackknife needs at least 2 prompt groups (got {jk})")
+    jk = int(n_boot if groups is None else groups)      # jackknife_groups takes at least 2
     d = data if data is not None else prepare(rounds, drafter=drafter, shape=shape, n_max=n_max, feature=feature)
     if target > d.n_max:
         raise GlanceError(f"the target shape {target:g} exceeds the largest replayed shape ({d.n_max})")
