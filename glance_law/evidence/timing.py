@@ -55,6 +55,7 @@ from glance_law.data.arms import (
     targets,
 )
 from glance_law.data.schema import SUPPLIED_BY
+from glance_law.data.tasks import NO_TASK
 from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.results.base import Result, TableResult
 from glance_law.stats.cluster import bootstrap_counts, cluster_codes, percentile_interval
@@ -264,10 +265,6 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
                  "mean_prompt_ratio = mean of per-prompt ratios - 1 (sensitivity)")
     return TimingResult(frame, pd.concat(prow, ignore_index=True) if prow else pd.DataFrame(), level,
                         tuple(dict.fromkeys(notes)))
-
-
-#: The task of prompt rows whose source logged no category (the importers' default).
-NO_TASK = "unknown"
 
 
 def borrow_tasks(base: pd.DataFrame, cand: pd.DataFrame, notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -40,6 +40,7 @@ from glance_law.data.importers.common import (
 )
 from glance_law.data.inputs import check_regular
 from glance_law.data.tables import LogError
+from glance_law.data.tasks import NO_TASK
 from glance_law.errors import GlanceError
 
 __all__ = ["import_logs", "import_file", "with_categories", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
@@ -297,7 +298,7 @@ def with_categories(res: FileResult, cats: Mapping, notes: list[str]) -> FileRes
         task = table.column("task").to_pandas().astype(str)
         pid = table.column("prompt_id").to_pandas().astype(str)
         new = pid.map(cats)
-        hit = (task == "unknown") & new.notna()
+        hit = (task == NO_TASK) & new.notna()
         if not hit.any():
             return table, 0
         col = pa.array(task.where(~hit, new).tolist(), type=pa.string())

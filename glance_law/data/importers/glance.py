@@ -29,6 +29,7 @@ import pandas as pd
 from glance_law.data import inputs
 from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
 from glance_law.data.tables import LogError
+from glance_law.data.tasks import NO_TASK
 
 ALIASES = {
     "root_entropy": ("root_entropy", "entropy", "H", "ent"),
@@ -112,7 +113,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         t = d.get("task")
         if t is None:
             no_task += 1
-            t = task or "unknown"
+            t = task or NO_TASK
         key = (str(t), pid)
         rnd = _int(d, "round", path, lineno, hi=(1 << 31) - 2)
         if rnd is None:

@@ -30,6 +30,7 @@ import pandas as pd
 from glance_law.data import inputs
 from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
 from glance_law.data.tables import LogError
+from glance_law.data.tasks import NO_TASK
 
 _ACC = ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num", "spec_accepted_tokens")
 _PROP = ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num")
@@ -121,7 +122,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         ct, hist, cap = _hist(meta, path, lineno)
         pid = str(next((rec[k] for k in ("prompt_id", "question_id", "custom_id") if rec.get(k) is not None),
                        meta.get("id", f"line-{lineno}")))
-        t = str(rec.get("task") or task or "unknown")
+        t = str(rec.get("task") or task or NO_TASK)
         tgt = next((str(rec[k]) for k in ("model", "model_path", "target") if rec.get(k) not in (None, "")), None)
         for k, v in (("prompt_id", pid), ("task", t), ("target", tgt),
                      ("new_tokens", _first_count(meta, ("completion_tokens",), path, lineno)),

@@ -53,6 +53,7 @@ from glance_law.data.importers.common import (
     run_base,
 )
 from glance_law.data.tables import LogError
+from glance_law.data.tasks import NO_TASK
 
 #: method in ``model_id`` -> deepest draft offset L (``"hf-heuristic"``: Hugging Face's
 #: assisted-generation schedule, reconstructed per round; None: no fixed depth known, pass a
@@ -478,7 +479,7 @@ def _read_all(f: _File, task, check_min: bool):
             cat = f.qcat.get(qid)
         if cat is None:
             t.no_cat += 1
-        tsk = str(cat) if cat is not None else (task or "unknown")
+        tsk = str(cat) if cat is not None else (task or NO_TASK)
         for ci, c in enumerate(ch or [{}]):
             got = _read_choice(c if isinstance(c, dict) else {}, check_min)
             if isinstance(got, str):          # why the choice is left out

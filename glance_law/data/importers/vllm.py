@@ -55,6 +55,7 @@ from glance_law.data.importers.common import (
     run_base,
 )
 from glance_law.data.tables import LogError
+from glance_law.data.tasks import NO_TASK
 
 # names with the "vllm:" prefix (vLLM's own exposition) or "vllm_" (exporters that turn ":" into "_"),
 # with or without prometheus_client's "_total" suffix
@@ -265,7 +266,7 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
             continue
         pid = next((str(rec[k]) for k in ("prompt_id", "question_id", "custom_id", "id") if rec.get(k) is not None),
                    f"line-{lineno}")
-        t = str(rec.get("task") or task or "unknown")
+        t = str(rec.get("task") or task or NO_TASK)
         tgt = None if rec.get("model") in (None, "") else str(rec["model"])   # the OpenAI response's served model
         K = sd.get("num_spec_tokens")
         K = horizon_for(horizon, (path.name, base, "vllm", "*")) if K is None else \
