@@ -93,6 +93,7 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     import transformers
     from _logger_fixtures import CORPUS
+
     from glance_log.hooks import dflash_hook, hf_generate_hook
     from glance_log.record import RoundLogger
     transformers.logging.set_verbosity_error()

@@ -273,13 +273,12 @@ def main(argv=None) -> int:
     args.eos = () if args.ignore_eos else None
     w_start, c_start = time.perf_counter(), _cpu()
 
+    from glance_law import read_logs
+    from glance_law.policy.trajectory import prepare_dense
     from glance_log.decode import decode
     from glance_log.drafters import make_drafter
     from glance_log.models import load_target
     from glance_log.run import default_block, default_model
-
-    from glance_law import read_logs
-    from glance_law.policy.trajectory import prepare_dense
 
     name = args.drafter or ("block" if args.model is None else "pld")
     if args.model is not None and args.data is None:

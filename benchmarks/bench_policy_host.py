@@ -89,9 +89,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from glance_log.decode import policy_shape
-
     from glance_law.replay.tree import best_first, best_first_one, build_tree
+    from glance_log.decode import policy_shape
 
     rng = np.random.default_rng(0)
     rs = np.array([1.2, 0.5], np.float32)

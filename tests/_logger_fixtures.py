@@ -66,8 +66,9 @@ def make_llama(path: Path, seed: int = 0, layers: int = 2, hidden: int = 64, ini
 
 
 def make_block_head(path: Path, target_path: Path, horizon: int = 6, seed: int = 0):
-    from glance_log.heads import BlockHead, BlockHeadConfig
     from transformers import AutoConfig
+
+    from glance_log.heads import BlockHead, BlockHeadConfig
 
     cfg = AutoConfig.from_pretrained(target_path)
     torch.manual_seed(seed)

@@ -12,13 +12,13 @@ import pytest
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 from _logger_fixtures import CORPUS, make_llama  # noqa: E402
+
+from glance_law import io as gio  # noqa: E402
 from glance_log import questions as Q  # noqa: E402
 from glance_log import run as R  # noqa: E402
 from glance_log.heads import BlockHead  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
 from glance_log.train import block_real as BR  # noqa: E402
-
-from glance_law import io as gio  # noqa: E402
 
 
 @pytest.fixture(scope="module")

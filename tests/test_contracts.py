@@ -77,9 +77,8 @@ def _subclasses(cls):
 
 
 def _all_modules() -> list[str]:
-    import glance_log
-
     import glance_law
+    import glance_log
     names = ["glance_law", "glance_log"]
     for pkg in (glance_law, glance_log):
         names += [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]

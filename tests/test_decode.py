@@ -20,6 +20,7 @@ from _logger_fixtures import (  # noqa: E402
     make_perturbed,
     make_qwen2_vl,
 )
+
 from glance_log.decode import Forced, decode, greedy_reference  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402

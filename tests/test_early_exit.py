@@ -17,14 +17,14 @@ import torch
 pytest.importorskip("transformers")
 
 from _logger_fixtures import PROMPTS, make_image, make_llama, make_qwen2_vl, make_tokenizer  # noqa: E402
+
+from glance_law import io as gio  # noqa: E402
+from glance_law.errors import GlanceError  # noqa: E402
 from glance_log.cli import main  # noqa: E402
 from glance_log.decode import decode, greedy_reference  # noqa: E402
 from glance_log.drafters import DraftState, make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
 from glance_log.record import RoundLogger  # noqa: E402
-
-from glance_law import io as gio  # noqa: E402
-from glance_law.errors import GlanceError  # noqa: E402
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -267,8 +267,9 @@ def test_hf_hook_labels_early_exit_by_layer(models, tmp_path):
 
 def test_hf_hook_refuses_a_second_setting_in_one_run(models, tmp_path):
     """One RoundLogger (one run) holds one drafter configuration: a second exit layer is refused."""
-    from glance_log.hooks import hf_generate_hook
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from glance_log.hooks import hf_generate_hook
 
     model = AutoModelForCausalLM.from_pretrained(models["qwen3"]).eval()
     tok = AutoTokenizer.from_pretrained(models["qwen3"])

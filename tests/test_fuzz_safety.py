@@ -76,9 +76,8 @@ SECRET = "wJalrXUtnFEMIK7MDENGbPxRfiCY"
 
 
 def test_command_line_and_training_record_are_scrubbed(tmp_path):
-    from glance_log.train.record import write_training_record
-
     from glance_law.scrub import command_line
+    from glance_log.train.record import write_training_record
     argv = ["--data", f"s3://AKIDEXAMPLE:{SECRET}@bucket/q.jsonl", "--out", f"https://h.example/x?sig={SECRET}",
             "--steps", "10"]
     line = command_line("python -m glance_log.train.block", argv)

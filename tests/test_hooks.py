@@ -12,11 +12,11 @@ import torch
 pytest.importorskip("transformers")
 
 from _logger_fixtures import PROMPTS, make_llama, make_perturbed  # noqa: E402
-from glance_log.hooks import GlanceOnRound, dflash_hook, hf_generate_hook  # noqa: E402
-from glance_log.record import RoundLogger  # noqa: E402
 
 from glance_law import io as gio  # noqa: E402
 from glance_law.errors import GlanceError  # noqa: E402
+from glance_log.hooks import GlanceOnRound, dflash_hook, hf_generate_hook  # noqa: E402
+from glance_log.record import RoundLogger  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -13,10 +13,10 @@ pytest.importorskip("transformers")
 dmodel = pytest.importorskip("dflash.model", reason="the dflash extra: pip install --no-deps dflash==0.1.0")
 
 from _logger_fixtures import PROMPTS, make_llama  # noqa: E402
-from glance_log.hooks import dflash_hook  # noqa: E402
-from glance_log.record import RoundLogger  # noqa: E402
 
 from glance_law import io as gio  # noqa: E402
+from glance_log.hooks import dflash_hook  # noqa: E402
+from glance_log.record import RoundLogger  # noqa: E402
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated")   # dflash's own spelling

@@ -14,10 +14,10 @@ import torch
 pytest.importorskip("transformers")
 
 from _logger_fixtures import CORPUS, PROMPTS, make_llama, make_perturbed  # noqa: E402
-from glance_log.hooks import GENERATORS, hf_generate_hook  # noqa: E402
-from glance_log.record import RoundLogger  # noqa: E402
 
 from glance_law import io as gio  # noqa: E402
+from glance_log.hooks import GENERATORS, hf_generate_hook  # noqa: E402
+from glance_log.record import RoundLogger  # noqa: E402
 
 torch.set_num_threads(1)
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")

@@ -21,6 +21,9 @@ from _logger_fixtures import (  # noqa: E402
     make_qwen2_vl,
     write_jsonl_task,
 )
+
+from glance_law import io as gio  # noqa: E402
+from glance_law.replay.tree import build_tree  # noqa: E402
 from glance_log.cli import main  # noqa: E402
 from glance_log.decode import decode  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
@@ -33,9 +36,6 @@ from glance_log.record import (  # noqa: E402
     encode_reference,
     resolve_offsets,
 )
-
-from glance_law import io as gio  # noqa: E402
-from glance_law.replay.tree import build_tree  # noqa: E402
 
 torch.set_num_threads(1)
 DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")     # benchmarks/gpu_check.sh sets cuda
@@ -182,9 +182,8 @@ def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
     """A chain of 3 accepted nodes whose last row has the smallest margin (0.2). With a bonus
     token (4 committed) every row produced a committed token; when the round ends the output
     (3 committed) the last accepted node's row produced none and does not count (1.5)."""
-    from glance_log.decode import PromptEvent, RoundEvent, Timer
-
     from glance_law.replay.tree import chain_tree
+    from glance_log.decode import PromptEvent, RoundEvent, Timer
 
     gaps = [3.0, 2.0, 1.5, 0.2]
     logits = torch.zeros(4, 8)
@@ -213,10 +212,9 @@ def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
 def test_ranks_beyond_int16_end_to_end(tmp_path, V):
     """Gemma 3's 262,144-token vocabulary (and a 2^20 one): exact drafter ranks and token ids past 2^15
     go from the logger through Parquet to the reader unchanged (int16 overflowed: issue 23)."""
+    from glance_law.replay.tree import chain_tree
     from glance_log.decode import PromptEvent, RoundEvent, Timer
     from glance_log.drafters import topk_rows
-
-    from glance_law.replay.tree import chain_tree
 
     shift = [V - 7, 3, 11]                    # offset j's drafter row: token shift[j] first, then in id order
     ar = torch.arange(V)

@@ -14,9 +14,9 @@ pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
 from _logger_fixtures import PROMPTS, make_llama  # noqa: E402
-from glance_log.cli import main  # noqa: E402
 
 from glance_law import io as gio  # noqa: E402
+from glance_log.cli import main  # noqa: E402
 
 torch.set_num_threads(1)
 DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")

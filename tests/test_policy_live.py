@@ -13,9 +13,6 @@ import torch
 pytest.importorskip("transformers")
 
 from _logger_fixtures import PROMPTS, make_block_head, make_llama  # noqa: E402
-from glance_log.decode import decode, greedy_reference  # noqa: E402
-from glance_log.drafters import make_drafter  # noqa: E402
-from glance_log.models import load_target  # noqa: E402
 
 from glance_law.policy import (  # noqa: E402
     AcceptKeyedDepthPolicy,
@@ -26,6 +23,9 @@ from glance_law.policy import (  # noqa: E402
     KeyedDepthPolicy,
     policy_to_dict,
 )
+from glance_log.decode import decode, greedy_reference  # noqa: E402
+from glance_log.drafters import make_drafter  # noqa: E402
+from glance_log.models import load_target  # noqa: E402
 
 torch.set_num_threads(1)
 DEVICE = os.environ.get("GLANCE_TEST_DEVICE", "cpu")
@@ -156,10 +156,10 @@ def test_policy_adds_no_host_device_sync(env, monkeypatch):
 
 def test_glance_log_policy_end_to_end(env, tmp_path, capsys):
     import pyarrow.parquet as pq
-    from glance_log.cli import main
 
     from glance_law import read_logs
     from glance_law import schema as S
+    from glance_log.cli import main
 
     pol = KeyedBudgetPolicy(key="rescue", b0=2.0, b1=0.8, c0=1.0, c1=0.0, threshold=0.01, max_size=63)
     pf = tmp_path / "policy.json"
@@ -219,9 +219,8 @@ def test_logged_pred_entropy_is_what_the_live_policy_sees(env, tmp_path):
                                  FixedPolicy(shape="depth", size=2)], ids=["zero", "gated", "depth2"])
 def test_policy_rounds_are_valid_contract_rows(env, tmp_path, pol):
     """Rounds a policy shapes (including shape 0: no draft) are written as valid contract rows."""
-    from glance_log.record import RoundLogger
-
     from glance_law import read_logs
+    from glance_log.record import RoundLogger
 
     t = env["target"]
     dr = make_drafter("block", t, draft_model=env["head"], branch_k=4)
@@ -244,10 +243,9 @@ def test_dense_log_replays_the_live_policy_run_exactly(env, tmp_path, name):
     """A dense log (decode(dense=True): autoregressive, the proposal logged at every position) gives the
     live run of any policy round by round: the trajectory replay's positions, shapes and accepted counts
     equal those of decoding live with the policy, and the dense output is the greedy one."""
-    from glance_log.record import RoundLogger
-
     from glance_law import read_logs
     from glance_law.policy.trajectory import prepare_dense, simulate
+    from glance_log.record import RoundLogger
 
     t = env["target"]
     dm = {"block": env["head"], "two_model": env["target_path"], "pld": None}[name]
@@ -281,11 +279,10 @@ def test_dense_log_replays_the_live_policy_run_exactly(env, tmp_path, name):
 
 
 def test_glance_log_dense_end_to_end(env, tmp_path, capsys):
-    from glance_log.cli import main
-
     from glance_law import read_logs
     from glance_law.policy.search import prepare_for
     from glance_law.policy.trajectory import DenseData
+    from glance_log.cli import main
 
     args = ["--task", "docvqa", "--model", str(env["target_path"]), "--out", str(tmp_path / "logs"),
             "--max-new-tokens", str(MAX_NEW), "--quiet", "--device", DEVICE, "--drafter", "block",

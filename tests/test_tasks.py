@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from glance_log import tasks as T
 
 from glance_law.errors import GlanceError
+from glance_log import tasks as T
 
 
 def _png_bytes(seed=0):
