@@ -294,12 +294,26 @@ def xtok_draft(qwen):
     return AutoModelForCausalLM.from_config(cfg).eval(), atok
 
 
+def _upstream_runs_or_xfail(model, ids, kw):
+    """transformers 5.25's assisted generation with an assistant tokenizer fails on its own (no
+    hook installed): a round whose re-tokenised assistant input adds no token calls the assistant
+    with an empty input (RuntimeError "cannot reshape tensor of 0 elements" in the attention).
+    The hook is tested wherever the package itself decodes this case (5.24 does)."""
+    import transformers
+
+    try:
+        model.generate(ids, max_new_tokens=NEW, **kw)
+    except RuntimeError as e:
+        pytest.xfail(f"transformers {transformers.__version__} fails here without the hook: {e}")
+
+
 def test_assistant_with_its_own_tokenizer(qwen, xtok_draft, tmp_path):
     model, _, tok, _ = qwen
     draft, atok = xtok_draft
     ids = _ids(tok)
     assert tok.get_vocab() != atok.get_vocab()
     kw = dict(assistant_model=draft, tokenizer=tok, assistant_tokenizer=atok, do_sample=False)
+    _upstream_runs_or_xfail(model, ids, kw)
     out, rounds, prompt = _run(model, tok, tmp_path, ids, **kw)
     _check(model, ids, out, rounds, prompt, label="two_model_xtok", passes=">=1", fused=True, kw=kw,
            min_accept=False)
