@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_tree import random_logq
-from test_width import random_points
+from test_width import random_points, random_pos
 
 from glance_law.replay import allocate as al
 from glance_law.replay import width as W
@@ -159,3 +159,41 @@ def test_masses_from_path_terms_equal_the_digit_products(seed):
     n_top, log_rest = W.node_path_terms(lq, dep, cod)
     assert ((n_top >= 0) & (n_top <= dep)).all() and np.array_equal(
         W.masses_from_terms(dep, n_top, log_rest, p, r), got)
+
+
+def budget_by_budget_allocate(ss, budgets, weights=None):
+    """Global best-first allocation as it was before issue 26 (the taken segments counted again per budget)."""
+    budgets = np.atleast_1d(np.asarray(budgets, dtype=np.float64))
+    R = ss.rounds
+    out = np.zeros((budgets.size, R), np.int64)
+    r, ln = ss.r, ss.length
+    if r.size == 0:
+        return out
+    cost = np.cumsum(ln if weights is None else ln * np.asarray(weights, dtype=np.float64)[r])
+    rows = np.arange(R)
+    for i, B in enumerate(budgets):
+        if B <= 0:
+            continue
+        t = int(np.searchsorted(cost, B + 1e-9 * max(1.0, B), side="right"))
+        cnt = np.bincount(r[:t], minlength=R)
+        n = np.where(cnt > 0, ss.ends[rows, np.maximum(cnt - 1, 0)], 0)
+        if t < r.size:
+            left = B - (cost[t - 1] if t else 0.0)
+            rr = r[t]
+            wr = 1.0 if weights is None else float(weights[rr])
+            extra = int(np.floor(left / wr + 1e-9))
+            if extra > 0:
+                n[rr] += min(extra, int(ln[t]))
+        out[i] = n
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_allocation_equals_the_budget_by_budget_count(seed):
+    rng = np.random.default_rng(2800 + seed)
+    R, L, n_max = int(rng.integers(1, 40)), int(rng.integers(1, 8)), int(rng.integers(2, 60))
+    seg = al.envelope_segments(random_pos(rng, R, L, n_max), n_max)
+    ss = al.SortedSegments.build(seg, [0.0, 0.2][seed % 2])
+    budgets = rng.choice([0.0, -1.0, 1.0, 3.0, 7.5, 20.0, 100.0, 1e6, 5.0], size=int(rng.integers(1, 9)))
+    w = None if seed % 3 == 0 else rng.integers(0, 3, R).astype(float)
+    assert np.array_equal(al.allocate(ss, budgets, w), budget_by_budget_allocate(ss, budgets, w))

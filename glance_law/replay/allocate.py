@@ -111,9 +111,10 @@ def _upper_hull(X: np.ndarray, Y: np.ndarray):
     dx = np.diff(vx, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         sl = np.diff(vy, axis=1) / np.where(live, dx, 1.0)
-    keep = np.cumprod(live & (sl > 0), axis=1).astype(bool)      # slopes decrease: a prefix
-    J = int(keep.sum(axis=1).max()) if n else 0
-    keep = keep[:, :J]
+    stop = ~(live & (sl > 0))                                    # slopes decrease: keep a prefix
+    first = np.where(stop.any(axis=1), stop.argmax(axis=1), stop.shape[1]) if stop.size else np.zeros(n, np.int64)
+    J = int(first.max(initial=0))
+    keep = np.arange(J)[None, :] < first[:, None]
     x0 = np.where(keep, vx[:, :J], 0).astype(np.int64)
     ln = np.where(keep, dx[:, :J], 0).astype(np.int64)
     return x0, ln, np.where(keep, sl[:, :J], -np.inf)
@@ -165,11 +166,17 @@ def allocate(ss: SortedSegments, budgets, weights=None) -> np.ndarray:
         return out
     cost = np.cumsum(ln if weights is None else ln * np.asarray(weights, dtype=np.float64)[r])
     rows = np.arange(R)
-    for i, B in enumerate(budgets):
+    # the segments taken at budget B are the first t(B) in best-first order: counting them budget by
+    # budget in increasing t adds each segment once, whatever the number of budgets
+    ts = np.searchsorted(cost, budgets + 1e-9 * np.maximum(1.0, budgets), side="right")
+    cnt, done = np.zeros(R, np.int64), 0
+    for i in np.argsort(ts, kind="stable"):
+        B, t = budgets[i], int(ts[i])
         if B <= 0:
             continue
-        t = int(np.searchsorted(cost, B + 1e-9 * max(1.0, B), side="right"))
-        cnt = np.bincount(r[:t], minlength=R)
+        if t > done:
+            cnt += np.bincount(r[done:t], minlength=R)
+            done = t
         n = np.where(cnt > 0, ss.ends[rows, np.maximum(cnt - 1, 0)], 0)
         if t < r.size:                          # the first segment that does not fit: partly
             left = B - (cost[t - 1] if t else 0.0)
