@@ -85,6 +85,18 @@ def string_codes(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.int64), np.asarray(uniq, dtype=object)
 
 
+def distinct_strings(s: pd.Series) -> set[str]:
+    """``set(s.astype(str))`` without writing (or iterating) one string per row."""
+    codes, labels = string_codes(s)
+    return set(labels[np.unique(codes)].tolist())
+
+
+def string_mask(s: pd.Series, values: Iterable[str]) -> np.ndarray:
+    """``s.astype(str).isin(values)`` as a boolean array, read from the codes of :func:`string_codes`."""
+    codes, labels = string_codes(s)
+    return np.isin(labels, list(values))[codes]
+
+
 def speculative_rounds(frame: pd.DataFrame, notes: list[str], conditions: Sequence[str] | None = ("matched",),
                        drafters: Sequence[str] | None = None) -> pd.DataFrame:
     """Rounds that carry a draft (horizon > 0) in the given conditions; every exclusion is noted."""
@@ -121,7 +133,7 @@ def arm_columns(frame: pd.DataFrame, by: Sequence[str] | str | None) -> list[str
     probe's matched and mismatched runs pair across run ids."""
     by = by_columns(by)
     lead = []
-    if "drafter" in frame.columns and "drafter" not in by and frame["drafter"].astype(str).nunique() > 1:
+    if "drafter" in frame.columns and "drafter" not in by and len(distinct_strings(frame["drafter"])) > 1:
         lead.append("drafter")
     for c in by:
         if c not in frame.columns:

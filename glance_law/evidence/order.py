@@ -240,7 +240,7 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
     nd = no_draft_rounds(E.with_arm_labels(frame), "task", ("matched",))   # tau leaves them out
     frame = E.speculative_rounds(frame, notes)
     if order is None:
-        present = set(frame["task"].astype(str))
+        present = E.distinct_strings(frame["task"])
         if len(present & set(DEFAULT_ORDER)) >= 2:
             order = DEFAULT_ORDER
         else:  # no expected order for these tasks: sort them by observed mean accepted length
@@ -252,27 +252,28 @@ def task_order(rounds, order: Sequence[str] | None = None, *, level: float = 0.9
     order = tuple(order)
     if len(set(order)) != len(order):
         raise GlanceError(f"{ANALYSIS}: the order lists a task twice ({', '.join(order)})")
-    tasks_present = set(frame["task"].astype(str))
+    tasks_present = E.distinct_strings(frame["task"])
     missing = [t for t in order if t not in tasks_present]
     used = tuple(t for t in order if t in tasks_present)
     if missing:
         notes.append(f"task(s) in the order but not in the logs: {', '.join(missing)}")
     extra = sorted(tasks_present - set(order))
     if extra:
-        n_x = int(frame["task"].astype(str).isin(extra).sum())
+        n_x = int(E.string_mask(frame["task"], extra).sum())
         notes.append(f"task(s) not in the order excluded: {', '.join(extra)} ({n_x} rounds)")
     if len(used) < 2:
         raise GlanceError(f"{ANALYSIS} needs at least two of the ordered tasks in the logs "
                           f"(order: {', '.join(order)}; logs: {', '.join(sorted(tasks_present)) or 'none'})")
-    frame = frame.loc[frame["task"].astype(str).isin(used)]
+    frame = frame.loc[E.string_mask(frame["task"], used)]
     arm_cols = [c for c in E.arm_columns(frame, "task") if c != "task"]
     rng = np.random.default_rng(seed)
     trows, grows, vrows = [], [], []
     for arm_key, arm in E.group_items(frame, arm_cols):
-        tasks_here = [t for t in used if t in set(arm["task"].astype(str))]
+        here = E.distinct_strings(arm["task"])
+        tasks_here = [t for t in used if t in here]
         per = {}
         for task in tasks_here:
-            sub = arm.loc[arm["task"].astype(str) == task]
+            sub = arm.loc[E.string_mask(arm["task"], [task])]
             dname = str(arm_key.get("drafter", sub["drafter"].iloc[0] if "drafter" in sub.columns else "unknown"))
             row = _task_row(sub, level, ge, notes, E.fmt_group({**arm_key, "task": task}), entropy,
                             nd.get((dname, task), 0.0))

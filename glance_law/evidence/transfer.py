@@ -171,7 +171,7 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
     frame = E.as_frame(rounds, notes)
     E.require(frame, ["root_entropy", "accepted", "horizon", by], ANALYSIS)
     frame = E.speculative_rounds(frame, notes)
-    test = _held_out(frame[by].astype(str), by, train, test)
+    test = _held_out(E.distinct_strings(frame[by]), by, train, test)
     lead = [c for c in E.arm_columns(frame, by) if c != by]
     rows, cal = [], []
     b_first = (np.nan, np.nan)
@@ -214,10 +214,10 @@ def transfer(rounds, train: Sequence[str], test: Sequence[str] | None = None, *,
                           tuple(dict.fromkeys(notes)))
 
 
-def _held_out(vals: pd.Series, by: str, train, test) -> list[str]:
-    """The test values (default: every value not trained on); one line for a value not in the logs
-    or nothing left to score."""
-    present = sorted(set(vals))
+def _held_out(values: set[str], by: str, train, test) -> list[str]:
+    """The test values (default: every value not trained on) among the ``values`` in the logs; one
+    line for a value not in the logs or nothing left to score."""
+    present = sorted(values)
     unknown = [t for t in train if t not in present]
     if unknown:
         raise GlanceError(f"{ANALYSIS}: training {by} {', '.join(unknown)} not in the logs "

@@ -290,10 +290,10 @@ def fit_family(name: str, d: PolicyData, target: float, max_size: int | None = N
         pol = GatedDepthPolicy(mode=name.split("-", 1)[1], max_size=ms)
     else:
         raise GlanceError(f"unknown policy family {name!r}")
-    v = pol.unit_values(d.stats)
+    v, c = pol.unit_blocks(d.stats)
     if d.cut is not None and (~d.cut).any():
-        v = v[~d.cut]
-    t = fit_threshold(v, target)
+        v, c = v[~d.cut], None if c is None else c[~d.cut]
+    t = fit_threshold(v, target, counts=c)
     return replace(pol, threshold=t), ""
 
 
@@ -339,10 +339,11 @@ def interp_up(x, xp, fp):
     return float(np.interp(x, xp[keep], fp[keep]))
 
 
-def _summaries(w, tok, s, ms, Fs, Ft, Fm):
+def _summaries(w, tok, s, ms, Fs, Ft, Fm, size=None):
     """Per weight vector: (tokens, mean shape, fixed tokens at equal shape, gain %, ms/token, speedup
-    at equal cost, speedup over the best fixed shape)."""
-    sw = w.sum()
+    at equal cost, speedup over the best fixed shape). ``size``: the rounds each row of the arrays
+    sums (rows that are per-prompt sums, :func:`_prompt_sums`); None: one round each."""
+    sw = w.sum() if size is None else w @ size
     T, S = w @ tok / sw, w @ s / sw
     fs, ft, fm = w @ Fs / sw, w @ Ft / sw, w @ Fm / sw
     F_eq = interp_up(S, fs, ft)
@@ -356,9 +357,12 @@ def _summaries(w, tok, s, ms, Fs, Ft, Fm):
 
 
 def score_policy(d: PolicyData, shapes: np.ndarray, cost: CostModel, *, n_boot: int = 200, level: float = 0.95,
-                 seed: int = 0, grid=None, policy: bool = True) -> dict:
+                 seed: int = 0, grid=None, policy: bool = True, weights=None) -> dict:
     """Tokens per round and modelled speed of per-round ``shapes`` against the fixed shapes on
-    the same rounds, with prompt-level bootstrap percentile intervals."""
+    the same rounds, with prompt-level bootstrap percentile intervals (each replicate sums the
+    resampled prompts' per-prompt totals). ``grid``: :func:`_fixed_grid` of these rounds, when
+    already computed; ``weights`` (with ``n_boot=0``): per-round multiplicities of the figures (0
+    leaves a round out: a jackknife replicate scored on the rounds of ``d`` without a new grid)."""
     shapes = np.clip(np.asarray(shapes, dtype=np.int64), 0, d.cap)
     tok = d.accepted_at(shapes) + 1.0
     s = shapes.astype(np.float64)
@@ -367,7 +371,9 @@ def score_policy(d: PolicyData, shapes: np.ndarray, cost: CostModel, *, n_boot: 
     if not cost.identified:
         Fm = None
     args = (tok, s, ms, Fs, Ft, Fm if Fm is not None else Fs)
-    point = _summaries(np.ones(d.rounds), *args)
+    if weights is not None and n_boot > 0:
+        raise ValueError("score_policy: weights are for point figures (n_boot=0)")
+    point = _summaries(np.ones(d.rounds) if weights is None else np.asarray(weights, dtype=np.float64), *args)
     if ms is None:
         point = {k: v for k, v in point.items() if k in ("tokens", "mean_shape", "fixed_tokens", "gain")}
     G = int(d.codes.max(initial=-1)) + 1
@@ -375,12 +381,13 @@ def score_policy(d: PolicyData, shapes: np.ndarray, cost: CostModel, *, n_boot: 
     if n_boot > 0 and G >= 2:
         rng = np.random.default_rng(seed)
         draws = {k: [] for k in point}
+        size, sums = _prompt_sums(d.codes, G, args)
         for cnt in bootstrap_counts(G, n_boot, rng):
             for c in cnt:
-                w = c[d.codes].astype(np.float64)
-                if w.sum() <= 0:
+                w = c.astype(np.float64)
+                if w @ size <= 0:
                     continue
-                r = _summaries(w, *args)
+                r = _summaries(w, *sums, size=size)
                 for k2 in point:
                     draws[k2].append(r[k2])
         for k2 in point:
@@ -390,6 +397,25 @@ def score_policy(d: PolicyData, shapes: np.ndarray, cost: CostModel, *, n_boot: 
         for k2 in point:
             out[k2 + "_lo"] = out[k2 + "_hi"] = np.nan
     return out
+
+
+def _prompt_sums(codes: np.ndarray, G: int, arrays) -> tuple[np.ndarray, list]:
+    """(rounds per prompt (G,), each array's rows summed per prompt (G, ...); None stays None): a
+    prompt-level bootstrap replicate's weighted sums are then its counts times these."""
+    order = np.argsort(codes, kind="stable")
+    size = np.bincount(codes, minlength=G).astype(np.float64)
+    starts = np.r_[0, np.cumsum(size)[:-1]].astype(np.int64)
+    out = []
+    for a in arrays:
+        if a is None:
+            out.append(None)
+            continue
+        a = np.asarray(a, dtype=np.float64)[order]
+        g = np.zeros((G,) + a.shape[1:])
+        nz = size > 0
+        g[nz] = np.add.reduceat(a, starts[nz], axis=0)
+        out.append(g)
+    return size, out
 
 
 def families_for(d: PolicyData, families: Sequence[str] | None = None) -> list[str]:
@@ -418,7 +444,8 @@ def fold_shapes(name: str, d: PolicyData, splits, target: float, cap: int) -> tu
 
 
 def refit_interval(d: PolicyData, name: str, target: float, cap: int, splits, cost: CostModel, point: dict, *,
-                   groups: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None) -> dict:
+                   groups: int = 200, level: float = 0.95, seed: int = 0, notes: list | None = None,
+                   grid=None) -> dict:
     """Held-out intervals that account for the fitting: a jackknife of the whole held-out procedure.
     The prompts are dealt at random into ``m = min(G, groups)`` groups (one prompt each when
     ``G <= groups``: the delete-one-prompt jackknife); each replicate leaves one group out, refits
@@ -433,6 +460,7 @@ def refit_interval(d: PolicyData, name: str, target: float, cap: int, splits, co
     fold = np.zeros(d.rounds, np.int64)
     for k, (_, te) in enumerate(splits):
         fold[te] = k
+    grid = _fixed_grid(d, cost) if grid is None else grid
     draws: dict = {}
     failed = 0
     for j in range(m):
@@ -443,7 +471,11 @@ def refit_interval(d: PolicyData, name: str, target: float, cap: int, splits, co
         if why:
             failed += 1
             continue
-        for k, v in score_policy(dj, shapes, cost, n_boot=0).items():
+        full = np.zeros(d.rounds, np.int64)            # scored on d's rounds, the left-out ones weighing 0
+        full[keep] = shapes
+        w = np.zeros(d.rounds)
+        w[keep] = 1.0
+        for k, v in score_policy(d, full, cost, n_boot=0, grid=grid, weights=w).items():
             if not k.endswith(("_lo", "_hi")):
                 draws.setdefault(k, []).append(v)
     if failed and notes is not None:
@@ -553,7 +585,7 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
             r = score_policy(d, shapes, cost, n_boot=n_boot, level=level, seed=seed, grid=grid)
             if mode == "held-out" and refit and n_boot > 0:
                 r.update(refit_interval(d, name, target, cap, spl, cost, r, groups=jk, level=level, seed=seed,
-                                        notes=notes))
+                                        notes=notes, grid=grid))
             desc = used[0].describe() if len(used) == 1 else f"{len(used)} fold fits, e.g. {used[0].describe()}"
             rows.append({**base, "family": name, "evaluated_on": mode, "params": desc, **r})
             if mode == "in-sample" and label == "in-sample":

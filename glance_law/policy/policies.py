@@ -43,9 +43,9 @@ from scipy import special
 
 from ..errors import GlanceError
 from ..law import match_prob
-from ..replay.allocate import hull_segments
+from ..replay.allocate import Segments, hull_segments
 from ..replay.tree import best_first, best_first_one
-from ..replay.width import node_masses
+from ..replay.width import masses_from_terms, node_path_terms
 from ..scrub import scrub_doc
 
 __all__ = ["RootStats", "Policy", "FixedPolicy", "KeyedBudgetPolicy", "KeyedDepthPolicy", "GatedDepthPolicy",
@@ -74,8 +74,9 @@ class RootStats:
     position: np.ndarray | None = None
     prev_accepted: np.ndarray | None = None
     prev_shape: np.ndarray | None = None
-    # (n, depths, codes): every round's first n best-first nodes of its capped top-k, computed once
-    # (:meth:`with_best_first`) and gathered by :meth:`take`, so a refit on resampled rounds reuses it
+    # (n, depths, codes, n_top, log_rest): every round's first n best-first nodes of its capped top-k
+    # and their path terms (:func:`glance_law.replay.width.node_path_terms`), computed once
+    # (:meth:`with_best_first`) and gathered by :meth:`take`, so a refit on resampled rounds reuses them
     best_first_order: tuple | None = None
 
     @property
@@ -95,7 +96,7 @@ class RootStats:
                for f in fields(self) if f.name != "best_first_order"}
         order = self.best_first_order
         if order is not None:
-            order = (order[0], order[1][idx], order[2][idx])
+            order = (order[0], *(a[idx] for a in order[1:]))
         return RootStats(**sel, best_first_order=order)
 
     def capped_logq(self) -> np.ndarray:
@@ -109,11 +110,13 @@ class RootStats:
 
     def with_best_first(self, n: int) -> RootStats:
         """These rounds with their first ``n`` best-first nodes computed once (``best_first_order``):
-        the keyed budget policies read them instead of enumerating the trees again."""
+        the keyed budget policies read them (and the nodes' path terms) instead of enumerating the
+        trees again."""
         if self.topk_logq is None or self.rounds <= _FEW_ROUNDS:
             return self
-        _, dep, cod = best_first(self.capped_logq(), int(n))
-        return replace(self, best_first_order=(int(n), dep, cod))
+        logq = self.capped_logq()
+        _, dep, cod = best_first(logq, int(n))
+        return replace(self, best_first_order=(int(n), dep, cod, *node_path_terms(logq, dep, cod)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,6 +164,12 @@ class ThresholdPolicy(Policy):
     def unit_values(self, stats: RootStats) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def unit_blocks(self, stats: RootStats) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(values, counts)``: the unit values as blocks, entry (r, j) standing for ``counts[r, j]``
+        units of round r worth ``values[r, j]`` (None: one unit each, ``values`` = :meth:`unit_values`);
+        :func:`fit_threshold` takes either form."""
+        return self.unit_values(stats), None
+
     def __call__(self, stats: RootStats) -> np.ndarray:
         v = self.unit_values(stats)
         with np.errstate(invalid="ignore"):
@@ -190,28 +199,56 @@ class KeyedBudgetPolicy(ThresholdPolicy):
     c1: float = 0.0
 
     def unit_values(self, stats: RootStats) -> np.ndarray:
+        n = int(self.max_size)
+        if stats.rounds <= _FEW_ROUNDS:              # live decoding: one round, vertex by vertex
+            cum, dep = self._curves(stats)
+            return np.stack([_envelope_units(c, int((d > 0).sum()), n) for c, d in zip(cum, dep)])
+        seg = self.segments(stats)
+        return _unit_slopes(seg.x0, seg.length, seg.slope, n)
+
+    def unit_blocks(self, stats: RootStats) -> tuple[np.ndarray, np.ndarray | None]:
+        """The envelope's segments: (slope, length) per round (the units of a segment share its slope)."""
+        if stats.rounds <= _FEW_ROUNDS:
+            return self.unit_values(stats), None
+        seg = self.segments(stats)
+        return seg.slope, seg.length
+
+    def __call__(self, stats: RootStats) -> np.ndarray:
+        if stats.rounds <= _FEW_ROUNDS or not self.threshold > -np.inf:
+            return super().__call__(stats)
+        seg = self.segments(stats)                   # the units of the segments worth the price
+        with np.errstate(invalid="ignore"):
+            return np.where(seg.slope >= self.threshold, seg.length, 0).sum(axis=1).astype(np.int64)
+
+    def segments(self, stats: RootStats) -> Segments:
+        """Each round's envelope segments (:func:`glance_law.replay.allocate.hull_segments`) of its
+        predicted curve: the slopes are the unit values."""
+        cum, dep = self._curves(stats)
+        X = np.where(dep > 0, np.arange(1, int(self.max_size) + 1, dtype=np.float64)[None, :], np.inf)
+        return hull_segments(X, cum)
+
+    def _curves(self, stats: RootStats) -> tuple[np.ndarray, np.ndarray]:
+        """The predicted curves (cumulated node masses of the first ``max_size`` best-first nodes)
+        and the nodes' depths (0: no node), (R, max_size) each."""
         if self.key not in ("paper", "rescue"):
             raise GlanceError(f"keyed policy: key must be 'paper' or 'rescue' (got {self.key!r})")
         _need_topk(stats, "keyed")
-        logq = stats.capped_logq()
         H = np.asarray(stats.entropy, dtype=np.float64)
         p = match_prob(H, self.b0, self.b1)
         r = p if self.key == "paper" else special.expit(self.c0 - self.c1 * H)
         n = int(self.max_size)
         order = stats.best_first_order
-        if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round (a heap, equal by test)
-            one = [best_first_one(lq, n) for lq in logq]
-            dep, cod = np.stack([o[1] for o in one]), np.stack([o[2] for o in one])
-        elif order is not None and order[0] == n:   # computed once for these rounds (RootStats.with_best_first)
-            dep, cod = order[1], order[2]
+        if order is not None and order[0] == n and stats.rounds > _FEW_ROUNDS:   # computed once (with_best_first)
+            dep, terms = order[1], order[3:]
         else:
-            _, dep, cod = best_first(logq, n)
-        cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
-        if logq.shape[0] <= _FEW_ROUNDS:            # live decoding: one round, vertex by vertex
-            return np.stack([_envelope_units(c, int((d > 0).sum()), n) for c, d in zip(cum, dep)])
-        X = np.where(dep > 0, np.arange(1, n + 1, dtype=np.float64)[None, :], np.inf)
-        seg = hull_segments(X, cum)
-        return _unit_slopes(seg.x0, seg.length, seg.slope, n)
+            logq = stats.capped_logq()
+            if stats.rounds <= _FEW_ROUNDS:             # live decoding: one round (a heap, equal by test)
+                one = [best_first_one(lq, n) for lq in logq]
+                dep, cod = np.stack([o[1] for o in one]), np.stack([o[2] for o in one])
+            else:
+                _, dep, cod = best_first(logq, n)
+            terms = node_path_terms(logq, dep, cod)
+        return np.cumsum(masses_from_terms(dep, *terms, p, r), axis=1), dep
 
 
 _FEW_ROUNDS = 4
@@ -409,12 +446,14 @@ FAMILIES: dict[str, type[Policy]] = {c.family: c for c in (FixedPolicy, KeyedBud
                                                             HeuristicDepthPolicy)}
 
 
-def fit_threshold(values: np.ndarray, target: float, weights=None) -> float:
+def fit_threshold(values: np.ndarray, target: float, weights=None, counts=None) -> float:
     """The threshold at which a threshold policy's mean shape over these rounds is closest to
     ``target`` without exceeding it: the largest t with mean #{u : v_u >= t} <= target.
 
     ``values`` (R, U) from :meth:`ThresholdPolicy.unit_values`; ``weights`` per-round
-    multiplicities. This is the shadow price of the shared budget R * target: the global
+    multiplicities; ``counts`` (R, U): the units each value stands for (the blocks of
+    :meth:`ThresholdPolicy.unit_blocks`; None: one, as from ``unit_values``). This is the
+    shadow price of the shared budget R * target: the global
     best-first allocation takes the R * target best units, i.e. every unit worth at least the
     value of the last one taken (ties at the price are all taken or all left)."""
     v = np.asarray(values, dtype=np.float64)
@@ -422,11 +461,16 @@ def fit_threshold(values: np.ndarray, target: float, weights=None) -> float:
     w = np.ones(R) if weights is None else np.asarray(weights, dtype=np.float64)
     flat = v.reshape(-1)
     ww = np.repeat(w, v.shape[1])
+    if counts is not None:
+        ww = ww * np.asarray(counts, dtype=np.float64).reshape(-1)
     ok = np.isfinite(flat)
     flat, ww = flat[ok], ww[ok]
     if flat.size == 0:
         return float("inf")
-    o = np.argsort(-flat, kind="stable")
+    # the order inside a block of equal values only changes how its weights are summed, which is
+    # exact for whole multiplicities: the faster unstable sort then gives the same threshold
+    whole = bool(np.all(ww == np.round(ww)))
+    o = np.argsort(-flat, kind="quicksort" if whole else "stable")
     fv, cw = flat[o], np.cumsum(ww[o])
     B = float(target) * w.sum()
     # units are taken in blocks of equal value: the last block whose cumulative weight fits B

@@ -56,6 +56,8 @@ def hull_segments(X: np.ndarray, Y: np.ndarray, chunk: int | None = None) -> Seg
     step = max(1, (1 << 21) // (P + 1)) if chunk is None else max(1, int(chunk))
     parts = [_upper_hull(X[a:a + step], Y[a:a + step]) for a in range(0, R, step)] or \
         [_upper_hull(X[:0], Y[:0])]
+    if len(parts) == 1:
+        return Segments(*parts[0])
     J = max(p[0].shape[1] for p in parts)
     pad = [(np.pad(x0, ((0, 0), (0, J - x0.shape[1]))), np.pad(ln, ((0, 0), (0, J - ln.shape[1]))),
             np.pad(sl, ((0, 0), (0, J - sl.shape[1])), constant_values=-np.inf)) for x0, ln, sl in parts]
@@ -65,61 +67,54 @@ def hull_segments(X: np.ndarray, Y: np.ndarray, chunk: int | None = None) -> Seg
 def _upper_hull(X: np.ndarray, Y: np.ndarray):
     """(x0, length, slope) of the positive-slope hull segments of a chunk of rows (see hull_segments).
 
-    Column c of ``Xp``/``Yp`` is point c - 1 (column 0: the origin). The stack is kept as links:
-    ``link[r, c]`` is the vertex beneath point c when it was pushed (it stays beneath while c is
-    on the stack), so a push writes one column for all rows and only the rows that pop are indexed."""
+    The columns are walked in a transposed, contiguous copy. Each row's stack holds its vertices'
+    coordinates, level by level (``SX``/``SY``, (P + 1, n): level 0 the origin, the top at level
+    ``h - 1``); ``B`` (``bx``, ``by``) is the top and ``A`` (``ax``, ``ay``) the vertex beneath it.
+    A push writes the new point into the free level above every row's top (kept only where the
+    height grows), so the stack read back at the end is each row's vertex list, origin first."""
     n, P = X.shape
     W = P + 1
-    Xp = np.zeros((n, W))
-    Yp = np.zeros((n, W))
-    Xp[:, 1:], Yp[:, 1:] = X, Y
-    xf, yf = Xp.reshape(-1), Yp.reshape(-1)
+    XT = np.ascontiguousarray(X.T)
+    YT = np.ascontiguousarray(Y.T)
     with np.errstate(invalid="ignore"):
-        ok = np.isfinite(X) & np.isfinite(Y) & (X > 0)
-    link = np.zeros((n, W), np.int64)
-    lf = link.reshape(-1)
-    base = np.arange(n) * W
-    tc, bc = np.zeros(n, np.int64), np.full(n, -1, np.int64)    # columns of the top B and the vertex A under it
+        okT = np.isfinite(XT) & np.isfinite(YT) & (XT > 0)
+    SX, SY = np.zeros((W, n)), np.zeros((W, n))
+    sx, sy = SX.reshape(-1), SY.reshape(-1)
+    h = np.ones(n, np.int64)
+    slot = np.arange(n)
     bx, by = np.zeros(n), np.zeros(n)
     ax, ay = np.full(n, np.nan), np.full(n, np.nan)             # no A: every comparison is False
     with np.errstate(divide="ignore", invalid="ignore"):
         for j in range(P):
-            x, y, okj = X[:, j], Y[:, j], ok[:, j]
+            x, y, okj = XT[j], YT[j], okT[j]
             # C = (x, y) pops the top B while B lies on or under the chord A-C: slope(A, C) >= slope(A, B)
             idx = np.flatnonzero(okj & ((y - ay) / (x - ax) >= (by - ay) / (bx - ax)))
-            cx, cy, t, tx, ty = x[idx], y[idx], bc[idx], ax[idx], ay[idx]     # B popped: A is the top
+            cx, cy, tx, ty, hh = x[idx], y[idx], ax[idx], ay[idx], h[idx] - 1     # B popped: A is the top
             while idx.size:
-                f = base[idx]
-                u = np.where(t > 0, lf[f + t], -1)                           # the vertex under the top
-                ux = np.where(u >= 0, xf[f + np.maximum(u, 0)], np.nan)
-                uy = yf[f + np.maximum(u, 0)]
+                under = hh >= 2                                                  # a vertex under the top
+                f = np.where(under, (hh - 2) * n + idx, 0)
+                ux, uy = np.where(under, sx[f], np.nan), sy[f]
                 more = (cy - uy) / (cx - ux) >= (ty - uy) / (tx - ux)
                 i, done = idx[~more], ~more
-                tc[i], bx[i], by[i], bc[i], ax[i], ay[i] = t[done], tx[done], ty[done], u[done], ux[done], uy[done]
-                idx, cx, cy, t, tx, ty = (v[more] for v in (idx, cx, cy, u, ux, uy))
+                h[i], bx[i], by[i], ax[i], ay[i] = hh[done], tx[done], ty[done], ux[done], uy[done]
+                idx, cx, cy, tx, ty, hh = idx[more], cx[more], cy[more], ux[more], uy[more], hh[more] - 1
             push = okj & (x > bx)                # a point under the top at the same X is never a vertex
-            link[:, j + 1] = tc
-            bc, ax, ay = np.where(push, tc, bc), np.where(push, bx, ax), np.where(push, by, ay)
-            tc, bx, by = np.where(push, j + 1, tc), np.where(push, x, bx), np.where(push, y, by)
-    down, cur = [], tc                           # the vertices from the top down to the origin
-    while (cur > 0).any():
-        down.append(cur)
-        cur = np.where(cur > 0, lf[base + cur], 0)
-    depth = sum((c > 0).astype(np.int64) for c in down) if down else np.zeros(n, np.int64)
-    D = len(down)
-    V = np.zeros((n, D + 1), np.int64)           # vertex columns from the origin up
-    if D:
-        C = np.stack(down, axis=1)
-        k = np.arange(1, D + 1)[None, :]
-        V[:, 1:] = np.where(k <= depth[:, None], np.take_along_axis(C, np.clip(depth[:, None] - k, 0, D - 1), 1), 0)
-    vx, vy = np.take_along_axis(Xp, V, 1), np.take_along_axis(Yp, V, 1)
-    live = np.arange(D)[None, :] < depth[:, None]
+            f = h * n + slot                     # the free level above each row's top
+            sx[f], sy[f] = x, y
+            h += push
+            ax, ay = np.where(push, bx, ax), np.where(push, by, ay)
+            bx, by = np.where(push, x, bx), np.where(push, y, by)
+    D = int(h.max(initial=1))
+    live = np.arange(D)[:, None] < h[None, :]                    # levels on each row's stack
+    vx, vy = np.where(live, SX[:D], 0.0).T, np.where(live, SY[:D], 0.0).T
+    live = live[1:].T
     dx = np.diff(vx, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         sl = np.diff(vy, axis=1) / np.where(live, dx, 1.0)
-    keep = np.cumprod(live & (sl > 0), axis=1).astype(bool)      # slopes decrease: a prefix
-    J = int(keep.sum(axis=1).max()) if n else 0
-    keep = keep[:, :J]
+    stop = ~(live & (sl > 0))                                    # slopes decrease: keep a prefix
+    first = np.where(stop.any(axis=1), stop.argmax(axis=1), stop.shape[1]) if stop.size else np.zeros(n, np.int64)
+    J = int(first.max(initial=0))
+    keep = np.arange(J)[None, :] < first[:, None]
     x0 = np.where(keep, vx[:, :J], 0).astype(np.int64)
     ln = np.where(keep, dx[:, :J], 0).astype(np.int64)
     return x0, ln, np.where(keep, sl[:, :J], -np.inf)
@@ -171,11 +166,17 @@ def allocate(ss: SortedSegments, budgets, weights=None) -> np.ndarray:
         return out
     cost = np.cumsum(ln if weights is None else ln * np.asarray(weights, dtype=np.float64)[r])
     rows = np.arange(R)
-    for i, B in enumerate(budgets):
+    # the segments taken at budget B are the first t(B) in best-first order: counting them budget by
+    # budget in increasing t adds each segment once, whatever the number of budgets
+    ts = np.searchsorted(cost, budgets + 1e-9 * np.maximum(1.0, budgets), side="right")
+    cnt, done = np.zeros(R, np.int64), 0
+    for i in np.argsort(ts, kind="stable"):
+        B, t = budgets[i], int(ts[i])
         if B <= 0:
             continue
-        t = int(np.searchsorted(cost, B + 1e-9 * max(1.0, B), side="right"))
-        cnt = np.bincount(r[:t], minlength=R)
+        if t > done:
+            cnt += np.bincount(r[done:t], minlength=R)
+            done = t
         n = np.where(cnt > 0, ss.ends[rows, np.maximum(cnt - 1, 0)], 0)
         if t < r.size:                          # the first segment that does not fit: partly
             left = B - (cost[t - 1] if t else 0.0)

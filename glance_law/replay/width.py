@@ -198,36 +198,63 @@ def node_masses(logq: np.ndarray, depth: np.ndarray, code: np.ndarray, p: np.nda
     model: per offset, the target is the drafter's top-1 with probability ``p`` (the law), else
     it is inside the logged top-k with probability ``r`` (rescue), at rank c >= 1 in proportion
     to the drafter's own probabilities of ranks 1..k-1; offsets are independent (Assumption 2).
-    ``p``, ``r``: (R,). Missing nodes (depth 0) get 0. Returns (R, n)."""
+    ``p``, ``r``: (R,). Missing nodes (depth 0) get 0. Returns (R, n).
+    (:func:`node_path_terms` then :func:`masses_from_terms`: the part that does not depend on
+    ``p`` and ``r`` can be computed once for many values of them.)"""
+    return masses_from_terms(depth, *node_path_terms(logq, depth, code), p, r)
+
+
+def node_path_terms(logq: np.ndarray, depth: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a node's law-indexed mass takes from its path alone: ``(n_top, log_rest)``, each (R, n):
+    the offsets where the path follows the drafter's top-1 (int16), and the sum over the other
+    offsets of log(q_c / sum_{c' >= 1} q_c') (the rank's share of the logged ranks 1..k-1).
+    A node of depth d then has log-mass n_top log p + (d - n_top) log((1 - p) r) + log_rest
+    (:func:`masses_from_terms`)."""
     logq = np.asarray(logq, dtype=np.float64)
     R, L, k = logq.shape
-    T = np.empty((R, L, k))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        T[:, :, 0] = np.log(p)[:, None]
-        if k > 1:
+    share = np.full((R, L, k), -np.inf)
+    if k > 1:
+        with np.errstate(divide="ignore", invalid="ignore"):
             rest = logq[:, :, 1:]
             mx = np.max(rest, axis=2, keepdims=True)
             fin = np.isfinite(mx)
             lse = np.where(fin, mx + np.log(np.sum(np.exp(rest - np.where(fin, mx, 0.0)), axis=2,
                                                    keepdims=True)), -np.inf)
-            T[:, :, 1:] = (np.log1p(-p) + np.log(r))[:, None, None] + np.where(fin, rest - lse, -np.inf)
-    Tf = T.reshape(-1)
+            share[:, :, 1:] = np.where(fin, rest - lse, -np.inf)
+    sf = share.reshape(-1)
     dep = depth.astype(np.int64).reshape(-1)
     n = depth.shape[1]
-    lm = np.zeros(dep.size)
+    n_top = np.zeros(dep.size, np.int16)
+    log_rest = np.zeros(dep.size)
     idx = np.flatnonzero(dep > 0)
     cod = code.reshape(-1)[idx].astype(np.int64)
     rr = idx // n
     i = 0
     while idx.size:                                    # digits from the last offset up
         j = dep[idx] - 1 - i
-        lm[idx] += Tf[(rr * L + j) * k + cod % k]
+        c = cod % k
+        top = c == 0
+        n_top[idx[top]] += 1
+        log_rest[idx[~top]] += sf[((rr * L + j) * k + c)[~top]]
         cod //= k
         keep = j > 0
         idx, cod, rr = idx[keep], cod[keep], rr[keep]
         i += 1
-    with np.errstate(invalid="ignore"):
-        return np.where(dep > 0, np.exp(lm), 0.0).reshape(depth.shape)
+    return n_top.reshape(depth.shape), log_rest.reshape(depth.shape)
+
+
+def masses_from_terms(depth: np.ndarray, n_top: np.ndarray, log_rest: np.ndarray, p: np.ndarray,
+                      r: np.ndarray) -> np.ndarray:
+    """The law-indexed node masses (R, n) from :func:`node_path_terms` at per-round ``p``, ``r`` (R,)."""
+    p = np.asarray(p, dtype=np.float64)[:, None]
+    r = np.asarray(r, dtype=np.float64)[:, None]
+    dep = np.asarray(depth, dtype=np.int64)
+    top = np.asarray(n_top, dtype=np.int64)
+    other = dep - top
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lm = (np.where(top > 0, top * np.log(p), 0.0) + np.where(other > 0, other * (np.log1p(-p) + np.log(r)), 0.0)
+              + log_rest)
+        return np.where(dep > 0, np.exp(lm), 0.0)
 
 
 # --------------------------------------------------------------------------- one task
@@ -249,13 +276,14 @@ class _Task:
         if np.all(np.isfinite(b)):
             p = match_prob(H, *b)
             _, dep, cod = best_first(logq, self.n_max)
+            terms = node_path_terms(logq, dep, cod)
             n = np.arange(1, self.n_max + 1, dtype=np.float64)
             rhat = special.expit(c[0] - c[1] * H) if np.isfinite(c[0]) else None
             for name, r in (("paper", p), ("rescue", rhat)):
                 if r is None:
                     continue
                 # the envelope of the whole predicted curve: every n = 1..n_max is a candidate vertex
-                cum = np.cumsum(node_masses(logq, dep, cod, p, r), axis=1)
+                cum = np.cumsum(masses_from_terms(dep, *terms, p, r), axis=1)
                 self.seg[name] = al.hull_segments(np.broadcast_to(n, cum.shape), cum)
             self.keys = {"paper": paper_key(H, horizon, *b)}
             if rhat is not None:
