@@ -503,6 +503,37 @@ def test_run_separation_helpers_match_a_row_by_row_reading():
     assert fast.type == slow.type and fast.to_pylist() == ["eagle [b]"] * 7 and imp._distinct(const, ("drafter",)) == {("eagle",)}
 
 
+def test_with_categories_matches_a_row_by_row_reading():
+    """with_categories (decided on the columns' dictionaries) against reading every row: a row takes
+    its question's category only where its task is 'unknown' and the question file holds its
+    prompt_id; dictionary and plain text columns, several chunks, nulls; no hit: the same result."""
+    import pyarrow as pa
+
+    from glance_law.data import importers as imp
+    from glance_law.data.importers.common import FileResult
+
+    rng = np.random.default_rng(5)
+    cats = {str(i): f"cat{i % 3}" for i in range(0, 30, 2)}
+
+    def part(n, dict_enc):
+        task = [None if rng.random() < 0.1 else str(rng.choice(["unknown", "math", "qa"])) for _ in range(n)]
+        pid = [None if rng.random() < 0.1 else str(rng.integers(0, 40)) for _ in range(n)]
+        t = pa.table({"task": pa.array(task, pa.string()), "prompt_id": pa.array(pid, pa.string())})
+        return pa.table({k: t.column(k).dictionary_encode() for k in t.column_names}) if dict_enc else t
+
+    for t in (part(60, True), pa.concat_tables([part(30, True), part(25, True)]), part(50, False)):
+        rows = list(zip(t.column("task").to_pylist(), t.column("prompt_id").to_pylist()))
+        want = [cats.get(p, x) if x == "unknown" and p is not None else x for x, p in rows]
+        taken = {p for x, p in rows if x == "unknown" and p in cats}
+        notes: list = []
+        res = imp.with_categories(FileResult("f", "spec-bench", t, None), cats, notes)
+        assert res.rounds.column("task").to_pylist() == want
+        assert res.rounds.schema.field("task").type == t.schema.field("task").type
+        assert bool(notes) == bool(taken)
+        none = imp.with_categories(FileResult("f", "spec-bench", t, None), {"99": "x"}, [])
+        assert none.rounds is t
+
+
 def test_an_accept_length_beyond_64_bits_is_left_out_with_a_note(tmp_path):
     """A corrupt accept_lengths value of 2^64 makes its answer unreadable (left out and named in
     a note, like any impossible value), not a bare OverflowError; the file's other answers import."""
