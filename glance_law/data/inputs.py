@@ -102,6 +102,15 @@ class Text(bytes):
         k = bisect.bisect_right(idx, i) - 1
         return i + (shift[k] if k >= 0 else 0)
 
+    def linenos(self, n: int) -> list:
+        """:meth:`lineno` of the first ``n`` lines (1..n) at once."""
+        idx, shift = self._at
+        if not idx:
+            return list(range(1, n + 1))
+        i = np.arange(1, n + 1)
+        k = np.searchsorted(np.asarray(idx, dtype=np.int64), i, side="right") - 1
+        return (i + np.where(k >= 0, np.asarray(shift, dtype=np.int64)[np.maximum(k, 0)], 0)).tolist()
+
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -315,18 +324,23 @@ def _quick_depth(data: bytes) -> int | None:
     an unterminated string, or an escaped quote outside every string (neither is valid JSON)."""
     b = np.frombuffer(data, np.uint8)
     q = np.flatnonzero(b == _QUOTE)
-    esc = q[(q > 0) & (b[np.maximum(q - 1, 0)] == _BACKSLASH)]
-    if esc.size:
-        longer = esc[(esc > 1) & (b[np.maximum(esc - 2, 0)] == _BACKSLASH)]     # runs of 2 or more: counted
+    esc_at = (q > 0) & (b[np.maximum(q - 1, 0)] == _BACKSLASH)      # a quote after a backslash
+    if esc_at.any():
+        longer = np.flatnonzero(esc_at & (q > 1) & (b[np.maximum(q - 2, 0)] == _BACKSLASH))  # runs of 2 or more
         if longer.size:
-            even = np.fromiter((not _odd_run(data, int(p)) for p in longer), dtype=bool, count=longer.size)
-            esc = np.setdiff1d(esc, longer[even], assume_unique=True)
-        q = np.setdiff1d(q, esc, assume_unique=True)
+            even = np.fromiter((not _odd_run(data, int(p)) for p in q[longer]), dtype=bool, count=longer.size)
+            esc_at[longer[even]] = False
+    esc = q[esc_at]
+    if esc.size:
+        q = q[~esc_at]
     if q.size % 2 or (esc.size and (np.searchsorted(q, esc) % 2 == 0).any()):
         return None
-    folded = b | 0x20                       # folds [ ] onto { }
-    br = np.flatnonzero((folded == 123) | (folded == 125))
-    opens = folded[br] == 123
+    # the brackets: [ ] { } are the bytes 0x59 | (any of 0x02, 0x04, 0x20) but Y _ y DEL (one mask, then sorted out)
+    cand = np.flatnonzero((b & 0xD9) == 0x59)
+    folded = b[cand] | 0x20                 # folds [ ] onto { }
+    is_br = (folded == 123) | (folded == 125)
+    br = cand[is_br]
+    opens = folded[is_br] == 123
     outside = np.searchsorted(q, br) % 2 == 0
     if not outside.any():
         return 0
