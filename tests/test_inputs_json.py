@@ -88,3 +88,35 @@ def test_surrogate_pairs_and_escaped_text_are_text(text):
 def test_lone_surrogates_refused(text):
     with pytest.raises(inputs.JSONLimitError, match="lone UTF-16 surrogate"):
         inputs.loads(text)
+
+
+def test_the_collector_is_paused_only_while_values_are_built():
+    """collector_paused: the cyclic collector off inside (where it ran) and back on after, even on an
+    error; left off where the caller had turned it off; a cycle made inside is collected after."""
+    import gc
+    import weakref
+
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        with inputs.collector_paused():
+            assert not gc.isenabled()
+            raise ValueError("x")
+    assert gc.isenabled()
+
+    class Node:
+        pass
+
+    with inputs.collector_paused():
+        a, b = Node(), Node()
+        a.other, b.other = b, a
+        ref = weakref.ref(a)
+        del a, b
+    gc.collect()
+    assert ref() is None
+    gc.disable()
+    try:
+        with inputs.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

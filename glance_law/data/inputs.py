@@ -25,6 +25,8 @@ documented in ``docs/security.md``.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import json
 import math
 import os
@@ -324,23 +326,18 @@ def _quick_depth(data: bytes) -> int | None:
     an unterminated string, or an escaped quote outside every string (neither is valid JSON)."""
     b = np.frombuffer(data, np.uint8)
     q = np.flatnonzero(b == _QUOTE)
-    esc_at = (q > 0) & (b[np.maximum(q - 1, 0)] == _BACKSLASH)      # a quote after a backslash
-    if esc_at.any():
-        longer = np.flatnonzero(esc_at & (q > 1) & (b[np.maximum(q - 2, 0)] == _BACKSLASH))  # runs of 2 or more
-        if longer.size:
-            even = np.fromiter((not _odd_run(data, int(p)) for p in q[longer]), dtype=bool, count=longer.size)
-            esc_at[longer[even]] = False
-    esc = q[esc_at]
+    esc = q[(q > 0) & (b[np.maximum(q - 1, 0)] == _BACKSLASH)]
     if esc.size:
-        q = q[~esc_at]
+        longer = esc[(esc > 1) & (b[np.maximum(esc - 2, 0)] == _BACKSLASH)]     # runs of 2 or more: counted
+        if longer.size:
+            even = np.fromiter((not _odd_run(data, int(p)) for p in longer), dtype=bool, count=longer.size)
+            esc = np.setdiff1d(esc, longer[even], assume_unique=True)
+        q = np.setdiff1d(q, esc, assume_unique=True)
     if q.size % 2 or (esc.size and (np.searchsorted(q, esc) % 2 == 0).any()):
         return None
-    # the brackets: [ ] { } are the bytes 0x59 | (any of 0x02, 0x04, 0x20) but Y _ y DEL (one mask, then sorted out)
-    cand = np.flatnonzero((b & 0xD9) == 0x59)
-    folded = b[cand] | 0x20                 # folds [ ] onto { }
-    is_br = (folded == 123) | (folded == 125)
-    br = cand[is_br]
-    opens = folded[is_br] == 123
+    folded = b | 0x20                       # folds [ ] onto { }
+    br = np.flatnonzero((folded == 123) | (folded == 125))
+    opens = folded[br] == 123
     outside = np.searchsorted(q, br) % 2 == 0
     if not outside.any():
         return 0
@@ -371,6 +368,22 @@ def _blanked_depth(data: bytes) -> int:
     return best
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector paused (where it runs) while a bulk of acyclic values is
+    built and dropped: parsed JSON, the records an importer reads. Its passes would otherwise walk
+    every object of a growing parse again and again; reference counting still frees them all, and
+    a cycle made meanwhile is collected once it resumes."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def loads(data):
     """``json.loads`` within the bounds: :class:`JSONLimitError` (a ``ValueError``, like a
     syntax error) for nesting deeper than :data:`MAX_JSON_DEPTH` or a lone surrogate."""
@@ -379,7 +392,8 @@ def loads(data):
     if deep and json_depth(raw) > MAX_JSON_DEPTH:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        obj = json.loads(data)
+        with collector_paused():            # a parse makes no reference cycles
+            obj = json.loads(data)
     except RecursionError:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     if _maybe_lone(raw):

@@ -38,7 +38,7 @@ from glance_law.data.importers.common import (
     realkey,
     supported_line,
 )
-from glance_law.data.inputs import check_regular
+from glance_law.data.inputs import check_regular, collector_paused
 from glance_law.data.tables import LogError
 from glance_law.data.tasks import NO_TASK
 from glance_law.errors import GlanceError
@@ -200,6 +200,11 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
 
 
 def _import_one(path, format, horizon, skip_bad, task, chain):
+    with collector_paused():        # the file's records are dropped (on return) before it resumes
+        return _import_records(path, format, horizon, skip_bad, task, chain)
+
+
+def _import_records(path, format, horizon, skip_bad, task, chain):
     raw = open_bytes(path)
     fmt = format or detect_format(path, raw)
     if fmt not in FORMATS and fmt != QUESTIONS:

@@ -427,7 +427,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         flat_a = np.array(list(chain.from_iterable(v for v in answers.values if v is not None)), dtype=np.int64)
     _check_horizon(f, flat_a, any(v is not None for v in answers.values))
     P, turns, nan_wall = _prompt_rows(f.base, answers)
-    cols = _round_columns(f, answers, flat_a, turns) if turns[0] else None
+    cols = _round_columns(f, answers, flat_a, turns) if len(turns[0]) else None
     _file_notes(f, tally, nan_wall, cols)
     rounds, prompts = _tables(f, P, turns, cols)
     return FileResult(str(f.path), "spec-bench", rounds, prompts, f.notes, _run(f))
@@ -445,8 +445,9 @@ def _open_file(path, lines, horizon) -> _File:
         raise LogError(path, "no answer records (objects with a 'choices' list)",
                        "pass the model_answer/*.jsonl files Spec-Bench writes")
     base = run_base(path)
-    model_ids = Counter(str(r["model_id"]) for _, r in recs if r.get("model_id") not in (None, ""))
-    no_model = sum(1 for _, r in recs if r.get("model_id") in (None, ""))
+    given = [m for m in (r.get("model_id") for _, r in recs) if m is not None and m != ""]
+    model_ids = Counter(map(str, given))
+    no_model = len(recs) - len(given)
     qcat = _questions(path)
     if qcat:
         asked = {str(r.get("question_id")) for _, r in recs}
@@ -541,7 +542,7 @@ def _read_plain(f: _File, task):
     t.no_cat = sum(c is None for c in cats)
     tasks = [str(c) if c is not None else (task or NO_TASK) for c in cats]
     wts = [w if isinstance(w, list) else _nums(w) for w in (c.get("wall_time") for c in cs)]
-    tids = [list(range(len(d))) for d in ds]
+    tids = [range(len(d)) for d in ds]          # turn ids (no turn left out)
     answers = _Answers(runs, [0] * len(qids), qids, tasks, al, ds, tids, nt, wts, [i for i, _ in f.recs])
     return answers, t, flat
 
@@ -790,11 +791,31 @@ def _prompt_rows(base: str, A: _Answers):
          "turn_tokens": [nt if len(nt) == len(ds) else None for nt, ds in zip(A.nt, A.lens)],
          "turn_rounds": A.lens,                                       # seconds, negatives: see _list_column
          "turn_ms": [wt if o and len(wt) == len(ds) else None for wt, o, ds in zip(A.wt, ok, A.lens)]}
+    return P, _round_turns(A), nan_wall
+
+
+def _round_turns(A: _Answers) -> tuple:
+    """The turns that hold rounds, as arrays (steps, turn id, answer index, new_tokens or -1), one
+    per turn of the answers with values, turns of no steps left out; flattened over the answers at
+    once (per turn where a count is beyond 64 bits)."""
     sel = [j for j, v in enumerate(A.values) if v is not None]
-    per = [(d, t, j, int(A.nt[j][i]) if i < len(A.nt[j]) else -1)
-           for j in sel for i, (t, d) in enumerate(zip(A.tids[j], A.lens[j])) if d]
-    turns = tuple(map(list, zip(*per))) if per else ([], [], [], [])
-    return P, turns, nan_wall
+    lens = [A.lens[j] for j in sel]
+    nts = [A.nt[j] for j in sel]
+    per = np.fromiter(map(len, lens), dtype=np.int64, count=len(lens))
+    n = int(per.sum())
+    try:
+        d = np.fromiter(chain.from_iterable(lens), dtype=np.int64, count=n)
+        want = (np.fromiter(chain.from_iterable(nts), dtype=np.int64, count=n)
+                if all(len(x) == k for x, k in zip(nts, per.tolist())) else None)
+    except OverflowError:
+        d = None
+    if d is None or want is None:
+        rows = [(d, t, j, int(A.nt[j][i]) if i < len(A.nt[j]) else -1)
+                for j in sel for i, (t, d) in enumerate(zip(A.tids[j], A.lens[j])) if d]
+        return tuple(np.asarray(c) for c in zip(*rows)) if rows else tuple(np.zeros(0, np.int64) for _ in range(4))
+    keep = d != 0
+    tids = np.fromiter(chain.from_iterable(A.tids[j] for j in sel), dtype=np.int64, count=n)
+    return d[keep], tids[keep], np.repeat(np.asarray(sel, dtype=np.int64), per)[keep], want[keep]
 
 
 def _round_columns(f: _File, answers: _Answers, v: np.ndarray, turns) -> dict:
@@ -802,7 +823,7 @@ def _round_columns(f: _File, answers: _Answers, v: np.ndarray, turns) -> dict:
     order): accepted, position, round, the output-ending flag and the drafted horizon; plus the
     rounds per answer and the turns whose new_tokens differ from their values' sum."""
     lens, tturn, ans_of_turn, tok_want = turns
-    n_total = int(sum(lens))
+    n_total = int(np.sum(lens))
     lens_a = np.asarray(lens, dtype=np.int64)
     tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
     acc = v - 1
@@ -821,7 +842,8 @@ def _round_columns(f: _File, answers: _Answers, v: np.ndarray, turns) -> dict:
     else:
         hor = np.full(n_total, int(f.spec), dtype=np.int64)
     return {"n": n_total, "acc": acc, "pos": pos, "end": end, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
-            "turn": np.repeat(np.asarray(tturn, dtype=np.int16), lens_a), "tok_mismatch": tok_mismatch}
+            "turn": np.repeat(np.asarray(np.asarray(tturn).tolist(), dtype=np.int16), lens_a),
+            "tok_mismatch": tok_mismatch}
 
 
 def _sps_next(h: int, a: int) -> int:
@@ -915,6 +937,13 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     """The rounds table (None without per-step values) and the prompt table, strings
     dictionary-encoded once per column (for the rounds and the prompts alike)."""
     enc: dict = {}
+    zeros: dict = {}
+
+    def zero(n):
+        """n codes 0 (one buffer for every column of one value)."""
+        if n not in zeros:
+            zeros[n] = pa.array(np.zeros(n, np.int32))
+        return zeros[n]
 
     def cat(name, idx):
         """P[name] per answer, each repeated ``idx`` times, as a dictionary array."""
@@ -922,24 +951,27 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
             d = pa.array(P[name], pa.string()).dictionary_encode()
             enc[name] = (d.indices.to_numpy(), d.dictionary)
         codes, dictionary = enc[name]
-        codes = np.zeros(int(idx.sum()), np.int32) if len(dictionary) == 1 else np.repeat(codes, idx)
-        return pa.DictionaryArray.from_arrays(pa.array(codes), dictionary)
+        codes = zero(int(idx.sum())) if len(dictionary) == 1 else pa.array(np.repeat(codes, idx))
+        return pa.DictionaryArray.from_arrays(codes, dictionary)
 
     def const(value, n):
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
+        return pa.DictionaryArray.from_arrays(zero(n), pa.array([value], pa.string()))
 
     drafter_name = "ar" if f.spec == 0 else f.drafter
     rounds = None
     if cols is not None:
-        n, a_rounds, acc, hor = cols["n"], cols["a_rounds"], cols["acc"], cols["hor"]
+        n, a_rounds, end = cols["n"], cols["a_rounds"], cols["end"]
+        acc, hor = cols["acc"].astype(np.int16), cols["hor"].astype(np.int16)
+        ends = hor.copy()
+        ends[end] = acc[end]              # an output-ending round: horizon = accepted
         rounds = pa.table({
             "run_id": cat("run_id", a_rounds), "task": cat("task", a_rounds),
             "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"].astype(np.int32),
             "root_entropy": pa.nulls(n, pa.float32()),            # not measured by this format
-            "accepted": acc.astype(np.int16), "horizon": np.where(cols["end"], acc, hor).astype(np.int16),
+            "accepted": acc, "horizon": ends,
             "drafter": const(drafter_name, n), "target": const(f.target, n),
             "position": cols["pos"].astype(np.int32), "turn": cols["turn"],
-            "ends_output": cols["end"], "drafted_horizon": hor.astype(np.int16),
+            "ends_output": end, "drafted_horizon": hor,
         })
     ones = np.ones(len(P["run_id"]), dtype=np.int64)
     try:
