@@ -12,6 +12,7 @@ import json
 import math
 import os
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -398,6 +399,12 @@ def test_reader_bounds_in_process(tmp_path):
     f.write_bytes(b"\n\n  \n" + b'{"a": 1}\n' + b"\n" * 5 + b'{"b": "[[[["}')
     text = inputs.read_text(f)
     assert text.split(b"\n") == [b'{"a": 1}', b'{"b": "[[[["}'] and (text.lineno(1), text.lineno(2)) == (4, 10)
+    rng = np.random.default_rng(4)
+    lines = [b"\n" * int(rng.integers(0, 3)) + b'{"i": %d}' % i for i in range(40)]
+    f.write_bytes(b"\n".join(lines))
+    text = inputs.read_text(f)
+    assert text.linenos(40) == [text.lineno(i) for i in range(1, 41)]
+    assert text.lineno(40) > 40            # blank lines dropped: the numbers shift
     assert inputs.json_depth(b'[{"a": "]]]]"}, [[1]]]') == 3
     with pytest.raises(inputs.JSONLimitError):
         inputs.loads("[" * 65 + "]" * 65)

@@ -118,6 +118,41 @@ def test_sps_contradiction_refused_unless_horizon(tmp_path):
     assert r["drafted_horizon"].tolist() == [5, 7, 9] and r["horizon"].tolist() == [5, 7, 1]
 
 
+def test_sps_schedule_over_a_file_is_the_per_turn_schedule(tmp_path):
+    """The file-wide schedule (every turn starts afresh at 5) gives sps_schedule of each turn on its
+    own; a contradiction is refused naming how many turns contradict it and the first one."""
+    sps = "vicuna-7b-v1.3-sps-68m-float16-temp-0.0"
+    rng = np.random.default_rng(2)
+    recs, want = [], []
+    for q in range(12):
+        steps, al = [], []
+        for _t in range(int(rng.integers(1, 4))):
+            seq, h = [], 5
+            for _ in range(int(rng.integers(1, 9))):
+                a = int(h if rng.random() < 0.4 else rng.integers(0, h + 1))
+                seq.append(a)
+                h = h + 2 if a == h else max(1, h - 1)
+            want += sps_schedule(np.array(seq))[0].tolist()
+            steps.append(len(seq))
+            al += [a + 1 for a in seq]
+        recs.append(answer(q, "qa", steps, al, [sum(al)], [0.1], model=sps))
+    f = write_jsonl(tmp_path / "s.jsonl", recs)
+    assert import_logs(f).rounds["drafted_horizon"].tolist() == want
+    # turn 1 of question 3 and turn 0 of question 7 accept more than the schedule drafts
+    bad = [dict(r, choices=[dict(r["choices"][0])]) for r in recs]
+    for q, t in ((7, 0), (3, 1)):
+        c = bad[q]["choices"][0]
+        if len(c["decoding_steps"]) <= t:
+            c["decoding_steps"] = c["decoding_steps"] + [1]
+            c["accept_lengths"] = c["accept_lengths"] + [1]
+        start = sum(c["decoding_steps"][:t])
+        c["accept_lengths"] = c["accept_lengths"][:start] + [9] + c["accept_lengths"][start + 1:]
+    g = write_jsonl(tmp_path / "bad.jsonl", bad)
+    with pytest.raises(LogError, match=r"contradicted in 2 turn\(s\) \(first: question_id 3 \(line 4\), turn 1, "
+                                       r"step 0: accepted 8 > reconstructed draft length 5\)"):
+        import_logs(g)
+
+
 def test_unknown_method_refused_with_the_fix(tmp_path):
     f = write_jsonl(tmp_path / "m.jsonl", [answer(1, "qa", [1], [3], [3], [0.1], model="vicuna-7b-lookahead-fp16")])
     with pytest.raises(LogError, match="no fixed horizon in the method table.*--horizon lookahead=L"):
@@ -501,6 +536,62 @@ def test_run_separation_helpers_match_a_row_by_row_reading():
     fast = imp._relabel(const, "eagle", "eagle [b]").column("drafter")
     slow = const.column("drafter").cast(pa.string()).dictionary_encode()      # what re-encoding the rows gives
     assert fast.type == slow.type and fast.to_pylist() == ["eagle [b]"] * 7 and imp._distinct(const, ("drafter",)) == {("eagle",)}
+
+
+def test_with_categories_matches_a_row_by_row_reading():
+    """with_categories (decided on the columns' dictionaries) against reading every row: a row takes
+    its question's category only where its task is 'unknown' and the question file holds its
+    prompt_id; dictionary and plain text columns, several chunks, nulls; no hit: the same result."""
+    import pyarrow as pa
+
+    from glance_law.data import importers as imp
+    from glance_law.data.importers.common import FileResult
+
+    rng = np.random.default_rng(5)
+    cats = {str(i): f"cat{i % 3}" for i in range(0, 30, 2)}
+
+    def part(n, dict_enc):
+        task = [None if rng.random() < 0.1 else str(rng.choice(["unknown", "math", "qa"])) for _ in range(n)]
+        pid = [None if rng.random() < 0.1 else str(rng.integers(0, 40)) for _ in range(n)]
+        t = pa.table({"task": pa.array(task, pa.string()), "prompt_id": pa.array(pid, pa.string())})
+        return pa.table({k: t.column(k).dictionary_encode() for k in t.column_names}) if dict_enc else t
+
+    for t in (part(60, True), pa.concat_tables([part(30, True), part(25, True)]), part(50, False)):
+        rows = list(zip(t.column("task").to_pylist(), t.column("prompt_id").to_pylist()))
+        want = [cats.get(p, x) if x == "unknown" and p is not None else x for x, p in rows]
+        taken = {p for x, p in rows if x == "unknown" and p in cats}
+        notes: list = []
+        res = imp.with_categories(FileResult("f", "spec-bench", t, None), cats, notes)
+        assert res.rounds.column("task").to_pylist() == want
+        assert res.rounds.schema.field("task").type == t.schema.field("task").type
+        assert bool(notes) == bool(taken)
+        none = imp.with_categories(FileResult("f", "spec-bench", t, None), {"99": "x"}, [])
+        assert none.rounds is t
+
+
+def test_plain_values_checked_without_a_type_per_value_when_the_text_holds_no_true(tmp_path):
+    """Lines.without_true and _plain_ints: with no JSON true in the text, the sum and the conversion
+    refuse what the per-value type check refuses; a true among the values is still refused (and its
+    answer left out with a note, like a string or a fraction)."""
+    from glance_law.data.importers.common import Lines
+    from glance_law.data.importers.spec_bench import _plain_ints
+
+    cases = [[[1, 2], [3]], [[1, 2.0]], [[1, "2"]], [[1, None]], [[1, False]], [[1, 2 ** 64]], [[1, [2]]],
+             [[1, {"a": 1}]], [[1.5]], [[]], [[1], []], [["x"]], [[float("nan")]], [[0, 2]]]
+    for lists in cases:
+        fast, slow = _plain_ints(lists, True), _plain_ints(lists, False)
+        assert (fast is None) == (slow is None), lists
+        assert fast is None or fast.tolist() == slow.tolist()
+    assert _plain_ints([[1, True]], False) is None
+    holds = [b'{"a": [1, true]}', b'{"a":true}', b'true', b'{"a": [1,\n  true]}', b'{"t": "x, true"}']
+    free = [b'{"t": "it is true"}', b'{"a": [1, 2], "t": "true"}', b'{"untrue": 1}', b'']
+    assert not any(Lines("f", [], [], t).without_true() for t in holds)
+    assert all(Lines("f", [], [], t).without_true() for t in free) and not Lines("f", [], []).without_true()
+    recs = [answer(1, "qa", [2], [2, 1], [3], [0.1]), answer(2, "qa", [2], [1, 1], [2], [0.1])]
+    recs[1]["choices"][0]["accept_lengths"] = [1, True]
+    imp = import_logs(write_jsonl(tmp_path / "t.jsonl", recs))
+    assert imp.prompts["prompt_id"].astype(str).tolist() == ["1"]
+    assert any("True is not an integer" in n and "question_id 2" in n for n in imp.notes)
 
 
 def test_an_accept_length_beyond_64_bits_is_left_out_with_a_note(tmp_path):

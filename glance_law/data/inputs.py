@@ -25,6 +25,8 @@ documented in ``docs/security.md``.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import json
 import math
 import os
@@ -101,6 +103,15 @@ class Text(bytes):
         idx, shift = self._at
         k = bisect.bisect_right(idx, i) - 1
         return i + (shift[k] if k >= 0 else 0)
+
+    def linenos(self, n: int) -> list:
+        """:meth:`lineno` of the first ``n`` lines (1..n) at once."""
+        idx, shift = self._at
+        if not idx:
+            return list(range(1, n + 1))
+        i = np.arange(1, n + 1)
+        k = np.searchsorted(np.asarray(idx, dtype=np.int64), i, side="right") - 1
+        return (i + np.where(k >= 0, np.asarray(shift, dtype=np.int64)[np.maximum(k, 0)], 0)).tolist()
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -357,6 +368,22 @@ def _blanked_depth(data: bytes) -> int:
     return best
 
 
+@contextlib.contextmanager
+def collector_paused():
+    """Python's cyclic garbage collector paused (where it runs) while a bulk of acyclic values is
+    built and dropped: parsed JSON, the records an importer reads. Its passes would otherwise walk
+    every object of a growing parse again and again; reference counting still frees them all, and
+    a cycle made meanwhile is collected once it resumes."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def loads(data):
     """``json.loads`` within the bounds: :class:`JSONLimitError` (a ``ValueError``, like a
     syntax error) for nesting deeper than :data:`MAX_JSON_DEPTH` or a lone surrogate."""
@@ -365,7 +392,8 @@ def loads(data):
     if deep and json_depth(raw) > MAX_JSON_DEPTH:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        obj = json.loads(data)
+        with collector_paused():            # a parse makes no reference cycles
+            obj = json.loads(data)
     except RecursionError:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
     if _maybe_lone(raw):

@@ -38,7 +38,7 @@ from glance_law.data.importers.common import (
     realkey,
     supported_line,
 )
-from glance_law.data.inputs import check_regular
+from glance_law.data.inputs import check_regular, collector_paused
 from glance_law.data.tables import LogError
 from glance_law.data.tasks import NO_TASK
 from glance_law.errors import GlanceError
@@ -200,6 +200,11 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
 
 
 def _import_one(path, format, horizon, skip_bad, task, chain):
+    with collector_paused():        # the file's records are dropped (on return) before it resumes
+        return _import_records(path, format, horizon, skip_bad, task, chain)
+
+
+def _import_records(path, format, horizon, skip_bad, task, chain):
     raw = open_bytes(path)
     fmt = format or detect_format(path, raw)
     if fmt not in FORMATS and fmt != QUESTIONS:
@@ -293,21 +298,17 @@ def with_categories(res: FileResult, cats: Mapping, notes: list[str]) -> FileRes
     import pyarrow as pa
 
     def relabel(table):
-        if table is None or "task" not in table.column_names or "prompt_id" not in table.column_names:
+        hit = _category_hits(table, cats)
+        if hit is None:
             return table, 0
-        task = table.column("task").to_pandas().astype(str)
-        pid = table.column("prompt_id").to_pandas().astype(str)
-        new = pid.map(cats)
-        hit = (task == NO_TASK) & new.notna()
-        if not hit.any():
-            return table, 0
-        col = pa.array(task.where(~hit, new).tolist(), type=pa.string())
+        values, pids = hit
+        col = pa.array(values, type=pa.string())
         typ = table.schema.field("task").type
         col = col.dictionary_encode() if pa.types.is_dictionary(typ) else col.cast(typ)
         if pa.types.is_dictionary(typ) and col.type != typ:
             col = col.cast(typ)
         i = table.column_names.index("task")
-        return table.set_column(i, table.schema.field("task").with_type(col.type), col), int(pid[hit].nunique())
+        return table.set_column(i, table.schema.field("task").with_type(col.type), col), pids
 
     rounds, _ = relabel(res.rounds)
     prompts, n = relabel(res.prompts)
@@ -316,6 +317,44 @@ def with_categories(res: FileResult, cats: Mapping, notes: list[str]) -> FileRes
     notes.append(f"{res.path}: {n} answer(s) without a category take it from the question file given among the "
                  "inputs (by question_id)")
     return replace(res, rounds=rounds, prompts=prompts)
+
+
+def _codes(col):
+    """(per-row dictionary codes, -1 for a null; the dictionary's values) of a text column."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    col = pa.table({"c": col}).unify_dictionaries().column("c")
+    if not col.num_chunks:
+        return np.zeros(0, np.int64), []
+    codes = [pc.fill_null(c.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64) for c in col.chunks]
+    return np.concatenate(codes), col.chunk(0).dictionary.to_pylist()
+
+
+def _category_hits(table, cats: Mapping):
+    """For :func:`with_categories`: None when no row of ``table`` has task ``unknown`` and a
+    prompt_id that ``cats`` holds; else (every row's task with those taken from ``cats``, the
+    number of distinct prompt ids taken). Decided on the columns' dictionaries, so a table with
+    no such row costs no Python object per row."""
+    import numpy as np
+    if table is None or "task" not in table.column_names or "prompt_id" not in table.column_names:
+        return None
+    tcodes, tvals = _codes(table.column("task"))
+    unknown = [i for i, v in enumerate(tvals) if v is not None and str(v) == NO_TASK]
+    if not unknown:
+        return None
+    pcodes, pvals = _codes(table.column("prompt_id"))
+    new = [None if v is None else cats.get(str(v)) for v in pvals]
+    new = [None if x is None or (isinstance(x, float) and x != x) else x for x in new]
+    known = np.array([x is not None for x in new] + [False], dtype=bool)      # [-1]: a null prompt_id
+    hit = np.isin(tcodes, unknown) & known[pcodes]
+    if not hit.any():
+        return None
+    values = np.array([None if v is None else str(v) for v in tvals] + [None], dtype=object)[tcodes]
+    values[hit] = np.array(new + [None], dtype=object)[pcodes[hit]]
+    return values.tolist(), len({str(pvals[c]) for c in np.unique(pcodes[hit]).tolist()})
 
 
 #: Prefix of the notes that say which runs the analyses keep apart or pool (the CLIs print them).

@@ -71,6 +71,24 @@ class Lines:
     path: str
     records: list            # (line number, object)
     bad: list                # (line number, message)
+    text: bytes | None = field(default=None, repr=False)   # the text the records were parsed from
+
+    def without_true(self) -> bool:
+        """Whether no record can hold a JSON ``true``: no ``true`` in :attr:`text` follows ``[``, ``,`` or
+        ``:`` (blanks between skipped), as every value inside an object or array does. False when the
+        text is not kept. A ``true`` inside a string may make it False, never a real one True."""
+        raw = self.text
+        if raw is None:
+            return False
+        i = raw.find(b"true")
+        while i >= 0:
+            j = i - 1
+            while j >= 0 and raw[j] in b" \t\r\n":
+                j -= 1
+            if j < 0 or raw[j] in b"[,:":
+                return False
+            i = raw.find(b"true", i + 4)
+        return True
 
 
 _SSE_FIELDS = (b"event:", b"id:", b"retry:", b":")
@@ -105,25 +123,26 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
     path = str(path)
     if is_sse(raw):
         return _read_lines(path, raw, skip_bad, sse_payload)
-    stripped = raw.lstrip()
-    if stripped[:1] == b"[":
+    edges = raw[:1].isspace() or raw[-1:].isspace()       # else no copy of the text is stripped
+    if (raw.lstrip()[:1] if edges else raw[:1]) == b"[":
         try:
             data = inputs.loads(raw)
-            return Lines(path, [(_lineno(raw, 1), d) for d in data], [])
+            return Lines(path, [(_lineno(raw, 1), d) for d in data], [], raw)
         except inputs.JSONLimitError as exc:
             raise LogError(path, f"line {_lineno(raw, 1)}: not valid JSON ({exc})",
                            "repair the file; glance-law reads JSON nested at most "
                            f"{inputs.MAX_JSON_DEPTH} levels deep") from None
         except ValueError:
             pass  # not one array: fall through to lines
-    body = raw.strip()
+    body = raw.strip() if edges else raw
     if body[:1] == b"{":
         # fast path: every line one object, no blank or corrupt line -> one JSON array parse
         # (any problem, a bound included, falls through to the line-by-line parse, which finds
         # and numbers it)
         try:
-            data = inputs.loads(b"[" + body.replace(b"\n", b",") + b"]")
-            return Lines(path, [(_lineno(raw, i), d) for i, d in enumerate(data, 1)], [])
+            data = inputs.loads(b"".join((b"[", body.replace(b"\n", b","), b"]")))
+            at = raw.linenos(len(data)) if isinstance(raw, inputs.Text) else range(1, len(data) + 1)
+            return Lines(path, list(zip(at, data)), [], raw)
         except ValueError:
             pass
     return _read_lines(path, raw, skip_bad, None)
@@ -149,7 +168,7 @@ def _read_lines(path: str, raw: bytes, skip_bad: bool, payload) -> Lines:
                                "repair or delete that line, or pass --skip-bad (skip_bad=True) to skip "
                                "corrupt lines and list them") from None
             bad.append((i, what))
-    return Lines(path, recs, bad)
+    return Lines(path, recs, bad, raw)
 
 
 # --------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import accumulate, chain
 from pathlib import Path
 
 import numpy as np
@@ -364,6 +364,7 @@ class _File:
     spec: object
     qcat: dict
     recs: list
+    no_true: bool = False        # no JSON true in the file's text (Lines.without_true)
 
 
 @dataclass
@@ -388,6 +389,33 @@ class _Tally:
     zero_tokens: int = 0
 
 
+@dataclass
+class _Answers:
+    """The usable choices of a file, column by column (one entry per choice, in file order): the run
+    (1, 2, ... for a question id's repeats), the choice index, question id, task, values (ints; None:
+    per-turn counts only), steps per turn, turn ids, new_tokens, wall_time and line number."""
+
+    run: list
+    choice: list
+    qid: list
+    task: list
+    values: list
+    lens: list
+    tids: list
+    nt: list
+    wt: list
+    lineno: list
+
+    @classmethod
+    def from_rows(cls, rows: list) -> _Answers:
+        """From one tuple per choice, in the order of the columns."""
+        return cls(*([list(c) for c in zip(*rows)] if rows else [[] for _ in range(10)]))
+
+    @property
+    def n(self) -> int:
+        return len(self.qid)
+
+
 def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     """One Spec-Bench answer file: its rounds (one per ``accept_lengths`` entry), its prompt rows
     (one per answer, with the per-turn counts) and the notes (see the module docstring)."""
@@ -396,10 +424,10 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     _answer_notes(f, tally, answers, task)
     _check_token_idxs(f, answers)
     if flat_a is None:                  # every answer's values, in order
-        flat_a = np.array(list(chain.from_iterable(a[3] for a in answers if a[3] is not None)), dtype=np.int64)
-    _check_horizon(f, flat_a, any(a[3] is not None for a in answers))
+        flat_a = np.array(list(chain.from_iterable(v for v in answers.values if v is not None)), dtype=np.int64)
+    _check_horizon(f, flat_a, any(v is not None for v in answers.values))
     P, turns, nan_wall = _prompt_rows(f.base, answers)
-    cols = _round_columns(f, answers, flat_a, turns) if turns[0] else None
+    cols = _round_columns(f, answers, flat_a, turns) if len(turns[0]) else None
     _file_notes(f, tally, nan_wall, cols)
     rounds, prompts = _tables(f, P, turns, cols)
     return FileResult(str(f.path), "spec-bench", rounds, prompts, f.notes, _run(f))
@@ -417,8 +445,9 @@ def _open_file(path, lines, horizon) -> _File:
         raise LogError(path, "no answer records (objects with a 'choices' list)",
                        "pass the model_answer/*.jsonl files Spec-Bench writes")
     base = run_base(path)
-    model_ids = Counter(str(r["model_id"]) for _, r in recs if r.get("model_id") not in (None, ""))
-    no_model = sum(1 for _, r in recs if r.get("model_id") in (None, ""))
+    given = [m for m in (r.get("model_id") for _, r in recs) if m is not None and m != ""]
+    model_ids = Counter(map(str, given))
+    no_model = len(recs) - len(given)
     qcat = _questions(path)
     if qcat:
         asked = {str(r.get("question_id")) for _, r in recs}
@@ -442,19 +471,80 @@ def _open_file(path, lines, horizon) -> _File:
                                      method, "*"))
     table = METHODS.get(method) if method else None
     spec = int(override) if override is not None else table
-    return _File(path, notes, base, model_id, target, method, drafter, override, spec, qcat, recs)
+    return _File(path, notes, base, model_id, target, method, drafter, override, spec, qcat, recs,
+                 lines.without_true())
 
 
-def _read_answers(f: _File, task) -> tuple[list, _Tally, np.ndarray | None]:
-    """Per usable choice: ((run k, choice), question id, task, values | None, steps per turn, turn
-    ids, new_tokens, wall_time, line). Choices left out are counted in the tally. The values are
-    checked to be plain ints >= 1 once for the whole file; where one is not, the file is read again
-    checking every choice on its own (which leaves that choice out or reads it the general way).
-    Third: the answers' values concatenated, when that check already made them (else None)."""
-    got = _read_all(f, task, False)
+def _read_answers(f: _File, task) -> tuple[_Answers, _Tally, np.ndarray | None]:
+    """The usable choices (:class:`_Answers`); choices left out are counted in the tally. A file of
+    plain answers is read column by column (:func:`_read_plain`); any other answer by answer, the
+    values checked to be plain ints >= 1 once for the whole file; where one is not, the file is read
+    again checking every choice on its own (which leaves that choice out or reads it the general
+    way). Third: the answers' values concatenated, when that check already made them (else None)."""
+    got = _read_plain(f, task)
+    if got is None:
+        got = _read_all(f, task, False)
     if got is None:
         got = _read_all(f, task, True) + (None,)
     return got
+
+
+def _turn_list(turns) -> list:
+    return turns if isinstance(turns, list) else ([] if turns is None else [turns])
+
+
+def _is_error(x) -> bool:
+    """Whether a turn's text is ``"ERROR"`` (blanks around it allowed); tested on its first
+    characters before any copy is made."""
+    return isinstance(x, str) and (x[:5] == "ERROR" or x[:1].isspace()) and x.strip() == "ERROR"
+
+
+def _read_plain(f: _File, task):
+    """:func:`_read_answers` column by column (no Python call per answer) for the file Spec-Bench
+    writes: one choice per answer, each with a question id, flat lists of plain ints in
+    ``accept_lengths`` (not empty), ``decoding_steps`` (summing to its length) and ``new_tokens``,
+    no ``idxs``, no 'ERROR' turn, every value >= 1. None when any answer is not that case: the
+    answer-by-answer reading then gives the same result for those answers and the notes for the rest."""
+    rs = [r for _, r in f.recs]
+    chs = [r["choices"] for r in rs]
+    if any(len(ch) != 1 for ch in chs):
+        return None
+    cs = [ch[0] for ch in chs]
+    if any(type(c) is not dict or "idxs" in c for c in cs):
+        return None
+    al = [c.get("accept_lengths") for c in cs]
+    ds = [c.get("decoding_steps") for c in cs]
+    nt = [c.get("new_tokens") for c in cs]
+    if not all(type(a) is list and a for a in al) or any(type(x) is not list for x in chain(ds, nt)):
+        return None
+    if not set(map(type, chain.from_iterable(ds))) <= _INT or not set(map(type, chain.from_iterable(nt))) <= _INT:
+        return None
+    if list(map(sum, ds)) != list(map(len, al)):
+        return None
+    qs = [r.get("question_id") for r in rs]
+    turns = [_turn_list(c.get("turns")) for c in cs]
+    if any(q is None for q in qs) or any(_is_error(x) for ts in turns for x in ts):
+        return None
+    flat = _plain_ints(al, f.no_true)
+    if flat is None:
+        return None
+    qids = [str(q) for q in qs]
+    t = _Tally(seen=Counter(qids))
+    t.hows["steps"] = len(qids)
+    runs = [1] * len(qids)
+    if len(t.seen) < len(qids):                # repeated question ids: the k-th answer of a question is run k
+        so_far: Counter = Counter()
+        for j, q in enumerate(qids):
+            so_far[q] += 1
+            runs[j] = so_far[q]
+    cats = [r.get("category") for r in rs]
+    cats = [c if c is not None else f.qcat.get(q) for c, q in zip(cats, qids)]
+    t.no_cat = sum(c is None for c in cats)
+    tasks = [str(c) if c is not None else (task or NO_TASK) for c in cats]
+    wts = [w if isinstance(w, list) else _nums(w) for w in (c.get("wall_time") for c in cs)]
+    tids = [range(len(d)) for d in ds]          # turn ids (no turn left out)
+    answers = _Answers(runs, [0] * len(qids), qids, tasks, al, ds, tids, nt, wts, [i for i, _ in f.recs])
+    return answers, t, flat
 
 
 def _read_all(f: _File, task, check_min: bool):
@@ -495,25 +585,34 @@ def _read_all(f: _File, task, check_min: bool):
                 raw.append(got[0])
             kept = _choice_turns(f.spec, got, qid, t)
             if kept is not None:
-                answers.append(((k, ci), qid, tsk, *kept, lineno))
+                answers.append((k, ci, qid, tsk, *kept, lineno))
+    answers = _Answers.from_rows(answers)
     if check_min:
         return answers, t
-    flat = _plain_ints(raw)
+    flat = _plain_ints(raw, f.no_true)
     if flat is None:
         return None
     # the answers hold every list read, unchanged, unless an 'ERROR' turn was left out
     return answers, t, (None if t.error_turns else flat)
 
 
-def _plain_ints(lists: list) -> np.ndarray | None:
+def _plain_ints(lists: list, no_true: bool = False) -> np.ndarray | None:
     """The lists concatenated as int64 when they hold plain ints only, each in 1..2**63 - 1 (one
-    check over them all), else None."""
-    flat = list(chain.from_iterable(lists))
-    if not set(map(type, flat)) <= _INT:
+    check over them all), else None. ``no_true``: the file's text holds no JSON ``true``
+    (:meth:`Lines.without_true`), so no element needs a type check of its own: the exact sum refuses
+    strings, containers and floats, the conversion ``None`` and ints beyond 64 bits, and a ``false`` is 0."""
+    if no_true:
+        try:
+            total = sum(map(sum, lists))
+        except TypeError:
+            return None
+        if type(total) is not int:
+            return None
+    elif not set(map(type, chain.from_iterable(lists))) <= _INT:
         return None
     try:
-        arr = np.array(flat, dtype=np.int64)
-    except OverflowError:
+        arr = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
+    except (OverflowError, TypeError, ValueError):
         return None
     return None if arr.size and int(arr.min()) < 1 else arr
 
@@ -535,7 +634,7 @@ def _choice_turns(spec, got, qid: str, t: _Tally):
         t.hows[how] += 1
     # a turn whose text is "ERROR": the benchmark caught an exception there and logged stale numbers
     tids = list(range(len(lens)))
-    err = [i for i, x in enumerate(turns) if isinstance(x, str) and "ERROR" in x and x.strip() == "ERROR"]
+    err = [i for i, x in enumerate(turns) if _is_error(x)]
     if err:
         if len(turns) != len(lens):
             t.error_kept += 1
@@ -567,7 +666,7 @@ _HOW_NOTES = (("nested", "give accept_lengths as one list per turn: turns taken 
                           "Recycling's step counter skips the last step): turns of decoding_steps + 1"))
 
 
-def _answer_notes(f: _File, t: _Tally, answers: list, task) -> None:
+def _answer_notes(f: _File, t: _Tally, answers: _Answers, task) -> None:
     """The notes on what was left out or read otherwise; the refusal when no answer is usable."""
     path, notes, base = f.path, f.notes, f.base
     if t.empty:
@@ -608,23 +707,24 @@ def _answer_notes(f: _File, t: _Tally, answers: list, task) -> None:
         notes.append(f"{path}: {t.no_cat} answer(s) without a category (none in the record"
                      + (", nor in the question file beside it" if f.qcat else ", and no question.jsonl beside it")
                      + f"): task '{task or 'unknown'}'" + ("" if task else " (import with python -m glance_law.ingest --task NAME)"))
-    if not answers:
+    if not answers.n:
         raise LogError(path, f"no usable answers ({len(t.empty)} with empty accept_lengths, {len(t.mismatch)} with "
                              f"step counts that disagree, {len(t.badval)} unreadable"
                              + (f", {len(t.error_only)} with only 'ERROR' turns" if t.error_only else "") + ")",
                        "nothing to import from this file; rerun the benchmark for it or leave it out")
     runs = max(t.seen.values())
     if runs > 1:
-        sizes = Counter(a[0][0] for a in answers)
+        sizes = Counter(answers.run)
         notes.append(f"{path}: question ids repeat ({len(f.recs)} answers for {len(t.seen)} questions): split by "
                      f"order of appearance into {runs} runs ("
                      + ", ".join(f"{base}{'' if k == 1 else f'#run{k}'}: {sizes[k]}" for k in sorted(sizes))
                      + " answers)")
 
 
-def _check_token_idxs(f: _File, answers: list) -> None:
+def _check_token_idxs(f: _File, answers: _Answers) -> None:
     """Refuse idxs that count tokens, not steps (idx + 1 = new_tokens in every turn of a speculative run)."""
-    pairs = [(d, n) for a in answers if a[3] is None and len(a[6]) == len(a[4]) for d, n in zip(a[4], a[6])]
+    pairs = [(d, n) for v, ds, nt in zip(answers.values, answers.lens, answers.nt)
+             if v is None and len(nt) == len(ds) for d, n in zip(ds, nt)]
     if f.spec != 0 and f.method is not None and len(pairs) >= 3 and all(d == n for d, n in pairs):
         raise LogError(f.path, f"every turn's idx + 1 equals its new_tokens ({len(pairs)} turns), a tau of exactly 1 "
                                f"for the speculative method '{f.method}': these idxs count tokens, not decoding "
@@ -666,53 +766,64 @@ def _check_horizon(f: _File, flat_a: np.ndarray, rounds_level: bool) -> None:
                        "the data contradict the method; check model_id, or pass --horizon L for this file")
 
 
-#: The prompt table's columns as :func:`_prompt_rows` collects them (one entry per answer).
-_PROMPT_FIELDS = ("run_id", "prompt_id", "task", "new_tokens", "decode_ms", "rounds", "turns",
-                  "turn_tokens", "turn_rounds", "turn_ms")
+def _wall_sum(wt) -> float:
+    """The answer's wall time (seconds, summed exactly over its turns); NaN for a null, an overflow, inf + -inf."""
+    try:
+        return math.fsum(wt)
+    except (TypeError, OverflowError, ValueError):
+        return math.nan
 
 
-def _prompt_rows(base: str, answers: list):
+def _prompt_rows(base: str, A: _Answers):
     """The prompt rows (column -> one value per answer), the turns that hold rounds (steps, turn
-    id, answer index, new_tokens or -1, line number per turn) and the answers with an unusable wall time."""
-    P = {k: [] for k in _PROMPT_FIELDS}
-    lens, tturn, ans_of_turn, tok_want = [], [], [], []
-    nan_wall = 0
-    fsum, isfinite = math.fsum, math.isfinite
-    for j, ((k, ci), qid, tsk, v, ds, tids, nt, wt, _lineno) in enumerate(answers):
-        try:
-            wsum = fsum(wt)
-        except (TypeError, OverflowError, ValueError):    # a null wall_time; an overflow; inf + -inf
-            wsum = math.nan
-        wall_ok = bool(wt) and isfinite(wsum)
-        if wt and not wall_ok:
-            nan_wall += 1
-        P["run_id"].append(base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}"))
-        P["prompt_id"].append(qid)
-        P["task"].append(tsk)
-        P["new_tokens"].append(int(sum(nt)) if nt else None)
-        P["decode_ms"].append(wsum * 1000.0 if wall_ok else None)
-        P["rounds"].append(int(sum(ds)))
-        P["turns"].append(len(ds))
-        P["turn_rounds"].append(ds)                                   # seconds, negatives: see _list_column
-        P["turn_tokens"].append(nt if len(nt) == len(ds) else None)
-        P["turn_ms"].append(wt if wall_ok and len(wt) == len(ds) else None)
-        if v is None:
-            continue
-        for i, (t, d) in enumerate(zip(tids, ds)):
-            if d:
-                lens.append(d)
-                tturn.append(t)
-                ans_of_turn.append(j)
-                tok_want.append(int(nt[i]) if i < len(nt) else -1)
-    return P, (lens, tturn, ans_of_turn, tok_want), nan_wall
+    id, answer index, new_tokens or -1, per turn) and the answers with an unusable wall time;
+    column by column over the answers."""
+    isfinite = math.isfinite
+    wsum = [_wall_sum(wt) for wt in A.wt]
+    ok = [bool(wt) and isfinite(w) for wt, w in zip(A.wt, wsum)]
+    nan_wall = sum(1 for wt, o in zip(A.wt, ok) if wt and not o)
+    P = {"run_id": [base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
+                    for k, ci in zip(A.run, A.choice)],
+         "prompt_id": A.qid, "task": A.task,
+         "new_tokens": [int(sum(nt)) if nt else None for nt in A.nt],
+         "decode_ms": [w * 1000.0 if o else None for w, o in zip(wsum, ok)],
+         "rounds": [int(sum(ds)) for ds in A.lens], "turns": [len(ds) for ds in A.lens],
+         "turn_tokens": [nt if len(nt) == len(ds) else None for nt, ds in zip(A.nt, A.lens)],
+         "turn_rounds": A.lens,                                       # seconds, negatives: see _list_column
+         "turn_ms": [wt if o and len(wt) == len(ds) else None for wt, o, ds in zip(A.wt, ok, A.lens)]}
+    return P, _round_turns(A), nan_wall
 
 
-def _round_columns(f: _File, answers: list, v: np.ndarray, turns) -> dict:
+def _round_turns(A: _Answers) -> tuple:
+    """The turns that hold rounds, as arrays (steps, turn id, answer index, new_tokens or -1), one
+    per turn of the answers with values, turns of no steps left out; flattened over the answers at
+    once (per turn where a count is beyond 64 bits)."""
+    sel = [j for j, v in enumerate(A.values) if v is not None]
+    lens = [A.lens[j] for j in sel]
+    nts = [A.nt[j] for j in sel]
+    per = np.fromiter(map(len, lens), dtype=np.int64, count=len(lens))
+    n = int(per.sum())
+    try:
+        d = np.fromiter(chain.from_iterable(lens), dtype=np.int64, count=n)
+        want = (np.fromiter(chain.from_iterable(nts), dtype=np.int64, count=n)
+                if all(len(x) == k for x, k in zip(nts, per.tolist())) else None)
+    except OverflowError:
+        d = None
+    if d is None or want is None:
+        rows = [(d, t, j, int(A.nt[j][i]) if i < len(A.nt[j]) else -1)
+                for j in sel for i, (t, d) in enumerate(zip(A.tids[j], A.lens[j])) if d]
+        return tuple(np.asarray(c) for c in zip(*rows)) if rows else tuple(np.zeros(0, np.int64) for _ in range(4))
+    keep = d != 0
+    tids = np.fromiter(chain.from_iterable(A.tids[j] for j in sel), dtype=np.int64, count=n)
+    return d[keep], tids[keep], np.repeat(np.asarray(sel, dtype=np.int64), per)[keep], want[keep]
+
+
+def _round_columns(f: _File, answers: _Answers, v: np.ndarray, turns) -> dict:
     """The round columns, vectorised over the file (rounds are in turn order, turns in answer
     order): accepted, position, round, the output-ending flag and the drafted horizon; plus the
     rounds per answer and the turns whose new_tokens differ from their values' sum."""
     lens, tturn, ans_of_turn, tok_want = turns
-    n_total = int(sum(lens))
+    n_total = int(np.sum(lens))
     lens_a = np.asarray(lens, dtype=np.int64)
     tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
     acc = v - 1
@@ -723,7 +834,7 @@ def _round_columns(f: _File, answers: list, v: np.ndarray, turns) -> dict:
     want = np.asarray(tok_want)
     tok_mismatch = int(((want >= 0) & (np.add.reduceat(v, tstart) != want)).sum())
     ans_a = np.asarray(ans_of_turn, dtype=np.int64)
-    a_rounds = np.bincount(ans_a, weights=lens_a, minlength=len(answers)).astype(np.int64)
+    a_rounds = np.bincount(ans_a, weights=lens_a, minlength=answers.n).astype(np.int64)
     a_start = np.concatenate([[0], np.cumsum(a_rounds)[:-1]])
     rnd = np.arange(n_total) - np.repeat(a_start, a_rounds)      # per-answer values repeat
     if f.spec == "hf-heuristic":
@@ -731,36 +842,37 @@ def _round_columns(f: _File, answers: list, v: np.ndarray, turns) -> dict:
     else:
         hor = np.full(n_total, int(f.spec), dtype=np.int64)
     return {"n": n_total, "acc": acc, "pos": pos, "end": end, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
-            "turn": np.repeat(np.asarray(tturn, dtype=np.int16), lens_a), "tok_mismatch": tok_mismatch}
+            "turn": np.repeat(np.asarray(np.asarray(tturn).tolist(), dtype=np.int16), lens_a),
+            "tok_mismatch": tok_mismatch}
 
 
-def _sps_horizons(f: _File, answers: list, acc: np.ndarray, tstart: np.ndarray, turns) -> np.ndarray:
-    """Hugging Face's heuristic draft length of every round (:func:`sps_schedule`, inlined over the
-    whole file); refused when a round accepted more than the schedule drafted."""
+def _sps_next(h: int, a: int) -> int:
+    """The heuristic schedule's draft length after a round that drafted ``h`` and accepted ``a``; a
+    negative ``a`` marks a turn's last round: the next round starts a turn at :data:`SPS_START`."""
+    return SPS_START if a < 0 else (h + 2 if a == h else (h - 1 if h > 1 else 1))
+
+
+def _sps_horizons(f: _File, answers: _Answers, acc: np.ndarray, tstart: np.ndarray, turns) -> np.ndarray:
+    """Hugging Face's heuristic draft length of every round (:func:`sps_schedule` over the whole file
+    at once, each turn starting afresh); refused when a round accepted more than the schedule drafted."""
     lens, tturn, ans_of_turn, _ = turns
-    hl: list = []
-    put = hl.append
-    al = acc.tolist()
-    sched_bad = []
-    for i, (s0, d) in enumerate(zip(tstart.tolist(), lens)):
-        h, bad = SPS_START, -1
-        for x, a in enumerate(al[s0:s0 + d]):       # turns are consecutive: hl[s0 + x] is this round's
-            put(h)
-            if a > h and bad < 0:
-                bad = x
-            h = h + 2 if a == h else (h - 1 if h > 1 else 1)
-        if bad >= 0:
-            ans = answers[ans_of_turn[i]]
-            sched_bad.append((ans[1], tturn[i], bad, al[s0 + bad], hl[s0 + bad], ans[8]))
-    if sched_bad:
-        qid, t, i, a, h, lineno = sched_bad[0]
+    marked = acc.copy()
+    marked[tstart + np.asarray(lens, dtype=np.int64) - 1] = -1
+    hl = np.fromiter(accumulate(marked.tolist(), _sps_next, initial=SPS_START), dtype=np.int64,
+                     count=acc.size + 1)[:-1]
+    over = np.flatnonzero(acc > hl)
+    if over.size:
+        bad_turns, first = np.unique(np.searchsorted(tstart, over, side="right") - 1, return_index=True)
+        i, r = int(bad_turns[0]), int(over[first[0]])
+        j = ans_of_turn[i]
         raise LogError(f.path, f"the Hugging Face heuristic draft schedule (start {SPS_START}, +2 after a fully "
-                               f"accepted draft, else -1, at least 1) is contradicted in {len(sched_bad)} turn(s) "
-                               f"(first: question_id {qid} (line {lineno}), turn {t}, step {i}: accepted {a} > "
-                               f"reconstructed draft length {h})",
+                               f"accepted draft, else -1, at least 1) is contradicted in {bad_turns.size} turn(s) "
+                               f"(first: question_id {answers.qid[j]} (line {answers.lineno[j]}), turn {tturn[i]}, "
+                               f"step {r - int(tstart[i])}: accepted {int(acc[r])} > reconstructed draft length "
+                               f"{int(hl[r])})",
                        "this run did not use that schedule; pass its draft length with --horizon L (or "
                        f"horizon={{'{f.base.split('/')[-1]}': L}})")
-    return np.asarray(hl, dtype=np.int64)
+    return hl
 
 
 def _file_notes(f: _File, t: _Tally, nan_wall: int, cols: dict | None) -> None:
@@ -825,32 +937,41 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     """The rounds table (None without per-step values) and the prompt table, strings
     dictionary-encoded once per column (for the rounds and the prompts alike)."""
     enc: dict = {}
+    zeros: dict = {}
+
+    def zero(n):
+        """n codes 0 (one buffer for every column of one value)."""
+        if n not in zeros:
+            zeros[n] = pa.array(np.zeros(n, np.int32))
+        return zeros[n]
 
     def cat(name, idx):
         """P[name] per answer, each repeated ``idx`` times, as a dictionary array."""
-        if name not in enc:
-            values, index = P[name], {}
-            codes = np.fromiter((index.setdefault(x, len(index)) for x in values), dtype=np.int32, count=len(values))
-            enc[name] = (codes, pa.array(list(index), pa.string()))
+        if name not in enc:                # codes in order of first appearance, as Arrow encodes
+            d = pa.array(P[name], pa.string()).dictionary_encode()
+            enc[name] = (d.indices.to_numpy(), d.dictionary)
         codes, dictionary = enc[name]
-        codes = np.zeros(int(idx.sum()), np.int32) if len(dictionary) == 1 else np.repeat(codes, idx)
-        return pa.DictionaryArray.from_arrays(pa.array(codes), dictionary)
+        codes = zero(int(idx.sum())) if len(dictionary) == 1 else pa.array(np.repeat(codes, idx))
+        return pa.DictionaryArray.from_arrays(codes, dictionary)
 
     def const(value, n):
-        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([value], pa.string()))
+        return pa.DictionaryArray.from_arrays(zero(n), pa.array([value], pa.string()))
 
     drafter_name = "ar" if f.spec == 0 else f.drafter
     rounds = None
     if cols is not None:
-        n, a_rounds, acc, hor = cols["n"], cols["a_rounds"], cols["acc"], cols["hor"]
+        n, a_rounds, end = cols["n"], cols["a_rounds"], cols["end"]
+        acc, hor = cols["acc"].astype(np.int16), cols["hor"].astype(np.int16)
+        ends = hor.copy()
+        ends[end] = acc[end]              # an output-ending round: horizon = accepted
         rounds = pa.table({
             "run_id": cat("run_id", a_rounds), "task": cat("task", a_rounds),
             "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"].astype(np.int32),
             "root_entropy": pa.nulls(n, pa.float32()),            # not measured by this format
-            "accepted": acc.astype(np.int16), "horizon": np.where(cols["end"], acc, hor).astype(np.int16),
+            "accepted": acc, "horizon": ends,
             "drafter": const(drafter_name, n), "target": const(f.target, n),
             "position": cols["pos"].astype(np.int32), "turn": cols["turn"],
-            "ends_output": cols["end"], "drafted_horizon": hor.astype(np.int16),
+            "ends_output": end, "drafted_horizon": hor,
         })
     ones = np.ones(len(P["run_id"]), dtype=np.int64)
     try:
