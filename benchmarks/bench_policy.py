@@ -12,12 +12,23 @@
    replay's prompt-grouped held-out search (each family's threshold fitted on its own simulated
    run); the best family is exported (if the search exports the fixed shape, the best non-fixed
    family is still compared, and the script says so).
-3. **Prediction.** The search's held-out row (cross-validated on the training prompts), and on
+3. **The policy's host work.** ``--calib`` training prompts (default a fifth of ``--n``) decoded
+   live and logged with the exported policy (its run metadata says so) and with the two fixed
+   shapes below (no policy), the arms' order rotating per prompt, before any held-out prompt is
+   decoded. The round-cost model is refitted on these interleaved runs alone (the training logs,
+   written in phases minutes apart, carry the machine's load drift between phases): constant,
+   node and tree costs where they vary, and the policy's host work a round
+   (``glance_law.policy.cost.cost_draws``: the fit and 400 prompt-bootstrap refits).
+4. **Prediction.** The search's held-out row (cross-validated on the training prompts), and on
    the held-out prompts' own dense logs (``--no-dense-test`` skips them) the trajectory replay of
    the policy and of the two fixed shapes whose runs' mean shapes bracket the policy's on the
-   training prompts (``equal_shape`` false: the live arms did not bracket it after all).
-4. **Reality.** The held-out prompts decoded live with the policy and with those two fixed shapes,
-   the order rotating per prompt and repetition. The fixed shape at the policy's mean shape is the
+   training prompts (``equal_shape`` false: the live arms did not bracket it after all); modelled
+   tokens/s from the refitted cost model, the policy's rounds paying its host work, the interval
+   over the held-out prompts and the cost model's refits together (the search's own cost model,
+   with no policy run and so no host work, is kept beside it for reference).
+5. **Reality.** The held-out prompts decoded live with the policy and with those two fixed shapes
+   (a fixed shape without a policy: no root statistics, no policy call), the order rotating per
+   prompt and repetition. The fixed shape at the policy's mean shape is the
    mix of the two fixed arms whose mean shape (every round counted, shape-0 rounds included)
    equals the policy's; tokens per round (accepted + 1) and tokens per second of the policy over
    it, with prompt-bootstrap intervals; the best fixed arm's tokens per second beside them.
@@ -73,16 +84,32 @@ def _items(args, target):
     return [(it.prompt_id, target.encode(it.prompt)) for it in load_items(args.task, None, n=2 * args.n, seed=0)]
 
 
-def _log(decode, t, dr, items, out, run_id, drafter, args, *, dense=False, budget=0, k=1):
+def _log(decode, t, dr, items, out, run_id, drafter, args, *, dense=False, budget=0, k=1, policy=None):
+    from glance_law.policy import policy_to_dict
     from glance_log.record import RoundLogger
 
+    run = {"run_id": run_id, "budget": budget}
+    if policy is not None:
+        run["policy"] = policy_to_dict(policy)          # the cost fit reads the policy's runs from this
     lg = RoundLogger(out, run_id=run_id, task=args.task, tokenizer=t.tokenizer, drafter=drafter,
-                     condition="dense" if dense else "matched", run={"run_id": run_id, "budget": budget})
+                     condition="dense" if dense else "matched", run=run)
     for pid, pr in items:
         lg.begin_prompt(pid, None)
         decode(t, dr, pr, budget=budget, branch_k=k, max_new_tokens=args.max_new_tokens, callbacks=[lg], dense=dense,
-               eos_ids=args.eos)
+               eos_ids=args.eos, policy=policy)
     lg.close()
+
+
+def _calibrate(decode, t, dr, items, out, label, policy, lo, hi, args):
+    """The policy's host work, measured before the held-out arms: training prompts decoded live and
+    logged with the exported policy (its run metadata says so) and with the fixed shapes lo and hi
+    (no policy), one prompt at a time, the arms' order rotating."""
+    k = args.branch_k if args.shape == "budget" else 1
+    arms = [("calib-policy", 0, policy), ("calib-fixed-hi", hi, None), ("calib-fixed-lo", lo, None)]
+    arms = arms if hi != lo else arms[:2]
+    for i, item in enumerate(items):
+        for run_id, n, pol in arms[i % len(arms):] + arms[:i % len(arms)]:
+            _log(decode, t, dr, [item], out / run_id / str(i), run_id, label, args, budget=n, k=k, policy=pol)
 
 
 def _mix(A, B, shape):
@@ -94,21 +121,29 @@ def _mix(A, B, shape):
     return {k: w * A[k] + (1 - w) * B[k] for k in A}, w
 
 
-def _compare(P, A, B, rng, B_boot=2000, has_time=True) -> dict:
+def _compare(P, A, B, rng, B_boot=2000, has_time=True, ms_draws=()) -> dict:
     """Policy vs the fixed mix at its mean shape: point and prompt-bootstrap 95% intervals of the
-    tokens-per-round ratio (and tokens/s ratio when timed), the mean shapes, shape-0 shares."""
+    tokens-per-round ratio (and tokens/s ratio when timed), the mean shapes, shape-0 shares.
+    ``ms_draws``: per-prompt modelled ms of (P, A, B) under each refit of the cost model; bootstrap
+    replicate b then reads draw b (cycling), so the interval carries the cost model's uncertainty
+    (its prompts are the training prompts, resampled independently of these)."""
     S = P["shape"].sum() / P["rounds"].sum()
     M, w = _mix(A, B, S)
-    def stats(idx):
+    def stats(idx, b=None):
         def r(X, a, b):
             return X[a][idx].sum() / X[b][idx].sum()
         out = {"tokens_ratio": r(P, "tokens", "rounds") / r(M, "tokens", "rounds")}
         if has_time:
-            out["speed_ratio"] = r(P, "emitted", "ms") / r(M, "emitted", "ms")
+            if b is None:
+                out["speed_ratio"] = r(P, "emitted", "ms") / r(M, "emitted", "ms")
+            else:
+                pm, am, bm = ms_draws[b % len(ms_draws)]
+                mm = w * am + (1 - w) * bm
+                out["speed_ratio"] = (P["emitted"][idx].sum() / pm[idx].sum()) / (M["emitted"][idx].sum() / mm[idx].sum())
         return out
     n = P["rounds"].size
     point = stats(np.arange(n))
-    draws = [stats(rng.integers(0, n, n)) for _ in range(B_boot)]
+    draws = [stats(rng.integers(0, n, n), b if len(ms_draws) else None) for b in range(B_boot)]
     sa, sb = A["shape"].sum() / A["rounds"].sum(), B["shape"].sum() / B["rounds"].sum()
     res = {"policy_mean_shape": S, "policy_share_shape0": P["zero"].sum() / P["rounds"].sum(),
            "fixed_mean_shapes": [float(sb), float(sa)], "equal_shape": bool(min(sa, sb) <= S <= max(sa, sb)),
@@ -136,23 +171,29 @@ def _sums(rounds_list):
     return out
 
 
-def _predicted_on_test(test_dir, drafter, policy, shape, lo, hi, cost, rng):
-    """The trajectory replay of the policy and the fixed shapes lo, hi on the held-out prompts' dense logs."""
+def _predicted_on_test(test_dir, drafter, policy, shape, lo, hi, cost, rng, draws=()):
+    """The trajectory replay of the policy and the fixed shapes lo, hi on the held-out prompts' dense
+    logs; modelled ms from ``cost`` (the policy's rounds with its host work), the interval over
+    the cost model's refits ``draws`` too."""
     from glance_law import read_logs
     from glance_law.policy import FixedPolicy
     from glance_law.policy.trajectory import prepare_dense, simulate, trajectory_sums
 
     d = prepare_dense(read_logs(str(test_dir)), drafter=drafter, shape=shape)
-    def sums(pol):
-        s = trajectory_sums(d, simulate(d, pol), cost)
+    runs = {"P": (simulate(d, policy), True), "A": (simulate(d, FixedPolicy(shape=shape, size=hi)), False),
+            "B": (simulate(d, FixedPolicy(shape=shape, size=lo)), False)}
+    def sums(tr, pol):
+        s = trajectory_sums(d, tr, cost, policy=pol)
         s["emitted"] = d.n_out.astype(float)
         s.setdefault("ms", np.full(d.prompts, np.nan))
         return s
-    P = sums(policy)
-    A, B = sums(FixedPolicy(shape=shape, size=hi)), sums(FixedPolicy(shape=shape, size=lo))
-    out = _compare(P, A, B, rng, has_time=bool(np.isfinite(P["ms"]).all()))
+    P, A, B = (sums(*runs[k]) for k in "PAB")
+    ms_draws = [tuple(trajectory_sums(d, tr, c, policy=pol)["ms"] for tr, pol in runs.values()) for c in draws
+                if c.identified]
+    out = _compare(P, A, B, rng, has_time=bool(np.isfinite(P["ms"]).all()), ms_draws=ms_draws)
     if "policy_tokens_per_s" in out:
         out["modelled"] = True
+        out["cost_model_draws"] = len(ms_draws)
     return out, [k[1] for k in d.keys]
 
 
@@ -200,10 +241,9 @@ def _bracket(d, policy, shape):
 
 
 def _live(decode, t, dr, test, policy, lo, hi, args):
-    """Both fixed arms and the policy arm on every held-out prompt, order rotating."""
-    from glance_law.policy import FixedPolicy
-
-    arms = {"policy": policy, "hi": FixedPolicy(shape=args.shape, size=hi), "lo": FixedPolicy(shape=args.shape, size=lo)}
+    """Both fixed arms (a fixed shape, no policy: no root statistics, no policy call) and the policy
+    arm on every held-out prompt, order rotating."""
+    arms = {"policy": (policy, 0), "hi": (None, hi), "lo": (None, lo)}     # fixed arms: no policy at all
     names = list(arms) if hi != lo else ["policy", "hi"]
     rec = {a: [[] for _ in test] for a in names}
     k = args.branch_k if args.shape == "budget" else 1
@@ -212,8 +252,8 @@ def _live(decode, t, dr, test, policy, lo, hi, args):
             rot = (i + rep) % len(names)
             for a in names[rot:] + names[:rot]:
                 cb = _Shapes()
-                r = decode(t, dr, pr, budget=args.budget, branch_k=k, max_new_tokens=args.max_new_tokens,
-                           policy=arms[a], callbacks=[cb], eos_ids=args.eos)
+                r = decode(t, dr, pr, budget=arms[a][1], branch_k=k, max_new_tokens=args.max_new_tokens,
+                           policy=arms[a][0], callbacks=[cb], eos_ids=args.eos)
                 rec[a][i].append((r.accepted, cb.shapes, len(r.tokens), r.decode_ms))
     out = {}
     for a in names:
@@ -222,6 +262,23 @@ def _live(decode, t, dr, test, policy, lo, hi, args):
         out[a] = _sums(per)
     out.setdefault("lo", out["hi"])
     return out
+
+
+def _calibrated_cost(tmp, label):
+    """The round-cost fit over the calibration runs alone (the policy's and the fixed shapes' rounds,
+    interleaved per prompt), the policy's host work a fitted term; its prompt-bootstrap refits; and a
+    record. The training logs stay out: they are written in phases minutes apart (every prompt dense,
+    then every prompt fixed), and on a shared machine the load drifts between phases (docs/policy.md
+    section 5: a fit mixing them put the host work at 0.04 ms where the interleaved runs show 2.3)."""
+    from glance_law import read_logs
+    from glance_law.policy.cost import cost_draws
+
+    logs = read_logs([str(tmp / "calib")])
+    fit, draws = cost_draws(logs, drafter=label, condition=None, n_boot=400)
+    terms = {r.term: [float(r.estimate), float(r.estimate_lo), float(r.estimate_hi)] for r in fit.terms.itertuples()}
+    print(fit.summary("markdown"))
+    return fit.model, draws, {"terms": terms, "rounds": fit.rounds, "prompts_clusters": fit.prompts,
+                              "notes": list(fit.notes), "draws": len(draws)}
 
 
 def _fmt(v) -> str:
@@ -241,6 +298,11 @@ def _summary(out) -> list:
         kind = "modelled " if key == "speed_ratio" else ""
         lines.append(f"{what} ratio, policy / fixed at equal shape: predicted ({kind}held-out prompts) "
                      f"{_fmt(p) if p else 'not logged dense (--no-dense-test)'}; live {_fmt(live[key])}{inside}")
+    cal = out.get("cost_model_calibrated")
+    if cal:
+        h = cal["terms"].get("policy_host_ms")
+        lines.append(f"cost model refitted with {cal['prompts']} training prompts decoded live with and without the "
+                     "policy: host work " + (_fmt(h) + " ms a policy round" if h else "not identified"))
     lines.append(f"mean shape: predicted {pred['policy_mean_shape']:.3f} / live {live['policy_mean_shape']:.3f}; "
                  f"shape-0 rounds live {100 * live['policy_share_shape0']:.1f} %" if pred else
                  f"mean shape live {live['policy_mean_shape']:.3f}")
@@ -266,6 +328,10 @@ def main(argv=None) -> int:
                     help="decode past end-of-sequence to max_new_tokens (the embedded default's answers are a few "
                          "tokens; past them it writes further question/answer pairs: many rounds per prompt)")
     ap.add_argument("--no-dense-test", action="store_true", help="skip the held-out prompts' dense logs")
+    ap.add_argument("--calib", type=int, default=None,
+                    help="training prompts decoded live with the policy and the fixed arms before the held-out arms, "
+                         "to fit the policy's host work (default: a fifth of --n, at least 2; 0: none, host work "
+                         "assumed 0)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -316,9 +382,18 @@ def main(argv=None) -> int:
            "fixed_shapes_live": [lo, hi], "predicted_heldout_search": {k: row[k] for k in row if k not in ("params",)},
            "cost_model": {"constant_ms": res.cost.constant, "pass_ms": res.cost.pass_ms, "node_ms": res.cost.node_ms}}
     rng = np.random.default_rng(0)
+    n_cal = max(2, args.n // 5) if args.calib is None else args.calib
+    cost, draws, wc = res.cost, (), time.perf_counter()
+    if n_cal > 0:
+        _calibrate(decode, t, dr, train[:n_cal], tmp / "calib", label, policy, lo, hi, args)
+        cost, draws, out["cost_model_calibrated"] = _calibrated_cost(tmp, label)
+        out["cost_model_calibrated"].update(prompts=n_cal, wall_s=time.perf_counter() - wc)
     if not args.no_dense_test:
         out["predicted_test_prompts"], _ = _predicted_on_test(tmp / "test", label, policy, args.shape, lo, hi,
-                                                              res.cost, rng)
+                                                              cost, rng, draws)
+        if n_cal > 0:                       # the search's cost model (no policy run, host work 0), for reference
+            out["predicted_test_prompts_search_cost"], _ = _predicted_on_test(tmp / "test", label, policy, args.shape,
+                                                                              lo, hi, res.cost, rng)
     w1 = time.perf_counter()
     live = _live(decode, t, dr, test, policy, lo, hi, args)
     out["live"] = _compare(live["policy"], live["hi"], live["lo"], rng)

@@ -203,6 +203,24 @@ def test_round_cost_reads_dense_rounds_as_shape_zero_rounds():
     assert row["ms_per_token"] == pytest.approx(want, rel=1e-6)
 
 
+def test_modelled_run_cost_counts_tree_and_host_terms():
+    """A run's modelled ms: every round pays the constant and its root's drafter passes, a drafted
+    round the tree cost and its nodes, a policy's round the host work (fixed runs do not)."""
+    from glance_law.policy.cost import CostModel
+    from glance_law.policy.trajectory import trajectory_sums
+
+    d = prepare_dense(dense_frame(seed=2), shape="depth")
+    pol = GatedDepthPolicy(mode="cumprob", threshold=0.3, max_size=L)
+    tr = simulate(d, pol)
+    assert (tr.shape == 0).any() and (tr.shape > 0).any()
+    c = CostModel(constant=2.0, pass_ms=0.5, node_ms=0.25, tree_ms=1.5, host_ms=0.75)
+    fixed, with_host = trajectory_sums(d, tr, c), trajectory_sums(d, tr, c, policy=True)
+    passes = np.where(tr.row >= 0, d.passes[np.maximum(tr.row, 0)], 0.0)
+    want = np.bincount(tr.prompt, 2.0 + 0.5 * passes + 0.25 * tr.shape + 1.5 * (tr.shape > 0), minlength=d.prompts)
+    assert np.allclose(fixed["ms"], want)
+    assert np.allclose(with_host["ms"] - fixed["ms"], 0.75 * fixed["rounds"])
+
+
 def test_heldout_interval_is_the_jackknife_along_the_policy_run():
     """Held-out rows on dense logs carry the delete-one-prompt jackknife of the whole procedure,
     computed here by brute force on tokens per round: drop a prompt, refit every fold on what is

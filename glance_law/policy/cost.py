@@ -46,7 +46,7 @@ from ..stats.cluster import (
     t_crit,
 )
 
-__all__ = ["CostModel", "CostFit", "fit_cost", "cost_model", "policy_runs", "COST_TERMS"]
+__all__ = ["CostModel", "CostFit", "fit_cost", "cost_draws", "cost_model", "policy_runs", "COST_TERMS"]
 
 #: regression terms: (name in the result, column of the round log)
 COST_TERMS = (("constant_ms", None), ("ms_per_draft_pass", "draft_passes"), ("ms_per_tree_node", "budget"),
@@ -274,16 +274,7 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
     True
     """
     notes: list[str] = []
-    frame, drafter = _timed_rounds(rounds, drafter, condition, notes)
-    runs = policy_runs(rounds)
-    pol = (frame["run_id"].astype(str).isin(runs).to_numpy(np.float64) if runs and "run_id" in frame.columns
-           else np.zeros(len(frame)))
-    codes, G = cluster_codes(frame)
-    y = frame["round_ms"].to_numpy(np.float64)
-    if node_ms is not None:
-        y = y - float(node_ms) * frame["budget"].to_numpy(np.float64)
-        notes.append(f"{drafter}: the cost of a node is given ({float(node_ms):g} ms), not fitted")
-    X, names = _design(frame, pol, drafter, notes, skip=("budget",) if node_ms is not None else ())
+    frame, drafter, pol, codes, G, y, X, names = _regression(rounds, drafter, node_ms, condition, notes)
     beta, V = _ols_cr1(y, X, codes, G)
     tc = t_crit(G, level)
     se = np.sqrt(np.clip(np.diag(V), 0, None))
@@ -321,6 +312,57 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
                  f"{G - 1} df); ms per token: {n_boot}-replicate prompt bootstrap (fit and tokens together)")
     return CostFit(drafter=drafter, terms=terms, predictions=preds, model=model, rounds=len(frame), prompts=G,
                    level=level, note_lines=tuple(dict.fromkeys(notes)))
+
+
+def _regression(rounds, drafter, node_ms, condition, notes):
+    """The OLS inputs of :func:`fit_cost`: (frame, drafter, policy-run indicator, prompt codes,
+    prompts, y, X, term names)."""
+    frame, drafter = _timed_rounds(rounds, drafter, condition, notes)
+    runs = policy_runs(rounds)
+    pol = (frame["run_id"].astype(str).isin(runs).to_numpy(np.float64) if runs and "run_id" in frame.columns
+           else np.zeros(len(frame)))
+    codes, G = cluster_codes(frame)
+    y = frame["round_ms"].to_numpy(np.float64)
+    if node_ms is not None:
+        y = y - float(node_ms) * frame["budget"].to_numpy(np.float64)
+        notes.append(f"{drafter}: the cost of a node is given ({float(node_ms):g} ms), not fitted")
+    X, names = _design(frame, pol, drafter, notes, skip=("budget",) if node_ms is not None else ())
+    return frame, drafter, pol, codes, G, y, X, names
+
+
+#: CostModel field of each fitted term
+_FIELDS = {"constant_ms": "constant", "ms_per_draft_pass": "pass_ms", "ms_per_tree_node": "node_ms",
+           "tree_round_ms": "tree_ms", "policy_host_ms": "host_ms"}
+
+
+def cost_draws(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
+               condition: str | None = "matched", n_boot: int = 200, seed: int = 0) -> tuple[CostFit, list]:
+    """The round-cost fit and ``n_boot`` prompt-bootstrap refits of it: (:func:`fit_cost`'s result,
+    [CostModel, ...]). Each replicate draws the prompts with replacement and refits the OLS (every
+    fitted term: the constant, the pass, node and tree costs and the policy's host work), so a
+    prediction computed under each replicate carries the cost model's uncertainty - the host
+    term's among them. Replicates whose design loses rank are skipped (fewer models returned).
+
+    Examples
+    --------
+    >>> import glance_law as gl
+    >>> fit, draws = cost_draws(gl.simulate_rounds(seed=0), n_boot=20)
+    >>> len(draws) == 20 and all(m.identified for m in draws)
+    True
+    """
+    fit = fit_cost(rounds, drafter=drafter, host_ms=host_ms, node_ms=node_ms, condition=condition, n_boot=0)
+    _, _, _, codes, G, y, X, names = _regression(rounds, fit.drafter, node_ms, condition, [])
+    K = X.shape[1]
+    XtX = np.stack([np.bincount(codes, weights=X[:, i] * X[:, j], minlength=G) for i in range(K) for j in range(K)], 1)
+    Xty = np.stack([np.bincount(codes, weights=X[:, i] * y, minlength=G) for i in range(K)], 1)
+    W = bootstrap_counts(G, n_boot, np.random.default_rng(seed)) if n_boot > 0 and G >= 2 else []
+    out = []
+    for w in W:
+        A = (w @ XtX).reshape(-1, K, K)
+        ok = np.linalg.matrix_rank(A) == K
+        b = np.linalg.solve(A[ok], (w[ok] @ Xty)[..., None])[..., 0]
+        out += [replace(fit.model, **{_FIELDS[n]: float(v) for n, v in zip(names, row)}) for row in b]
+    return fit, out
 
 
 def _row(model: CostModel, names: list[str], s: float, policy: bool) -> np.ndarray:

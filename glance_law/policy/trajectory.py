@@ -218,10 +218,11 @@ def simulate(d: DenseData, policy: Callable | None = None, *, shapes: np.ndarray
     return Trajectory(*(c[o] for c in cols))
 
 
-def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None) -> dict:
+def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None, policy: bool = False) -> dict:
     """Per prompt (G,): rounds, tokens (accepted + 1), shape, shape-0 rounds, modelled ms
-    (constant + pass_ms x the drafter passes spent at the root + node_ms x shape; NaN without an
-    identified cost)."""
+    (constant + pass_ms x the drafter passes spent at the root + node_ms x shape + tree_ms x
+    [shape > 0], plus the policy's host work ``host_ms`` a round when ``policy``: a run a policy
+    shapes; absent without an identified cost)."""
     G = d.prompts
     def bc(w):
         return np.bincount(tr.prompt, weights=w, minlength=G).astype(np.float64)
@@ -229,7 +230,9 @@ def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None)
            "zero": bc((tr.shape == 0).astype(np.float64))}
     if cost is not None and cost.identified:
         passes = np.where(tr.row >= 0, d.passes[np.maximum(tr.row, 0)], 0.0)
-        out["ms"] = bc(cost.constant + cost.pass_ms * passes + cost.node_ms * tr.shape)
+        host = float(cost.host_ms) if policy else 0.0
+        out["ms"] = bc(cost.constant + host + cost.pass_ms * passes + cost.node_ms * tr.shape
+                       + cost.tree_ms * (tr.shape > 0))
     return out
 
 
@@ -330,7 +333,7 @@ def trajectory_jackknife(name: str, d: DenseData, splits, target: float, cap: in
             pol, why = fit_on_trajectory(name, d, tr[~out[tr]], target, cap)
             if pol is None:
                 break
-            p = trajectory_sums(d, simulate(d, pol, prompts=te[~out[te]]), cost)
+            p = trajectory_sums(d, simulate(d, pol, prompts=te[~out[te]]), cost, policy=True)
             P = p if P is None else {k: P[k] + p[k] for k in P}
         w = (~out).astype(np.float64)
         if why or P is None or not w @ P["rounds"] > 0:
@@ -415,7 +418,7 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
                 if pol is None:
                     break
                 used.append(pol)
-                p = trajectory_sums(d, simulate(d, pol, prompts=te), cost)
+                p = trajectory_sums(d, simulate(d, pol, prompts=te), cost, policy=True)
                 P = p if P is None else {k: P[k] + p[k] for k in P}
             if why:
                 notes.append(f"{name}: not evaluated ({why})")
@@ -429,7 +432,7 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
             if label == "in-sample":
                 fitted[name] = used[0]
     for name, f in (policies or {}).items():
-        rows.append(row(name, "as given", "user callable", trajectory_sums(d, simulate(d, f), cost)))
+        rows.append(row(name, "as given", "user callable", trajectory_sums(d, simulate(d, f), cost, policy=True)))
     table = pd.DataFrame(rows)
     notes += [
         f"held-out: fitted on the training prompts of a {len(splits)}-fold prompt-grouped split (seed {seed}): the "
@@ -446,5 +449,6 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
     ]
     if cost.identified:
         notes.append(f"modelled ms/round = {cost.constant:.3f} + {cost.pass_ms:.3f} x the drafter passes spent at "
-                     f"the root (whatever the shape) + {cost.node_ms:.4f} x nodes ({cost.source})")
+                     f"the root (whatever the shape) + {cost.node_ms:.4f} x nodes + {cost.tree_ms:.3f} x [nodes > 0]"
+                     f" (+ {cost.host_ms:.3f} host ms a policy round) ({cost.source})")
     return PolicyTable(table=table, policies=fitted, cost=cost, note_lines=tuple(dict.fromkeys(notes)))
