@@ -90,6 +90,21 @@ def test_lone_surrogates_refused(text):
         inputs.loads(text)
 
 
+def test_loads_lines_bounds_the_array_it_builds():
+    """loads_lines: the lines read as one array; the array adds a level, so a line nested
+    MAX_JSON_DEPTH deep is refused (whether the per-line count spares the full count or not),
+    one level less passes, and brackets in strings only make the full count run."""
+    d = inputs.MAX_JSON_DEPTH
+    ok = "[" * (d - 1) + "]" * (d - 1)
+    assert inputs.loads_lines(f'{{"a": 1}}\n{ok}'.encode()) == [{"a": 1}, json.loads(ok)]
+    with pytest.raises(inputs.JSONLimitError, match="nested deeper"):
+        inputs.loads_lines(f'{{"a": 1}}\n{"[" * d + "]" * d}'.encode())
+    in_str = json.dumps({"s": "{[" * d, "x": [[1]]})
+    assert inputs.loads_lines(f"{in_str}\n{in_str}".encode()) == [json.loads(in_str)] * 2
+    with pytest.raises(inputs.JSONLimitError, match="lone UTF-16 surrogate"):
+        inputs.loads_lines(b'{"a": 1}\n["\\ud83d"]')
+
+
 def test_the_collector_is_paused_only_while_values_are_built():
     """collector_paused: the cyclic collector off inside (where it ran) and back on after, even on an
     error; left off where the caller had turned it off; a cycle made inside is collected after."""

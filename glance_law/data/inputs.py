@@ -387,8 +387,26 @@ def collector_paused():
 def loads(data):
     """``json.loads`` within the bounds: :class:`JSONLimitError` (a ``ValueError``, like a
     syntax error) for nesting deeper than :data:`MAX_JSON_DEPTH` or a lone surrogate."""
+    return _loads(data, True)
+
+
+_NOT_OPEN_OR_NL = bytes(b for b in range(256) if b not in b"[{\n")
+
+
+def loads_lines(body: bytes):
+    """:func:`loads` of JSON lines (one value a line, no blank line) read as one array: ``[``,
+    the lines joined by ``,``, ``]``. A line with fewer than :data:`MAX_JSON_DEPTH` opening
+    brackets (those in strings counted too) cannot nest its value, inside the array, deeper than
+    the bound, so the nesting is counted in full only when some line has that many."""
+    opens = body.translate(None, _NOT_OPEN_OR_NL)
+    count = max(map(len, opens.split(b"\n"))) >= MAX_JSON_DEPTH
+    return _loads(b"".join((b"[", body.replace(b"\n", b","), b"]")), count)
+
+
+def _loads(data, count: bool):
+    """:func:`loads`; without ``count``, the caller has bounded the nesting already."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
-    deep = len(raw) > 1 << 16 or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH    # worth counting
+    deep = count and (len(raw) > 1 << 16 or raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH)
     if deep and json_depth(raw) > MAX_JSON_DEPTH:
         raise JSONLimitError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -410,6 +428,8 @@ def _maybe_lone(raw: bytes) -> bool:
     backslash is not itself escaped. Escaped pairs (emoji) pass; a True is confirmed on the value."""
     if b"\xed" in raw and _RAW_SURROGATE.search(raw):
         return True
+    if b"\\ud" not in raw and b"\\uD" not in raw:     # no surrogate escape at all (searched in C)
+        return False
     for m in _SURROGATE_ESCAPE.finditer(raw):
         i = m.start()
         if raw[i + 3] in b"89abAB":

@@ -140,7 +140,7 @@ def read_json_lines(path, skip_bad: bool, raw: bytes | None = None) -> Lines:
         # (any problem, a bound included, falls through to the line-by-line parse, which finds
         # and numbers it)
         try:
-            data = inputs.loads(b"".join((b"[", body.replace(b"\n", b","), b"]")))
+            data = inputs.loads_lines(body)
             at = raw.linenos(len(data)) if isinstance(raw, inputs.Text) else range(1, len(data) + 1)
             return Lines(path, list(zip(at, data)), [], raw)
         except ValueError:
