@@ -13,7 +13,7 @@ from glance_law.errors import GlanceError, MissingColumnError
 from glance_law.policy.cost import CostModel, cost_model, fit_cost, policy_runs
 
 TRUTH = {"constant_ms": 20.0, "ms_per_draft_pass": 3.0, "ms_per_tree_node": 0.5, "tree_round_ms": 4.0,
-         "policy_host_ms": 1.5}
+         "policy_host_ms": 1.5, "first_round_ms": 6.0}
 
 
 def _rounds(seed: int, prompts: int = 40, per: int = 30):
@@ -28,7 +28,8 @@ def _rounds(seed: int, prompts: int = 40, per: int = 30):
             depth = int(rng.integers(0, 8))
             passes = 8 if pol else depth          # a policy round pays the full proposal
             ms = (TRUTH["constant_ms"] + TRUTH["ms_per_draft_pass"] * passes + TRUTH["ms_per_tree_node"] * depth
-                  + TRUTH["tree_round_ms"] * (depth > 0) + TRUTH["policy_host_ms"] * pol + u + rng.normal(0, 1.0))
+                  + TRUTH["tree_round_ms"] * (depth > 0) + TRUTH["policy_host_ms"] * pol + TRUTH["first_round_ms"] * (r == 0)
+                  + u + rng.normal(0, 1.0))
             rows.append({"task": "t", "prompt_id": str(g), "round": r, "drafter": "chain", "condition": "matched",
                          "run_id": "pol" if pol else "fix", "round_ms": ms, "draft_passes": passes,
                          "budget": depth, "accepted": int(rng.integers(0, depth + 1))})
@@ -124,7 +125,7 @@ def test_cost_draws_refit_every_term_and_cover_the_truth():
     from glance_law.policy.cost import cost_draws
 
     field = {"constant_ms": "constant", "ms_per_draft_pass": "pass_ms", "ms_per_tree_node": "node_ms",
-             "tree_round_ms": "tree_ms", "policy_host_ms": "host_ms"}
+             "tree_round_ms": "tree_ms", "policy_host_ms": "host_ms", "first_round_ms": "first_ms"}
     hits = {t: 0 for t in TRUTH}
     for seed in range(40):
         fit, draws = cost_draws(_rounds(seed), n_boot=200, seed=seed)

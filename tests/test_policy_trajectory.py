@@ -4,6 +4,7 @@ tree builder, walked node by node); the held-out search on dense logs; the CLI e
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -197,9 +198,12 @@ def test_round_cost_reads_dense_rounds_as_shape_zero_rounds():
     assert res.cost.node_ms == pytest.approx(0.5, abs=0.05)
     row = res.table.set_index(["family", "evaluated_on"]).loc[("fixed", "no fit")]
     assert row["speedup"] == pytest.approx(1.0)
-    # the fixed shape's modelled ms per token: (constant + node x shape) per round over its tokens per round
+    assert res.cost.first_ms == pytest.approx(0.0, abs=0.1)        # no first-round cost simulated
+    # the fixed shape's modelled ms per token: (constant + node x shape) per round, a prompt's first
+    # round first_ms more, over its tokens per round
     tr = simulate(prepare_dense(frame, shape="depth"), FixedPolicy(shape="depth", size=2))
-    want = (res.cost.constant + 2 * res.cost.node_ms) / (tr.accepted + 1).mean()
+    want = (res.cost.constant + 2 * res.cost.node_ms + res.cost.first_ms * (tr.position == 0).mean()) / (
+        tr.accepted + 1).mean()
     assert row["ms_per_token"] == pytest.approx(want, rel=1e-6)
 
 
@@ -219,6 +223,9 @@ def test_modelled_run_cost_counts_tree_and_host_terms():
     want = np.bincount(tr.prompt, 2.0 + 0.5 * passes + 0.25 * tr.shape + 1.5 * (tr.shape > 0), minlength=d.prompts)
     assert np.allclose(fixed["ms"], want)
     assert np.allclose(with_host["ms"] - fixed["ms"], 0.75 * fixed["rounds"])
+    # a turn's first round (the prompt's first root) pays first_ms once, in every arm
+    first = trajectory_sums(d, tr, replace(c, first_ms=4.0))
+    assert np.allclose(first["ms"] - fixed["ms"], 4.0)
 
 
 def test_heldout_interval_is_the_jackknife_along_the_policy_run():

@@ -3,7 +3,7 @@
 A round's wall time is modelled from its shape:
 
     round_ms = constant + tree_ms x [nodes > 0] + pass_ms x draft passes + node_ms x verified nodes
-               (+ host_ms for a policy round)
+               (+ host_ms for a policy round) (+ first_ms for a turn's first round)
 
 fitted by OLS over one drafter's live rounds (``round_ms``, ``draft_passes``, ``budget`` = the
 tree's nodes), with prompt-clustered CR1 covariance (Student t, G - 1 degrees of freedom):
@@ -20,6 +20,12 @@ Two things separate a policy's round from a fixed shape's (the live decoder, gla
   shape. It is fitted as a term when the logs hold rounds of runs with and without a policy
   (their run metadata tells), else taken from the caller (``benchmarks/bench_policy_host.py``
   measures it) or assumed 0 (noted).
+
+A turn's first round (``round`` 0) gets its own term, ``first_ms``: a model drafter prefills its
+own cache there (an early-exit drafter logs a fourth pass, a two-model drafter its prompt), and
+that cost grows with the prompt, not with the passes. Without the term the pass cost is
+identified by first rounds alone where every other round drafts the same passes, and prices the
+prefill as passes (docs/policy.md section 5, early exit on Gemma 3 270M).
 
 :func:`fit_cost` returns a frozen :class:`CostFit` (coefficients with intervals, predicted ms
 per round at each shape and ms per token at the logged shapes, both with intervals) whose
@@ -50,7 +56,7 @@ __all__ = ["CostModel", "CostFit", "fit_cost", "cost_draws", "cost_model", "poli
 
 #: regression terms: (name in the result, column of the round log)
 COST_TERMS = (("constant_ms", None), ("ms_per_draft_pass", "draft_passes"), ("ms_per_tree_node", "budget"),
-              ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"))
+              ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"), ("first_round_ms", "round"))
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,8 @@ class CostModel:
     """Modelled ms of a round of shape s.
 
     Fixed shape: ``constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s`` (``tree_ms``:
-    what verifying a tree at all costs over a root-only round - the mask, the walk) with ``passes(s) = s`` for a
+    what verifying a tree at all costs over a root-only round - the mask, the walk; ``first_ms``: what a turn's first
+    round costs over the others, paid once a turn by every arm, not in :meth:`ms`) with ``passes(s) = s`` for a
     chain drafted one pass per offset (``passes_per_node``), else ``passes`` for s > 0 and 0 at
     s = 0 (no draft). Policy round (``ms(s, policy=True)``): the same plus the passes of the
     proposal drafted in full, ``pass_ms * policy_passes``, instead of ``passes(s)``, and ``host_ms`` - the proposal is drafted in full before the policy
@@ -75,6 +82,7 @@ class CostModel:
     policy_passes: float | None = None
     host_ms: float = 0.0
     tree_ms: float = 0.0
+    first_ms: float = 0.0
     intervals: tuple = ()
     assumptions: tuple[str, ...] = ()
 
@@ -101,10 +109,12 @@ class CostModel:
             return float(x) if x is not None and np.isfinite(float(x)) else None
         d = asdict(self)
         out = {"constant_ms": num(d["constant"]), "pass_ms": num(d["pass_ms"]), "node_ms": num(d["node_ms"]),
-               "host_ms": num(d["host_ms"]), "tree_ms": num(d["tree_ms"]), "passes_per_node": bool(d["passes_per_node"]),
+               "host_ms": num(d["host_ms"]), "tree_ms": num(d["tree_ms"]), "first_ms": num(d["first_ms"]),
+               "passes_per_node": bool(d["passes_per_node"]),
                "passes": num(d["passes"]), "policy_passes": num(d["policy_passes"]), "source": d["source"],
                "formula": "fixed shape s: constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s; policy "
-                          "round: constant + tree_ms * [s > 0] + pass_ms * policy_passes + node_ms * s + host_ms",
+                          "round: constant + tree_ms * [s > 0] + pass_ms * policy_passes + node_ms * s + host_ms; a turn's "
+                          "first round: first_ms more",
                "intervals": {str(t): [num(lo), num(hi)] for t, lo, hi in self.intervals},
                "assumptions": list(self.assumptions)}
         return out
@@ -193,8 +203,11 @@ def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list,
     for name, col in COST_TERMS[1:]:
         if col in skip:
             continue
+        if col == "round" and col not in frame.columns:
+            continue
         x = (pol if col == "policy" else (frame["budget"].to_numpy(np.float64) > 0).astype(np.float64)
-             if col == "drafted" else frame[col].to_numpy(np.float64))
+             if col == "drafted" else (frame["round"].to_numpy() == 0).astype(np.float64) if col == "round"
+             else frame[col].to_numpy(np.float64))
         if np.ptp(x) > 0:
             trial = np.column_stack(cols + [x])
             if np.linalg.matrix_rank(trial / np.maximum(np.linalg.norm(trial, axis=0), 1e-300), tol=1e-9) == trial.shape[1]:
@@ -202,7 +215,7 @@ def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list,
                 names.append(name)
                 continue
             notes.append(f"{drafter}: {col} is collinear with the other terms here; its term is dropped")
-        elif col not in ("policy", "drafted"):
+        elif col not in ("policy", "drafted", "round"):
             notes.append(f"{drafter}: {col} does not vary in these rounds (always {x[0]:g}); its term is not "
                          "identified and the constant absorbs it - log several shapes to separate them")
     return np.column_stack(cols), names
@@ -237,7 +250,8 @@ def _passes_model(frame: pd.DataFrame, pol: np.ndarray) -> tuple[bool, float, fl
 def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
              condition: str | None = "matched", level: float = 0.95, n_boot: int = 1000, seed: int = 0,
              shapes=None) -> CostFit:
-    """Fit ``round_ms ~ 1 + draft_passes + budget + [budget > 0] (+ policy)`` over one drafter's timed rounds.
+    """Fit ``round_ms ~ 1 + draft_passes + budget + [budget > 0] (+ policy) + [round = 0]`` over one drafter's timed
+    rounds (terms that do not vary, or are collinear with the others, are left out with a note).
 
     Parameters
     ----------
@@ -291,6 +305,10 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
                                    f"{passes:g} draft pass(es) when s > 0, none at s = 0"),
         "cost is linear in the shape within the logged range; the rounds' context lengths are those of the logs",
     ]
+    if "first_round_ms" in est:
+        assumptions.append("a turn's first round costs first_ms more (a model drafter's prefill), paid once a turn by "
+                           "every arm: the trajectory replay adds it at each prompt's first root, the logged-root replay "
+                           "prices first rounds like the others")
     if fitted_host:
         assumptions.append("policy host work: fitted from rounds of runs with and without a policy")
     elif host_ms is not None:
@@ -303,7 +321,7 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
                       node_ms=float(est.get("ms_per_tree_node", np.nan) if node_ms is None else node_ms),
                       passes_per_node=per_node, passes=passes,
                       source="measured round-cost fit (prompt-clustered OLS)", policy_passes=full, host_ms=host,
-                      tree_ms=float(est.get("tree_round_ms", 0.0)),
+                      tree_ms=float(est.get("tree_round_ms", 0.0)), first_ms=float(est.get("first_round_ms", 0.0)),
                       intervals=tuple((str(r.term), float(r.estimate_lo), float(r.estimate_hi))
                                       for r in terms.itertuples()),
                       assumptions=tuple(assumptions))
@@ -332,7 +350,7 @@ def _regression(rounds, drafter, node_ms, condition, notes):
 
 #: CostModel field of each fitted term
 _FIELDS = {"constant_ms": "constant", "ms_per_draft_pass": "pass_ms", "ms_per_tree_node": "node_ms",
-           "tree_round_ms": "tree_ms", "policy_host_ms": "host_ms"}
+           "tree_round_ms": "tree_ms", "policy_host_ms": "host_ms", "first_round_ms": "first_ms"}
 
 
 def cost_draws(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
@@ -368,12 +386,12 @@ def cost_draws(rounds, *, drafter: str | None = None, host_ms: float | None = No
 def _row(model: CostModel, names: list[str], s: float, policy: bool) -> np.ndarray:
     """The design row of a round of shape s (fixed or policy) in the fitted terms."""
     vals = {"constant_ms": 1.0, "ms_per_draft_pass": float(model.passes_at(s, policy)), "ms_per_tree_node": float(s),
-            "tree_round_ms": float(s > 0), "policy_host_ms": 1.0 if policy else 0.0}
+            "tree_round_ms": float(s > 0), "policy_host_ms": 1.0 if policy else 0.0, "first_round_ms": 0.0}
     return np.array([vals[n] for n in names])
 
 
 def _predictions(frame, X, model, names, beta, V, tc, codes, G, shapes, n_boot, seed, level) -> pd.DataFrame:
-    """ms per round at every shape (fixed and policy arms: CR1 t intervals) and ms per token at the
+    """ms per round at every shape (a round other than a turn's first; fixed and policy arms: CR1 t intervals) and ms per token at the
     logged shapes (prompt bootstrap refitting the OLS from per-prompt sufficient statistics)."""
     bg = frame["budget"].to_numpy(np.float64)
     tok = (frame["accepted"].to_numpy(np.float64) + 1.0) if "accepted" in frame.columns else None

@@ -222,7 +222,7 @@ def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None,
     """Per prompt (G,): rounds, tokens (accepted + 1), shape, shape-0 rounds, modelled ms
     (constant + pass_ms x the drafter passes spent at the root + node_ms x shape + tree_ms x
     [shape > 0], plus the policy's host work ``host_ms`` a round when ``policy``: a run a policy
-    shapes; absent without an identified cost)."""
+    shapes, plus ``first_ms`` at the prompt's first root; absent without an identified cost)."""
     G = d.prompts
     def bc(w):
         return np.bincount(tr.prompt, weights=w, minlength=G).astype(np.float64)
@@ -232,7 +232,7 @@ def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None,
         passes = np.where(tr.row >= 0, d.passes[np.maximum(tr.row, 0)], 0.0)
         host = float(cost.host_ms) if policy else 0.0
         out["ms"] = bc(cost.constant + host + cost.pass_ms * passes + cost.node_ms * tr.shape
-                       + cost.tree_ms * (tr.shape > 0))
+                       + cost.tree_ms * (tr.shape > 0) + cost.first_ms * (tr.position == 0))
     return out
 
 
@@ -450,5 +450,6 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
     if cost.identified:
         notes.append(f"modelled ms/round = {cost.constant:.3f} + {cost.pass_ms:.3f} x the drafter passes spent at "
                      f"the root (whatever the shape) + {cost.node_ms:.4f} x nodes + {cost.tree_ms:.3f} x [nodes > 0]"
-                     f" (+ {cost.host_ms:.3f} host ms a policy round) ({cost.source})")
+                     f" (+ {cost.host_ms:.3f} host ms a policy round; + {cost.first_ms:.3f} ms at a prompt's first "
+                     f"root) ({cost.source})")
     return PolicyTable(table=table, policies=fitted, cost=cost, note_lines=tuple(dict.fromkeys(notes)))
