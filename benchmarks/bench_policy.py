@@ -7,7 +7,8 @@
 1. **Logs.** Training prompts are logged dense (``decode(dense=True)``: the drafter's proposal at
    every output position, so every position is a root) and once at the fixed shape ``--budget``
    (with the dense rounds, which are shape-0 rounds, the round-cost regression identifies the
-   cost of a node).
+   cost of a node), one prompt at a time with the two arms' order rotating (the machine's load
+   drifts between phases; interleaved arms share it).
 2. **Search and export.** ``python -m glance_law.policy`` on the training logs: the trajectory
    replay's prompt-grouped held-out search (each family's threshold fitted on its own simulated
    run); the best family is exported (if the search exports the fixed shape, the best non-fixed
@@ -98,6 +99,18 @@ def _log(decode, t, dr, items, out, run_id, drafter, args, *, dense=False, budge
         decode(t, dr, pr, budget=budget, branch_k=k, max_new_tokens=args.max_new_tokens, callbacks=[lg], dense=dense,
                eos_ids=args.eos, policy=policy)
     lg.close()
+
+
+def _log_training(decode, t, dr, items, out, label, args):
+    """The training prompts logged dense and at the fixed shape ``--budget``, one prompt at a time, the
+    two arms' order rotating: on a shared machine the load drifts over minutes, and arms logged in
+    phases (every prompt dense, then every prompt fixed) price that drift as the difference between
+    a dense round and a fixed one (docs/policy.md section 5)."""
+    arms = [("train-dense", dict(dense=True, k=args.branch_k)),
+            ("train-fixed", dict(budget=args.budget, k=args.branch_k if args.shape == "budget" else 1))]
+    for i, item in enumerate(items):
+        for run_id, kw in arms[i % 2:] + arms[:i % 2]:
+            _log(decode, t, dr, [item], out / run_id / str(i), run_id, label, args, **kw)
 
 
 def _calibrate(decode, t, dr, items, out, label, policy, lo, hi, args):
@@ -361,12 +374,9 @@ def main(argv=None) -> int:
           f"{torch.get_num_threads()}; logs in {tmp}")
     decode(t, dr, train[0][1], budget=args.budget, branch_k=1, max_new_tokens=8)            # warm-up
     w0 = time.perf_counter()
-    kdense = args.branch_k
-    _log(decode, t, dr, train, tmp / "train", "train-dense", label, args, dense=True, k=kdense)
-    _log(decode, t, dr, train, tmp / "train", "train-fixed", label, args, budget=args.budget,
-         k=args.branch_k if args.shape == "budget" else 1)
+    _log_training(decode, t, dr, train, tmp / "train", label, args)
     if not args.no_dense_test:
-        _log(decode, t, dr, test, tmp / "test", "test-dense", label, args, dense=True, k=kdense)
+        _log(decode, t, dr, test, tmp / "test", "test-dense", label, args, dense=True, k=args.branch_k)
     log_s = time.perf_counter() - w0
     policy, res, row, note = _search(tmp / "train", args, label, tmp / "policy.json")
     if policy is None:
