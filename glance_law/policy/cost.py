@@ -54,9 +54,11 @@ from ..stats.cluster import (
 
 __all__ = ["CostModel", "CostFit", "fit_cost", "cost_draws", "cost_model", "policy_runs", "COST_TERMS"]
 
-#: regression terms: (name in the result, column of the round log)
-COST_TERMS = (("constant_ms", None), ("ms_per_draft_pass", "draft_passes"), ("ms_per_tree_node", "budget"),
-              ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"), ("first_round_ms", "round"))
+#: regression terms: (name in the result, column of the round log), tried in this order (a term collinear
+#: with those before it is dropped: the first round's term comes before the passes, which for a
+#: drafter that drafts the same passes every round but the first vary with it alone)
+COST_TERMS = (("constant_ms", None), ("first_round_ms", "round"), ("ms_per_draft_pass", "draft_passes"),
+              ("ms_per_tree_node", "budget"), ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"))
 
 
 @dataclass(frozen=True)
