@@ -150,3 +150,79 @@ def test_cost_draws_keep_a_given_term():
     fit, draws = cost_draws(plain, host_ms=0.7, n_boot=50)
     assert fit.model.host_ms == 0.7 and {m.host_ms for m in draws} == {0.7}
     assert len({m.constant for m in draws}) > 1
+
+
+#: a verify pass that does not cost linearly in its rows (Gemma 3 270M on one CPU thread: 1-3 rows
+#: about alike, a fourth ~100 ms more; docs/policy.md section 5)
+SHAPE_MS = {0: 400.0, 1: 410.0, 2: 420.0, 3: 520.0}
+HOST, FIRST = 6.0, 900.0
+
+
+def _calibration(seed: int, prompts: int = 12, per: int = 25):
+    """Timed rounds of a calibration: every prompt decoded once with a depth policy (shapes 0-3) and
+    once at the fixed depth 2, an early-exit-like drafter (3 passes a round, 4 in the first)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for g in range(prompts):
+        u = rng.normal(0, 10.0)
+        for run in ("pol", "fix"):
+            for r in range(per):
+                s = int(rng.integers(0, 4)) if run == "pol" else 2
+                ms = SHAPE_MS[s] + HOST * (run == "pol") + FIRST * (r == 0) + u + rng.normal(0, 15.0)
+                rows.append({"task": "t", "prompt_id": str(g), "round": r, "drafter": "ee", "condition": "matched",
+                             "run_id": run, "round_ms": ms, "draft_passes": 3 + (r == 0), "budget": s,
+                             "accepted": int(rng.integers(0, s + 1))})
+    files = (SimpleNamespace(run={"run_id": "pol", "policy": {"family": "gated"}}), SimpleNamespace(run={"run_id": "fix"}))
+    return SimpleNamespace(frame=pd.DataFrame(rows), files=files)
+
+
+def test_one_term_per_shape_where_the_verify_cost_is_not_linear():
+    """Four logged shapes, passes that do not track the shape: one term per shape (auto), each
+    shape's cost, the host work and the first round's cost inside their intervals; the line through
+    the shapes instead puts the misfit into the host term (its interval misses the truth)."""
+    logs = _calibration(0)
+    fit = fit_cost(logs, n_boot=0)
+    assert [t for t in fit.terms["term"] if t.startswith("ms_at_shape_")] == [f"ms_at_shape_{s}" for s in range(4)]
+    assert any("one cost term per logged shape" in n for n in fit.notes)
+    truth = {**{f"ms_at_shape_{s}": v for s, v in SHAPE_MS.items()}, "policy_host_ms": HOST, "first_round_ms": FIRST}
+    for term, true in truth.items():
+        est, lo, hi = fit.coefficient(term)
+        assert lo <= true <= hi, (term, est, lo, hi)
+    m = fit.model
+    assert dict(m.shape_ms) == pytest.approx({float(s): fit.coefficient(f"ms_at_shape_{s}")[0] for s in range(4)})
+    # the table between and beyond its shapes; a policy round adds the host work, a first round first_ms
+    assert m.ms(2.5) == pytest.approx((m.ms(2) + m.ms(3)) / 2)
+    assert m.ms(5) == pytest.approx(m.ms(3) + 2 * m.node_ms)
+    assert m.ms(1, policy=True) - m.ms(1) == pytest.approx(m.host_ms)
+    assert m.round_ms([1, 1], first=[True, False]) == pytest.approx([m.ms(1) + m.first_ms, m.ms(1)])
+    json.dumps(m.to_dict(), allow_nan=False)
+    line = fit_cost(logs, n_boot=0, per_shape=False)
+    assert "ms_per_tree_node" in set(line.terms["term"])
+    _, lo, hi = line.coefficient("policy_host_ms")
+    assert not lo <= HOST <= hi, (lo, hi)
+
+
+def test_a_line_where_the_shapes_are_few_or_track_the_passes():
+    """Two logged shapes, or passes equal to the depth (a chain drafted one pass per offset): the line."""
+    two = _calibration(1)
+    two.frame = two.frame.loc[two.frame["budget"].isin([0, 2])]
+    assert "ms_per_tree_node" in set(fit_cost(two, n_boot=0).terms["term"])
+    assert not any(t.startswith("ms_at_shape_") for t in fit_cost(_rounds(1), n_boot=0).terms["term"])
+
+
+@pytest.mark.slow
+def test_studentized_draws_cover_near_nominal_with_six_prompts():
+    """A calibration of six prompts: the host term's 95 % percentile interval over the prompt-bootstrap
+    refits covers the truth near nominally once each refit's deviation is scaled by t(G-1)/z x
+    sqrt(G/(G-1)); the plain percentile bootstrap covers below nominal."""
+    from glance_law.policy.cost import cost_draws
+
+    n, hits = 300, {True: 0, False: 0}
+    for seed in range(n):
+        logs = _calibration(1000 + seed, prompts=6, per=20)
+        for stud in (True, False):
+            _, draws = cost_draws(logs, n_boot=200, seed=seed, studentize=stud)
+            lo, hi = np.percentile([d.host_ms for d in draws], [2.5, 97.5])
+            hits[stud] += bool(lo <= HOST <= hi)
+    assert 0.92 <= hits[True] / n <= 0.99, hits
+    assert hits[False] / n < hits[True] / n - 0.03, hits

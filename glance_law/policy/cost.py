@@ -21,6 +21,16 @@ Two things separate a policy's round from a fixed shape's (the live decoder, gla
   (their run metadata tells), else taken from the caller (``benchmarks/bench_policy_host.py``
   measures it) or assumed 0 (noted).
 
+**One term per shape** where the logs allow it (``per_shape``; by default when 3 to
+:data:`MAX_SHAPE_TERMS` shapes are logged, each in at least :data:`MIN_SHAPE_ROUNDS` rounds, and
+the drafter's passes do not track the shape): the constant, node and tree terms are replaced by
+the mean cost of a round at each logged shape (linear between them, the least-squares slope
+beyond). A verify pass need not cost linearly in its rows: on Gemma 3 270M on one CPU thread
+(262,144-row LM head) a root-only round and rounds verifying 1 or 2 drafted tokens cost about the
+same and a third token about 100 ms more, and a line through them prices a depth policy's mix of
+shapes wrongly - and the policy's host work, identified against the fixed shape's rounds, takes
+up the misfit (84 ms where a direct A/B measures 6: docs/policy.md section 5).
+
 A turn's first round (``round`` 0) gets its own term, ``first_ms``: a model drafter prefills its
 own cache there (an early-exit drafter logs a fourth pass, a two-model drafter its prompt), and
 that cost grows with the prompt, not with the passes. Without the term the pass cost is
@@ -61,6 +71,12 @@ COST_TERMS = (("constant_ms", None), ("first_round_ms", "round"), ("ms_per_draft
               ("ms_per_tree_node", "budget"), ("tree_round_ms", "drafted"), ("policy_host_ms", "policy"))
 
 
+#: most shapes that get one term each (``per_shape`` auto); more (a tree policy's budgets): the line
+MAX_SHAPE_TERMS = 12
+#: fewest rounds at every logged shape for one term each (``per_shape`` auto)
+MIN_SHAPE_ROUNDS = 3
+
+
 @dataclass(frozen=True)
 class CostModel:
     """Modelled ms of a round of shape s.
@@ -72,6 +88,9 @@ class CostModel:
     s = 0 (no draft). Policy round (``ms(s, policy=True)``): the same plus the passes of the
     proposal drafted in full, ``pass_ms * policy_passes``, instead of ``passes(s)``, and ``host_ms`` - the proposal is drafted in full before the policy
     picks s (``policy_passes`` None: the fixed shape's passes). ``node_ms`` NaN: not identified.
+    ``shape_ms``: ((shape, ms), ...) the fitted cost of a round at each logged shape (one term each:
+    it replaces ``constant + tree_ms * [s > 0] + node_ms * s``; linear between logged shapes, with
+    slope ``node_ms`` beyond them; the drafter's passes are in each shape's cost).
     ``intervals``: ((term, lo, hi), ...) of the fitted terms; ``assumptions``: what the model
     takes for granted (recorded with an exported policy)."""
 
@@ -85,12 +104,31 @@ class CostModel:
     host_ms: float = 0.0
     tree_ms: float = 0.0
     first_ms: float = 0.0
+    shape_ms: tuple = ()
     intervals: tuple = ()
     assumptions: tuple[str, ...] = ()
 
     @property
     def identified(self) -> bool:
         return bool(np.isfinite(self.constant) and np.isfinite(self.node_ms))
+
+    def base_ms(self, s) -> np.ndarray:
+        """ms of a fixed shape s before the passes and the host work: ``constant + tree_ms * [s > 0] +
+        node_ms * s``, or the per-shape table (linear between logged shapes, slope ``node_ms`` beyond)."""
+        s = np.asarray(s, dtype=np.float64)
+        node = self.node_ms if np.isfinite(self.node_ms) else 0.0
+        if not self.shape_ms:
+            return self.constant + node * s + self.tree_ms * (s > 0)
+        xs, ys = (np.array(v, dtype=np.float64) for v in zip(*self.shape_ms))
+        return np.interp(s, xs, ys) + node * (np.maximum(s - xs[-1], 0.0) - np.maximum(xs[0] - s, 0.0))
+
+    def round_ms(self, s, passes=None, policy: bool = False, first=None) -> np.ndarray:
+        """ms of rounds of shapes s that paid ``passes`` draft passes (None: what :meth:`passes_at`
+        says), a policy's rounds (host work) or not, ``first``: which are a turn's first round."""
+        s = np.asarray(s, dtype=np.float64)
+        p = self.passes_at(s, policy) if passes is None else np.asarray(passes, dtype=np.float64)
+        out = self.base_ms(s) + self.pass_ms * p + (float(self.host_ms) if policy else 0.0)
+        return out if first is None else out + self.first_ms * np.asarray(first, dtype=np.float64)
 
     def passes_at(self, s, policy: bool = False) -> np.ndarray:
         """Draft passes a round of shape s pays (fixed shape, or a policy round)."""
@@ -100,10 +138,7 @@ class CostModel:
         return s if self.passes_per_node else np.where(s > 0, self.passes, 0.0)
 
     def ms(self, s, policy: bool = False) -> np.ndarray:
-        s = np.asarray(s, dtype=np.float64)
-        node = self.node_ms if np.isfinite(self.node_ms) else 0.0
-        out = self.constant + self.pass_ms * self.passes_at(s, policy) + node * s + self.tree_ms * (s > 0)
-        return out + (float(self.host_ms) if policy else 0.0)
+        return self.round_ms(s, policy=policy)
 
     def to_dict(self) -> dict:
         """JSON-ready record (NaN -> None)."""
@@ -112,11 +147,13 @@ class CostModel:
         d = asdict(self)
         out = {"constant_ms": num(d["constant"]), "pass_ms": num(d["pass_ms"]), "node_ms": num(d["node_ms"]),
                "host_ms": num(d["host_ms"]), "tree_ms": num(d["tree_ms"]), "first_ms": num(d["first_ms"]),
+               "shape_ms": {str(int(k)): num(v) for k, v in self.shape_ms},
                "passes_per_node": bool(d["passes_per_node"]),
                "passes": num(d["passes"]), "policy_passes": num(d["policy_passes"]), "source": d["source"],
                "formula": "fixed shape s: constant + tree_ms * [s > 0] + pass_ms * passes(s) + node_ms * s; policy "
                           "round: constant + tree_ms * [s > 0] + pass_ms * policy_passes + node_ms * s + host_ms; a turn's "
-                          "first round: first_ms more",
+                          "first round: first_ms more; with shape_ms, its table (linear between its shapes, slope node_ms "
+                          "beyond) replaces constant + tree_ms * [s > 0] + node_ms * s",
                "intervals": {str(t): [num(lo), num(hi)] for t, lo, hi in self.intervals},
                "assumptions": list(self.assumptions)}
         return out
@@ -198,10 +235,14 @@ def _timed_rounds(rounds, drafter: str | None, condition: str | None, notes: lis
 
 
 def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list,
-            skip: tuple = ()) -> tuple[np.ndarray, list[str]]:
-    """Columns that vary (the constant always), collinear ones dropped with a note; ``skip``: log
-    columns whose term is given, not fitted."""
+            skip: tuple = (), shapes=None) -> tuple[np.ndarray, list[str]]:
+    """Columns that vary (the constant always, or one indicator per shape in ``shapes``), collinear
+    ones dropped with a note; ``skip``: log columns whose term is given, not fitted."""
     cols, names = [np.ones(len(frame))], ["constant_ms"]
+    if shapes is not None:
+        bg = frame["budget"].to_numpy(np.float64)
+        cols, names = [(bg == v).astype(np.float64) for v in shapes], [_shape_term(v) for v in shapes]
+        skip = tuple(skip) + ("draft_passes", "budget", "drafted")
     for name, col in COST_TERMS[1:]:
         if col in skip:
             continue
@@ -221,6 +262,38 @@ def _design(frame: pd.DataFrame, pol: np.ndarray, drafter: str, notes: list,
             notes.append(f"{drafter}: {col} does not vary in these rounds (always {x[0]:g}); its term is not "
                          "identified and the constant absorbs it - log several shapes to separate them")
     return np.column_stack(cols), names
+
+
+def _shape_term(v) -> str:
+    return f"ms_at_shape_{int(v)}"
+
+
+def _shape_terms(frame: pd.DataFrame, pol: np.ndarray, per_shape, node_ms, drafter: str, notes: list):
+    """The logged shapes that get one term each, or None (the line): ``per_shape`` True / False, or
+    None (auto: 3 to MAX_SHAPE_TERMS shapes, each in MIN_SHAPE_ROUNDS rounds or more, passes that
+    do not track the shape, no node cost given)."""
+    if per_shape is False or node_ms is not None:
+        return None
+    v, n = np.unique(frame["budget"].to_numpy(np.float64), return_counts=True)
+    if per_shape is None:
+        per_node = _passes_model(frame, pol)[0]
+        if per_node or not (3 <= v.size <= MAX_SHAPE_TERMS) or n.min() < MIN_SHAPE_ROUNDS:
+            return None
+    if v.size < 2:
+        return None
+    notes.append(f"{drafter}: one cost term per logged shape ({', '.join(f'{x:g}' for x in v)}): the verify pass "
+                 "need not cost linearly in its rows; linear between them, the least-squares slope beyond")
+    return v
+
+
+def _table_model(model: CostModel, shapes, values) -> CostModel:
+    """``model`` with the per-shape table ``values`` at ``shapes``: ``constant`` its cost at the
+    smallest shape, ``node_ms`` the least-squares slope through it (beyond the table), no tree or
+    pass term (in each shape's cost)."""
+    xs, ys = np.asarray(shapes, np.float64), np.asarray(values, np.float64)
+    slope = float(np.polyfit(xs, ys, 1)[0]) if xs.size >= 2 else 0.0
+    return replace(model, shape_ms=tuple(zip(xs.tolist(), ys.tolist())), constant=float(ys[0]), node_ms=slope,
+                   tree_ms=0.0, pass_ms=0.0)
 
 
 def _ols_cr1(y, X, codes, G):
@@ -251,9 +324,10 @@ def _passes_model(frame: pd.DataFrame, pol: np.ndarray) -> tuple[bool, float, fl
 
 def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
              condition: str | None = "matched", level: float = 0.95, n_boot: int = 1000, seed: int = 0,
-             shapes=None) -> CostFit:
+             shapes=None, per_shape: bool | None = None) -> CostFit:
     """Fit ``round_ms ~ 1 + draft_passes + budget + [budget > 0] (+ policy) + [round = 0]`` over one drafter's timed
-    rounds (terms that do not vary, or are collinear with the others, are left out with a note).
+    rounds (terms that do not vary, or are collinear with the others, are left out with a note), or with one
+    term per logged shape in place of ``1 + draft_passes + budget + [budget > 0]`` (``per_shape``).
 
     Parameters
     ----------
@@ -277,6 +351,10 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
         Prompt-bootstrap replicates for ms per token (0: no interval).
     shapes : sequence of int, optional
         Shapes to predict at (default: 0 and every logged shape).
+    per_shape : bool, optional
+        One cost term per logged shape instead of the line in the shape (None: where 3 to
+        ``MAX_SHAPE_TERMS`` shapes are logged, each in ``MIN_SHAPE_ROUNDS`` rounds or more, and the
+        drafter's passes do not track the shape; never with a given ``node_ms``).
 
     Returns
     -------
@@ -290,7 +368,7 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
     True
     """
     notes: list[str] = []
-    frame, drafter, pol, codes, G, y, X, names = _regression(rounds, drafter, node_ms, condition, notes)
+    frame, drafter, pol, codes, G, y, X, names = _regression(rounds, drafter, node_ms, condition, notes, per_shape)
     beta, V = _ols_cr1(y, X, codes, G)
     tc = t_crit(G, level)
     se = np.sqrt(np.clip(np.diag(V), 0, None))
@@ -298,28 +376,9 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
                           "estimate_hi": beta + tc * se, "se": se})
     est = dict(zip(names, beta))
     per_node, passes, full = _passes_model(frame, pol)
-    fitted_host = "policy_host_ms" in est
-    host = float(est["policy_host_ms"]) if fitted_host else float(host_ms or 0.0)
-    assumptions = [
-        "a policy round pays the proposal's full draft passes (the drafter proposes before the policy looks), "
-        f"{full:g} here, whatever shape it picks",
-        "a fixed shape s pays " + ("s draft passes (one per offset)" if per_node else
-                                   f"{passes:g} draft pass(es) when s > 0, none at s = 0"),
-        "cost is linear in the shape within the logged range; the rounds' context lengths are those of the logs",
-    ]
-    if "first_round_ms" in est:
-        assumptions.append("a turn's first round costs first_ms more (a model drafter's prefill), paid once a turn by "
-                           "every arm: the trajectory replay adds it at each prompt's first root, the logged-root replay "
-                           "prices first rounds like the others")
-    if fitted_host:
-        assumptions.append("policy host work: fitted from rounds of runs with and without a policy")
-    elif host_ms is not None:
-        assumptions.append(f"policy host work: {host:g} ms a round, given (measured outside these logs)")
-    else:
-        assumptions.append("policy host work: not in these logs, assumed 0 ms a round")
-        notes.append(f"{drafter}: no rounds of a policy run to fit the policy's host work; assumed 0 (pass host_ms, "
-                     "measured by benchmarks/bench_policy_host.py)")
-    model = CostModel(constant=float(est["constant_ms"]), pass_ms=float(est.get("ms_per_draft_pass", 0.0)),
+    host = float(est["policy_host_ms"]) if "policy_host_ms" in est else float(host_ms or 0.0)
+    assumptions = _assumptions(est, per_node, passes, full, host, host_ms, drafter, notes)
+    model = CostModel(constant=float(est.get("constant_ms", np.nan)), pass_ms=float(est.get("ms_per_draft_pass", 0.0)),
                       node_ms=float(est.get("ms_per_tree_node", np.nan) if node_ms is None else node_ms),
                       passes_per_node=per_node, passes=passes,
                       source="measured round-cost fit (prompt-clustered OLS)", policy_passes=full, host_ms=host,
@@ -327,6 +386,7 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
                       intervals=tuple((str(r.term), float(r.estimate_lo), float(r.estimate_hi))
                                       for r in terms.itertuples()),
                       assumptions=tuple(assumptions))
+    model = _with_terms(model, names, beta)
     preds = _predictions(frame, X, model, names, beta, V, tc, codes, G, shapes, n_boot, seed, level)
     notes.append(f"{drafter}: OLS over {len(frame)} timed rounds, {G} prompts; CR1 prompt-clustered intervals (t, "
                  f"{G - 1} df); ms per token: {n_boot}-replicate prompt bootstrap (fit and tokens together)")
@@ -334,7 +394,35 @@ def fit_cost(rounds, *, drafter: str | None = None, host_ms: float | None = None
                    level=level, note_lines=tuple(dict.fromkeys(notes)))
 
 
-def _regression(rounds, drafter, node_ms, condition, notes):
+def _assumptions(est: dict, per_node: bool, passes: float, full: float, host: float, host_ms, drafter: str,
+                 notes: list) -> list[str]:
+    """What a fitted cost model takes for granted (recorded with an exported policy)."""
+    per_shape = any(n.startswith("ms_at_shape_") for n in est)
+    assumptions = [
+        "a policy round pays the proposal's full draft passes (the drafter proposes before the policy looks), "
+        f"{full:g} here, whatever shape it picks",
+        "a fixed shape s pays " + ("s draft passes (one per offset)" if per_node else
+                                   f"{passes:g} draft pass(es) when s > 0, none at s = 0"),
+        ("one cost per logged shape (the drafter's passes in it), linear between logged shapes and with the "
+         "least-squares slope beyond them" if per_shape else "cost is linear in the shape within the logged range")
+        + "; the rounds' context lengths are those of the logs",
+    ]
+    if "first_round_ms" in est:
+        assumptions.append("a turn's first round costs first_ms more (a model drafter's prefill), paid once a turn by "
+                           "every arm: the trajectory replay adds it at each prompt's first root, the logged-root replay "
+                           "prices first rounds like the others")
+    if "policy_host_ms" in est:
+        assumptions.append("policy host work: fitted from rounds of runs with and without a policy")
+    elif host_ms is not None:
+        assumptions.append(f"policy host work: {host:g} ms a round, given (measured outside these logs)")
+    else:
+        assumptions.append("policy host work: not in these logs, assumed 0 ms a round")
+        notes.append(f"{drafter}: no rounds of a policy run to fit the policy's host work; assumed 0 (pass host_ms, "
+                     "measured by benchmarks/bench_policy_host.py)")
+    return assumptions
+
+
+def _regression(rounds, drafter, node_ms, condition, notes, per_shape=None):
     """The OLS inputs of :func:`fit_cost`: (frame, drafter, policy-run indicator, prompt codes,
     prompts, y, X, term names)."""
     frame, drafter = _timed_rounds(rounds, drafter, condition, notes)
@@ -346,7 +434,8 @@ def _regression(rounds, drafter, node_ms, condition, notes):
     if node_ms is not None:
         y = y - float(node_ms) * frame["budget"].to_numpy(np.float64)
         notes.append(f"{drafter}: the cost of a node is given ({float(node_ms):g} ms), not fitted")
-    X, names = _design(frame, pol, drafter, notes, skip=("budget",) if node_ms is not None else ())
+    shapes = _shape_terms(frame, pol, per_shape, node_ms, drafter, notes)
+    X, names = _design(frame, pol, drafter, notes, skip=("budget",) if node_ms is not None else (), shapes=shapes)
     return frame, drafter, pol, codes, G, y, X, names
 
 
@@ -356,12 +445,19 @@ _FIELDS = {"constant_ms": "constant", "ms_per_draft_pass": "pass_ms", "ms_per_tr
 
 
 def cost_draws(rounds, *, drafter: str | None = None, host_ms: float | None = None, node_ms: float | None = None,
-               condition: str | None = "matched", n_boot: int = 200, seed: int = 0) -> tuple[CostFit, list]:
+               condition: str | None = "matched", n_boot: int = 200, seed: int = 0,
+               per_shape: bool | None = None, studentize: bool = True) -> tuple[CostFit, list]:
     """The round-cost fit and ``n_boot`` prompt-bootstrap refits of it: (:func:`fit_cost`'s result,
     [CostModel, ...]). Each replicate draws the prompts with replacement and refits the OLS (every
     fitted term: the constant, the pass, node and tree costs and the policy's host work), so a
     prediction computed under each replicate carries the cost model's uncertainty - the host
     term's among them. Replicates whose design loses rank are skipped (fewer models returned).
+
+    ``studentize``: each replicate's deviation from the point fit is scaled by
+    ``t(G - 1) / z x sqrt(G / (G - 1))`` (95 % quantiles). A percentile bootstrap over few prompts
+    is narrower than the CR1 t interval and covers below nominal (a calibration of six prompts:
+    ``tests/test_policy_cost.py``); the scaling gives its spread the CR1 t interval's, and is about
+    1 from 30 prompts on.
 
     Examples
     --------
@@ -370,25 +466,39 @@ def cost_draws(rounds, *, drafter: str | None = None, host_ms: float | None = No
     >>> len(draws) == 20 and all(m.identified for m in draws)
     True
     """
-    fit = fit_cost(rounds, drafter=drafter, host_ms=host_ms, node_ms=node_ms, condition=condition, n_boot=0)
-    _, _, _, codes, G, y, X, names = _regression(rounds, fit.drafter, node_ms, condition, [])
+    fit = fit_cost(rounds, drafter=drafter, host_ms=host_ms, node_ms=node_ms, condition=condition, n_boot=0,
+                   per_shape=per_shape)
+    _, _, _, codes, G, y, X, names = _regression(rounds, fit.drafter, node_ms, condition, [], per_shape)
     K = X.shape[1]
     XtX = np.stack([np.bincount(codes, weights=X[:, i] * X[:, j], minlength=G) for i in range(K) for j in range(K)], 1)
     Xty = np.stack([np.bincount(codes, weights=X[:, i] * y, minlength=G) for i in range(K)], 1)
     W = bootstrap_counts(G, n_boot, np.random.default_rng(seed)) if n_boot > 0 and G >= 2 else []
+    point = fit.terms["estimate"].to_numpy(np.float64)
+    c = t_crit(G, 0.95) / 1.959963984540054 * np.sqrt(G / max(G - 1, 1)) if studentize else 1.0
     out = []
     for w in W:
         A = (w @ XtX).reshape(-1, K, K)
         ok = np.linalg.matrix_rank(A) == K
         b = np.linalg.solve(A[ok], (w[ok] @ Xty)[..., None])[..., 0]
-        out += [replace(fit.model, **{_FIELDS[n]: float(v) for n, v in zip(names, row)}) for row in b]
+        out += [_with_terms(fit.model, names, point + c * (row - point)) for row in b]
     return fit, out
+
+
+def _with_terms(model: CostModel, names: list[str], values) -> CostModel:
+    """``model`` with the fitted terms ``names`` set to ``values`` (the per-shape terms as its table)."""
+    vals = dict(zip(names, (float(v) for v in values)))
+    model = replace(model, **{_FIELDS[n]: v for n, v in vals.items() if n in _FIELDS})
+    table = [(float(n[len("ms_at_shape_"):]), v) for n, v in vals.items() if n.startswith("ms_at_shape_")]
+    return _table_model(model, *zip(*table)) if table else model
 
 
 def _row(model: CostModel, names: list[str], s: float, policy: bool) -> np.ndarray:
     """The design row of a round of shape s (fixed or policy) in the fitted terms."""
     vals = {"constant_ms": 1.0, "ms_per_draft_pass": float(model.passes_at(s, policy)), "ms_per_tree_node": float(s),
             "tree_round_ms": float(s > 0), "policy_host_ms": 1.0 if policy else 0.0, "first_round_ms": 0.0}
+    xs = [float(v) for v, _ in model.shape_ms]
+    for j, x in enumerate(xs):             # a per-shape table: interpolation weights (clamped at its ends)
+        vals[_shape_term(x)] = float(np.interp(s, xs, np.eye(len(xs))[j]))
     return np.array([vals[n] for n in names])
 
 

@@ -221,7 +221,7 @@ def simulate(d: DenseData, policy: Callable | None = None, *, shapes: np.ndarray
 def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None, policy: bool = False) -> dict:
     """Per prompt (G,): rounds, tokens (accepted + 1), shape, shape-0 rounds, modelled ms
     (constant + pass_ms x the drafter passes spent at the root + node_ms x shape + tree_ms x
-    [shape > 0], plus the policy's host work ``host_ms`` a round when ``policy``: a run a policy
+    [shape > 0], or the model's per-shape table, plus the policy's host work ``host_ms`` a round when ``policy``: a run a policy
     shapes, plus ``first_ms`` at the prompt's first root; absent without an identified cost)."""
     G = d.prompts
     def bc(w):
@@ -230,9 +230,7 @@ def trajectory_sums(d: DenseData, tr: Trajectory, cost: CostModel | None = None,
            "zero": bc((tr.shape == 0).astype(np.float64))}
     if cost is not None and cost.identified:
         passes = np.where(tr.row >= 0, d.passes[np.maximum(tr.row, 0)], 0.0)
-        host = float(cost.host_ms) if policy else 0.0
-        out["ms"] = bc(cost.constant + host + cost.pass_ms * passes + cost.node_ms * tr.shape
-                       + cost.tree_ms * (tr.shape > 0) + cost.first_ms * (tr.position == 0))
+        out["ms"] = bc(cost.round_ms(tr.shape, passes, policy=policy, first=tr.position == 0))
     return out
 
 
