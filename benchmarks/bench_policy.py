@@ -18,8 +18,9 @@
    shapes below (no policy), the arms' order rotating per prompt, before any held-out prompt is
    decoded. The round-cost model is refitted on these interleaved runs alone (the training logs,
    written in phases minutes apart, carry the machine's load drift between phases): constant,
-   node and tree costs where they vary, and the policy's host work a round
-   (``glance_law.policy.cost.cost_draws``: the fit and 400 prompt-bootstrap refits).
+   node and tree costs where they vary (one term per shape where few shapes are logged), a turn's
+   first round, and the policy's host work a round (``glance_law.policy.cost.cost_draws``: the fit
+   and 400 prompt-bootstrap refits, studentized for few prompts).
 4. **Prediction.** The search's held-out row (cross-validated on the training prompts), and on
    the held-out prompts' own dense logs (``--no-dense-test`` skips them) the trajectory replay of
    the policy and of the two fixed shapes whose runs' mean shapes bracket the policy's on the
