@@ -601,6 +601,17 @@ def _plain_ints(lists: list, no_true: bool = False) -> np.ndarray | None:
     check over them all), else None. ``no_true``: the file's text holds no JSON ``true``
     (:meth:`Lines.without_true`), so no element needs a type check of its own: the exact sum refuses
     strings, containers and floats, the conversion ``None`` and ints beyond 64 bits, and a ``false`` is 0."""
+    if not no_true and not set(map(type, chain.from_iterable(lists))) <= _INT:
+        return None
+    if all(type(x) is list for x in lists):
+        # the common case, values 1..255: one byte each, converted in C (a float, a string, None or a
+        # container raises TypeError, a value beyond a byte ValueError: then the general way below)
+        try:
+            small = b"".join(map(bytes, lists))
+        except (TypeError, ValueError):
+            small = None
+        if small is not None:
+            return None if b"\x00" in small else np.frombuffer(small, np.uint8).astype(np.int64)
     if no_true:
         try:
             total = sum(map(sum, lists))
@@ -608,8 +619,6 @@ def _plain_ints(lists: list, no_true: bool = False) -> np.ndarray | None:
             return None
         if type(total) is not int:
             return None
-    elif not set(map(type, chain.from_iterable(lists))) <= _INT:
-        return None
     try:
         arr = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
     except (OverflowError, TypeError, ValueError):
