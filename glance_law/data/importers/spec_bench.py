@@ -34,7 +34,8 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import accumulate, chain, repeat
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -506,24 +507,22 @@ def _read_plain(f: _File, task):
     no ``idxs``, no 'ERROR' turn, every value >= 1. None when any answer is not that case: the
     answer-by-answer reading then gives the same result for those answers and the notes for the rest."""
     rs = [r for _, r in f.recs]
-    chs = [r["choices"] for r in rs]
-    if any(len(ch) != 1 for ch in chs):
+    chs = list(map(itemgetter("choices"), rs))
+    if not set(map(len, chs)) <= {1}:
         return None
-    cs = [ch[0] for ch in chs]
-    if any(type(c) is not dict or "idxs" in c for c in cs):
+    cs = list(map(itemgetter(0), chs))
+    if not set(map(type, cs)) <= {dict} or any(map(dict.__contains__, cs, repeat("idxs"))):
         return None
-    al = [c.get("accept_lengths") for c in cs]
-    ds = [c.get("decoding_steps") for c in cs]
-    nt = [c.get("new_tokens") for c in cs]
-    if not all(type(a) is list and a for a in al) or any(type(x) is not list for x in chain(ds, nt)):
+    al, ds, nt = (list(map(dict.get, cs, repeat(k))) for k in ("accept_lengths", "decoding_steps", "new_tokens"))
+    if not (set(map(type, al)) <= {list} and all(al)) or not set(map(type, chain(ds, nt))) <= {list}:
         return None
     if not set(map(type, chain.from_iterable(ds))) <= _INT or not set(map(type, chain.from_iterable(nt))) <= _INT:
         return None
     if list(map(sum, ds)) != list(map(len, al)):
         return None
-    qs = [r.get("question_id") for r in rs]
+    qs = list(map(dict.get, rs, repeat("question_id")))
     turns = [_turn_list(c.get("turns")) for c in cs]
-    if any(q is None for q in qs) or any(_is_error(x) for ts in turns for x in ts):
+    if None in qs or any(map(_is_error, chain.from_iterable(turns))):
         return None
     flat = _plain_ints(al, f.no_true)
     if flat is None:
@@ -788,7 +787,10 @@ def _prompt_rows(base: str, A: _Answers):
     id, answer index, new_tokens or -1, per turn) and the answers with an unusable wall time;
     column by column over the answers."""
     isfinite = math.isfinite
-    wsum = [_wall_sum(wt) for wt in A.wt]
+    try:
+        wsum = list(map(math.fsum, A.wt))            # every answer's wall times summable (else each on its own)
+    except (TypeError, OverflowError, ValueError):
+        wsum = list(map(_wall_sum, A.wt))
     ok = [bool(wt) and isfinite(w) for wt, w in zip(A.wt, wsum)]
     nan_wall = sum(1 for wt, o in zip(A.wt, ok) if wt and not o)
     P = {"run_id": [base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
@@ -796,7 +798,7 @@ def _prompt_rows(base: str, A: _Answers):
          "prompt_id": A.qid, "task": A.task,
          "new_tokens": [int(sum(nt)) if nt else None for nt in A.nt],
          "decode_ms": [w * 1000.0 if o else None for w, o in zip(wsum, ok)],
-         "rounds": [int(sum(ds)) for ds in A.lens], "turns": [len(ds) for ds in A.lens],
+         "rounds": list(map(int, map(sum, A.lens))), "turns": list(map(len, A.lens)),
          "turn_tokens": [nt if len(nt) == len(ds) else None for nt, ds in zip(A.nt, A.lens)],
          "turn_rounds": A.lens,                                       # seconds, negatives: see _list_column
          "turn_ms": [wt if o and len(wt) == len(ds) else None for wt, o, ds in zip(A.wt, ok, A.lens)]}
@@ -947,6 +949,7 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     dictionary-encoded once per column (for the rounds and the prompts alike)."""
     enc: dict = {}
     zeros: dict = {}
+    names: dict = {}
 
     def zero(n):
         """n codes 0 (one buffer for every column of one value)."""
@@ -954,17 +957,20 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
             zeros[n] = pa.array(np.zeros(n, np.int32))
         return zeros[n]
 
-    def cat(name, idx):
-        """P[name] per answer, each repeated ``idx`` times, as a dictionary array."""
+    def cat(name, idx=None):
+        """P[name] per answer (``idx`` None), or each repeated ``idx`` times, as a dictionary array."""
         if name not in enc:                # codes in order of first appearance, as Arrow encodes
-            d = pa.array(P[name], pa.string()).dictionary_encode()
-            enc[name] = (d.indices.to_numpy(), d.dictionary)
-        codes, dictionary = enc[name]
-        codes = zero(int(idx.sum())) if len(dictionary) == 1 else pa.array(np.repeat(codes, idx))
-        return pa.DictionaryArray.from_arrays(codes, dictionary)
+            enc[name] = pa.array(P[name], pa.string()).dictionary_encode()
+        d = enc[name]
+        if idx is None:
+            return d
+        codes = zero(int(idx.sum())) if len(d.dictionary) == 1 else pa.array(np.repeat(d.indices.to_numpy(), idx))
+        return pa.DictionaryArray.from_arrays(codes, d.dictionary)
 
     def const(value, n):
-        return pa.DictionaryArray.from_arrays(zero(n), pa.array([value], pa.string()))
+        if value not in names:
+            names[value] = pa.array([value], pa.string())
+        return pa.DictionaryArray.from_arrays(zero(n), names[value])
 
     drafter_name = "ar" if f.spec == 0 else f.drafter
     rounds = None
@@ -982,9 +988,9 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
             "position": cols["pos"].astype(np.int32), "turn": cols["turn"],
             "ends_output": end, "drafted_horizon": hor,
         })
-    ones = np.ones(len(P["run_id"]), dtype=np.int64)
+    n_answers = len(P["run_id"])
     try:
-        prompts = _prompt_table(P, ones, cat, const(drafter_name, ones.size), const(f.target, ones.size))
+        prompts = _prompt_table(P, cat, const(drafter_name, n_answers), const(f.target, n_answers))
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise LogError(f.path, f"a per-answer count does not fit the contract's 32-bit columns "
                                f"({str(exc).splitlines()[0][:80]})",
@@ -1003,10 +1009,10 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     return rounds, prompts
 
 
-def _prompt_table(P: dict, ones: np.ndarray, cat, drafter, target) -> pa.Table:
+def _prompt_table(P: dict, cat, drafter, target) -> pa.Table:
     """The prompt rows as a contract table (``cat``: the dictionary encoder of :func:`_tables`)."""
     return pa.table({
-        "run_id": cat("run_id", ones), "prompt_id": cat("prompt_id", ones), "task": cat("task", ones),
+        "run_id": cat("run_id"), "prompt_id": cat("prompt_id"), "task": cat("task"),
         "drafter": drafter, "target": target,
         "new_tokens": pa.array(P["new_tokens"], pa.int32()), "decode_ms": pa.array(P["decode_ms"], pa.float32()),
         "rounds": pa.array(P["rounds"], pa.int32()), "turns": pa.array(P["turns"], pa.int16()),
