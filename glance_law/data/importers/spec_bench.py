@@ -838,21 +838,27 @@ def _round_columns(f: _File, answers: _Answers, v: np.ndarray, turns) -> dict:
     lens_a = np.asarray(lens, dtype=np.int64)
     tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
     acc = v - 1
-    before = np.cumsum(v) - v
+    # positions as the int32 column holds them: sums and differences wrap modulo 2**32 alike in
+    # int32 and in int64 cast down, so computing them in int32 gives the same column
+    v32 = v.astype(np.int32)
+    before = np.cumsum(v32, dtype=np.int32) - v32
     pos = before - np.repeat(before[tstart], lens_a)      # per-turn values repeat
+    last = tstart + lens_a - 1
     end = np.zeros(n_total, dtype=bool)
-    end[tstart + lens_a - 1] = True
+    end[last] = True
     want = np.asarray(tok_want)
     tok_mismatch = int(((want >= 0) & (np.add.reduceat(v, tstart) != want)).sum())
     ans_a = np.asarray(ans_of_turn, dtype=np.int64)
     a_rounds = np.bincount(ans_a, weights=lens_a, minlength=answers.n).astype(np.int64)
     a_start = np.concatenate([[0], np.cumsum(a_rounds)[:-1]])
-    rnd = np.arange(n_total) - np.repeat(a_start, a_rounds)      # per-answer values repeat
+    # per-answer values repeat, made in the int32 of the column where every index fits it
+    small = np.int32 if n_total < 1 << 31 else np.int64
+    rnd = (np.arange(n_total, dtype=small) - np.repeat(a_start.astype(small), a_rounds)).astype(np.int32, copy=False)
     if f.spec == "hf-heuristic":
         hor = _sps_horizons(f, answers, acc, tstart, turns)
     else:
         hor = np.full(n_total, int(f.spec), dtype=np.int64)
-    return {"n": n_total, "acc": acc, "pos": pos, "end": end, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
+    return {"n": n_total, "acc": acc, "pos": pos, "end": end, "last": last, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
             "turn": np.repeat(np.asarray(np.asarray(tturn).tolist(), dtype=np.int16), lens_a),
             "tok_mismatch": tok_mismatch}
 
@@ -975,17 +981,17 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     drafter_name = "ar" if f.spec == 0 else f.drafter
     rounds = None
     if cols is not None:
-        n, a_rounds, end = cols["n"], cols["a_rounds"], cols["end"]
+        n, a_rounds, end, last = cols["n"], cols["a_rounds"], cols["end"], cols["last"]
         acc, hor = cols["acc"].astype(np.int16), cols["hor"].astype(np.int16)
         ends = hor.copy()
-        ends[end] = acc[end]              # an output-ending round: horizon = accepted
+        ends[last] = acc[last]            # an output-ending round: horizon = accepted
         rounds = pa.table({
             "run_id": cat("run_id", a_rounds), "task": cat("task", a_rounds),
-            "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"].astype(np.int32),
+            "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"],
             "root_entropy": pa.nulls(n, pa.float32()),            # not measured by this format
             "accepted": acc, "horizon": ends,
             "drafter": const(drafter_name, n), "target": const(f.target, n),
-            "position": cols["pos"].astype(np.int32), "turn": cols["turn"],
+            "position": cols["pos"], "turn": cols["turn"],
             "ends_output": end, "drafted_horizon": hor,
         })
     n_answers = len(P["run_id"])
