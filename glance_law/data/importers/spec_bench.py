@@ -446,12 +446,13 @@ def _open_file(path, lines, horizon) -> _File:
         raise LogError(path, "no answer records (objects with a 'choices' list)",
                        "pass the model_answer/*.jsonl files Spec-Bench writes")
     base = run_base(path)
-    given = [m for m in (r.get("model_id") for _, r in recs) if m is not None and m != ""]
+    rs = list(map(itemgetter(1), recs))
+    given = [m for m in map(dict.get, rs, repeat("model_id")) if m is not None and m != ""]
     model_ids = Counter(map(str, given))
     no_model = len(recs) - len(given)
     qcat = _questions(path)
     if qcat:
-        asked = {str(r.get("question_id")) for _, r in recs}
+        asked = set(map(str, map(dict.get, rs, repeat("question_id"))))
         if len(asked & set(qcat)) < len(qcat):
             notes.append(f"{path}: answers cover {len(asked & set(qcat))} of the {len(qcat)} questions in the "
                          "question file beside it")
@@ -497,7 +498,7 @@ def _turn_list(turns) -> list:
 def _is_error(x) -> bool:
     """Whether a turn's text is ``"ERROR"`` (blanks around it allowed); tested on its first
     characters before any copy is made."""
-    return isinstance(x, str) and (x[:5] == "ERROR" or x[:1].isspace()) and x.strip() == "ERROR"
+    return isinstance(x, str) and (x.startswith("ERROR") or x[:1].isspace()) and x.strip() == "ERROR"
 
 
 def _read_plain(f: _File, task):
