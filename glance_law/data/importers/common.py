@@ -80,15 +80,12 @@ class Lines:
         raw = self.text
         if raw is None:
             return False
-        i = raw.find(b"tru")             # (faster than b"true": 'u' is rarer than 'e', so the search skips more)
-        while i >= 0:
-            if raw[i + 3:i + 4] == b"e":
-                j = i - 1
-                while j >= 0 and raw[j] in b" \t\r\n":
-                    j -= 1
-                if j < 0 or raw[j] in b"[,:":
-                    return False
-            i = raw.find(b"tru", i + 3)
+        for i in inputs.byte_runs(raw, (b"t", b"r", b"u", b"e"), anchor=2):      # at the rarest letter
+            j = i - 1
+            while j >= 0 and raw[j] in b" \t\r\n":
+                j -= 1
+            if j < 0 or raw[j] in b"[,:":
+                return False
         return True
 
 
