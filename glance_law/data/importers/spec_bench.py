@@ -501,13 +501,23 @@ def _is_error(x) -> bool:
     return isinstance(x, str) and (x.startswith("ERROR") or x[:1].isspace()) and x.strip() == "ERROR"
 
 
+def _any_error(texts: list) -> bool:
+    """Whether :func:`_is_error` holds for one of ``texts``: tested only where some text is not a
+    string or starts with ``E`` or a blank (the first characters gathered in C)."""
+    if set(map(type, texts)) <= {str}:
+        firsts = set(map(itemgetter(slice(0, 1)), texts))
+        if "E" not in firsts and not any(map(str.isspace, firsts)):
+            return False
+    return any(map(_is_error, texts))
+
+
 def _read_plain(f: _File, task):
     """:func:`_read_answers` column by column (no Python call per answer) for the file Spec-Bench
     writes: one choice per answer, each with a question id, flat lists of plain ints in
     ``accept_lengths`` (not empty), ``decoding_steps`` (summing to its length) and ``new_tokens``,
     no ``idxs``, no 'ERROR' turn, every value >= 1. None when any answer is not that case: the
     answer-by-answer reading then gives the same result for those answers and the notes for the rest."""
-    rs = [r for _, r in f.recs]
+    rs = list(map(itemgetter(1), f.recs))
     chs = list(map(itemgetter("choices"), rs))
     if not set(map(len, chs)) <= {1}:
         return None
@@ -522,13 +532,15 @@ def _read_plain(f: _File, task):
     if list(map(sum, ds)) != list(map(len, al)):
         return None
     qs = list(map(dict.get, rs, repeat("question_id")))
-    turns = [_turn_list(c.get("turns")) for c in cs]
-    if None in qs or any(map(_is_error, chain.from_iterable(turns))):
+    turns = list(map(dict.get, cs, repeat("turns")))
+    if not set(map(type, turns)) <= {list}:
+        turns = list(map(_turn_list, turns))
+    if None in qs or _any_error(list(chain.from_iterable(turns))):
         return None
     flat = _plain_ints(al, f.no_true)
     if flat is None:
         return None
-    qids = [str(q) for q in qs]
+    qids = list(map(str, qs))
     t = _Tally(seen=Counter(qids))
     t.hows["steps"] = len(qids)
     runs = [1] * len(qids)
@@ -537,13 +549,18 @@ def _read_plain(f: _File, task):
         for j, q in enumerate(qids):
             so_far[q] += 1
             runs[j] = so_far[q]
-    cats = [r.get("category") for r in rs]
-    cats = [c if c is not None else f.qcat.get(q) for c, q in zip(cats, qids)]
-    t.no_cat = sum(c is None for c in cats)
-    tasks = [str(c) if c is not None else (task or NO_TASK) for c in cats]
-    wts = [w if isinstance(w, list) else _nums(w) for w in (c.get("wall_time") for c in cs)]
-    tids = [range(len(d)) for d in ds]          # turn ids (no turn left out)
-    answers = _Answers(runs, [0] * len(qids), qids, tasks, al, ds, tids, nt, wts, [i for i, _ in f.recs])
+    cats = list(map(dict.get, rs, repeat("category")))
+    if None in cats:
+        cats = [c if c is not None else f.qcat.get(q) for c, q in zip(cats, qids)]
+        t.no_cat = sum(c is None for c in cats)
+        tasks = [str(c) if c is not None else (task or NO_TASK) for c in cats]
+    else:
+        tasks = list(map(str, cats))
+    wts = list(map(dict.get, cs, repeat("wall_time")))
+    if not set(map(type, wts)) <= {list}:
+        wts = [w if isinstance(w, list) else _nums(w) for w in wts]
+    tids = list(map(range, map(len, ds)))          # turn ids (no turn left out)
+    answers = _Answers(runs, [0] * len(qids), qids, tasks, al, ds, tids, nt, wts, list(map(itemgetter(0), f.recs)))
     return answers, t, flat
 
 
