@@ -502,11 +502,12 @@ def _is_error(x) -> bool:
 
 
 def _any_error(texts: list) -> bool:
-    """Whether :func:`_is_error` holds for one of ``texts``: tested only where some text is not a
-    string or starts with ``E`` or a blank (the first characters gathered in C)."""
+    """Whether :func:`_is_error` holds for one of ``texts``: tested text by text only where some
+    text is not a string, or its first character after the blanks is ``E`` or not among its first
+    16 (the first characters gathered in C: a turn strips to ``ERROR`` only if it starts so)."""
     if set(map(type, texts)) <= {str}:
-        firsts = set(map(itemgetter(slice(0, 1)), texts))
-        if "E" not in firsts and not any(map(str.isspace, firsts)):
+        firsts = {h[:1] for h in set(map(str.lstrip, map(itemgetter(slice(0, 16)), texts)))}
+        if "E" not in firsts and "" not in firsts:
             return False
     return any(map(_is_error, texts))
 
@@ -811,8 +812,9 @@ def _prompt_rows(base: str, A: _Answers):
         wsum = list(map(_wall_sum, A.wt))
     ok = [bool(wt) and isfinite(w) for wt, w in zip(A.wt, wsum)]
     nan_wall = sum(1 for wt, o in zip(A.wt, ok) if wt and not o)
-    P = {"run_id": [base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
-                    for k, ci in zip(A.run, A.choice)],
+    one_run = set(A.run) <= {1} and set(A.choice) <= {0}     # one run of one choice: every run id the base
+    P = {"run_id": [base] * len(A.run) if one_run else
+         [base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}") for k, ci in zip(A.run, A.choice)],
          "prompt_id": A.qid, "task": A.task,
          "new_tokens": [int(sum(nt)) if nt else None for nt in A.nt],
          "decode_ms": [w * 1000.0 if o else None for w, o in zip(wsum, ok)],
