@@ -617,8 +617,9 @@ def _read_all(f: _File, task, check_min: bool):
 def _plain_ints(lists: list, no_true: bool = False) -> np.ndarray | None:
     """The lists concatenated as int64 when they hold plain ints only, each in 1..2**63 - 1 (one
     check over them all), else None. ``no_true``: the file's text holds no JSON ``true``
-    (:meth:`Lines.without_true`), so no element needs a type check of its own: the exact sum refuses
-    strings, containers and floats, the conversion ``None`` and ints beyond 64 bits, and a ``false`` is 0."""
+    (:meth:`Lines.without_true`), so no element needs a type check of its own: the conversion to one
+    byte per value (values 0..255, the common case) refuses strings, containers, floats and ``None``;
+    beyond a byte, the exact sum refuses them and the conversion ints beyond 64 bits; a ``false`` is 0."""
     if not no_true and not set(map(type, chain.from_iterable(lists))) <= _INT:
         return None
     if all(type(x) is list for x in lists):
