@@ -326,7 +326,6 @@ _HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
 _LOW = re.compile(rb"\\u[dD][c-fC-F]")
 _RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
 _OPEN, _CLOSE, _QUOTE, _BACKSLASH = 91, 93, 34, 92
-_SURROGATE_RUN = (b"\\", b"u", b"dD", b"89abcdefABCDEF")     # what _SURROGATE_ESCAPE matches
 _BLOCK = 1 << 24
 
 
@@ -476,7 +475,8 @@ def _maybe_lone(raw: bytes) -> bool:
     backslash is not itself escaped. Escaped pairs (emoji) pass; a True is confirmed on the value."""
     if b"\xed" in raw and _RAW_SURROGATE.search(raw):
         return True
-    for i in byte_runs(raw, _SURROGATE_RUN):          # where _SURROGATE_ESCAPE matches
+    for m in _SURROGATE_ESCAPE.finditer(raw):        # one pass in C (the backslash found by memchr)
+        i = m.start()
         if raw[i + 3] in b"89abAB":
             if not _LOW.match(raw, i + 6):
                 return True
