@@ -228,10 +228,8 @@ def read_text(path, gzip_only: bool = False) -> Text:
     truncated gzip data, FIFOs and devices (and, with ``gzip_only``, a file that is not gzip).
     A UTF-8 byte-order mark is dropped."""
     out = bytearray()
-    idx, shift = [], []
+    at = _LineMap(out)
     buf = bytearray()
-    lineno = 1            # the file's line number at buf[0]
-    kept = 0
     first = True
     info: dict = {}
     limit = None
@@ -241,66 +239,83 @@ def read_text(path, gzip_only: bool = False) -> Text:
             first = False
             limit, var = input_limit(info.get("gzip_size"))
         if len(out) > limit:
-            raise _too_much(path, lineno, limit, var, info.get("gzip_size"))
+            raise _too_much(path, at.lineno(), limit, var, info.get("gzip_size"))
         buf += chunk
         pos = 0
         if _NONBLANK.search(buf) is None:          # blanks only: count the lines, keep nothing
-            lineno += buf.count(b"\n")
+            at.skip += buf.count(b"\n")
             del buf[:buf.rfind(b"\n") + 1]
             continue
         while True:
             cut = buf.rfind(b"\n", pos) + 1
             if pos < cut <= pos + MAX_LINE_BYTES and buf[pos] not in _BLANK and not _BLANK_AFTER.search(buf, pos, cut):
                 # whole lines, none blank (none starts with a blank), none too long: kept at once
-                kept += 1
-                if lineno != kept + (shift[-1] if shift else 0):
-                    idx.append(kept)
-                    shift.append(lineno - kept)
-                n = buf.count(b"\n", pos, cut)
-                kept += n - 1
-                lineno += n
-                out += buf[pos:cut]
+                # (not counted: the line numbers shift only where blank lines are dropped)
+                at.keep()
+                with memoryview(buf) as view:
+                    out += view[pos:cut]
                 pos = cut
             m = _NONBLANK.search(buf, pos)
             if m is None:
-                lineno += buf.count(b"\n", pos)
+                at.skip += buf.count(b"\n", pos)
                 cut = buf.rfind(b"\n", pos) + 1
                 del buf[:max(cut, pos)]
                 break
             s = m.start()
-            lineno += buf.count(b"\n", pos, s)
+            at.skip += buf.count(b"\n", pos, s)
             nl = buf.rfind(b"\n", pos, s)
             start = pos if nl < 0 else nl + 1
             end = buf.find(b"\n", s)
             if end < 0:
                 del buf[:start]
                 if len(buf) > MAX_LINE_BYTES:
-                    raise _too_long(path, lineno)
+                    raise _too_long(path, at.lineno())
                 break
             if end - start > MAX_LINE_BYTES:
-                raise _too_long(path, lineno)
-            kept += 1
-            if lineno != kept + (shift[-1] if shift else 0):
-                idx.append(kept)
-                shift.append(lineno - kept)
-            out += buf[start:end]
+                raise _too_long(path, at.lineno())
+            at.keep()
+            with memoryview(buf) as view:
+                out += view[start:end]
             out += b"\n"
-            lineno += 1
             pos = end + 1
     if limit is not None and len(out) + len(buf.strip(_BLANK)) > limit:
-        raise _too_much(path, lineno, limit, var, info.get("gzip_size"))
+        raise _too_much(path, at.lineno(), limit, var, info.get("gzip_size"))
     if buf.translate(None, _BLANK):
-        kept += 1
-        if lineno != kept + (shift[-1] if shift else 0):
-            idx.append(kept)
-            shift.append(lineno - kept)
+        at.keep()
         out += buf.strip(_BLANK)
     if out.endswith(b"\n"):
         del out[-1:]
     text = Text(out)
     del out
-    text._at = (tuple(idx), tuple(shift))
+    text._at = (tuple(at.idx), tuple(at.shift))
     return text
+
+
+class _LineMap:
+    """:func:`read_text`'s account of the file's line numbers: ``skip`` blank lines dropped so
+    far; the lines kept are those ``out`` holds (each ends with a newline), counted only when a
+    line number is needed (a shift to note, an error), each byte at most once."""
+
+    def __init__(self, out: bytearray):
+        self.out, self.skip, self.kept, self.counted = out, 0, 0, 0
+        self.idx: list = []
+        self.shift: list = []
+
+    def _kept(self) -> int:
+        self.kept += self.out.count(b"\n", self.counted)
+        self.counted = len(self.out)
+        return self.kept
+
+    def lineno(self) -> int:
+        """The file's line number of the next line not yet kept or dropped."""
+        return self._kept() + 1 + self.skip
+
+    def keep(self) -> None:
+        """The next line (and the lines after it up to the next dropped one) is kept: notes the
+        shift from its place among the kept lines to its line number when that changed."""
+        if self.skip != (self.shift[-1] if self.shift else 0):
+            self.idx.append(self._kept() + 1)
+            self.shift.append(self.skip)
 
 
 # --------------------------------------------------------------------------- JSON
@@ -311,6 +326,38 @@ _HIGH = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}")
 _LOW = re.compile(rb"\\u[dD][c-fC-F]")
 _RAW_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
 _OPEN, _CLOSE, _QUOTE, _BACKSLASH = 91, 93, 34, 92
+_BLOCK = 1 << 24
+
+
+def byte_runs(data: bytes, run: tuple, anchor: int = 0) -> list:
+    """Where in ``data`` a run of ``len(run)`` bytes starts whose k-th byte is one of ``run[k]``
+    (``(b"t", b"r", b"u", b"e")``: where ``b"true"`` starts), in order. Found with numpy at the
+    ``anchor``-th byte (a single byte, best the rarest), 16 MiB at a time: no per-byte Python, and
+    faster than a regex or a multi-byte ``find`` where that byte is rare. Overlapping runs are all
+    listed (none can overlap where no byte of a later set may equal the first byte)."""
+    b = np.frombuffer(data, np.uint8)
+    (key,) = run[anchor]
+    width = len(run)
+    out: list = []
+    for lo in range(anchor, len(b) - width + anchor + 1, _BLOCK):
+        at = np.flatnonzero(b[lo:min(lo + _BLOCK, len(b) - width + anchor + 1)] == key) + (lo - anchor)
+        for k, allowed in enumerate(run):
+            if k != anchor and at.size:
+                at = at[_byte_table(allowed)[b[at + k]]]
+        out.extend(at.tolist())
+    return out
+
+
+_TABLES: dict = {}
+
+
+def _byte_table(allowed: bytes) -> np.ndarray:
+    """A 256-entry mask of the bytes in ``allowed``."""
+    if allowed not in _TABLES:
+        t = np.zeros(256, dtype=bool)
+        t[np.frombuffer(allowed, np.uint8)] = True
+        _TABLES[allowed] = t
+    return _TABLES[allowed]
 
 
 def json_depth(data: bytes) -> int:
@@ -428,9 +475,7 @@ def _maybe_lone(raw: bytes) -> bool:
     backslash is not itself escaped. Escaped pairs (emoji) pass; a True is confirmed on the value."""
     if b"\xed" in raw and _RAW_SURROGATE.search(raw):
         return True
-    if b"\\ud" not in raw and b"\\uD" not in raw:     # no surrogate escape at all (searched in C)
-        return False
-    for m in _SURROGATE_ESCAPE.finditer(raw):
+    for m in _SURROGATE_ESCAPE.finditer(raw):        # one pass in C (the backslash found by memchr)
         i = m.start()
         if raw[i + 3] in b"89abAB":
             if not _LOW.match(raw, i + 6):

@@ -333,6 +333,16 @@ def _codes(col):
     return np.concatenate(codes), col.chunk(0).dictionary.to_pylist()
 
 
+def _may_hold(col, test) -> bool:
+    """Whether a value of the text column ``col`` may pass ``test`` (nulls never do): False only
+    where the column is dictionary-encoded and no value of its dictionaries passes, so a caller
+    that looks for such values can stop without a Python object or a code per row."""
+    import pyarrow as pa
+    if not pa.types.is_dictionary(col.type):
+        return True
+    return any(v is not None and test(v) for c in col.chunks for v in c.dictionary.to_pylist())
+
+
 def _category_hits(table, cats: Mapping):
     """For :func:`with_categories`: None when no row of ``table`` has task ``unknown`` and a
     prompt_id that ``cats`` holds; else (every row's task with those taken from ``cats``, the
@@ -340,6 +350,8 @@ def _category_hits(table, cats: Mapping):
     no such row costs no Python object per row."""
     import numpy as np
     if table is None or "task" not in table.column_names or "prompt_id" not in table.column_names:
+        return None
+    if not _may_hold(table.column("task"), lambda v: str(v) == NO_TASK):
         return None
     tcodes, tvals = _codes(table.column("task"))
     unknown = [i for i, v in enumerate(tvals) if v is not None and str(v) == NO_TASK]
@@ -404,8 +416,7 @@ def _distinct(table, names) -> set:
             rows = np.stack(np.unravel_index(found, sizes), axis=1)
         else:
             rows = np.unique(np.stack(codes, axis=1), axis=0)
-        for row in rows.tolist():
-            out.add(tuple(v[c] for v, c in zip(values, row)))
+        out.update(zip(*(map(v.__getitem__, col) for v, col in zip(values, rows.T.tolist()))))
     return out
 
 
@@ -472,8 +483,10 @@ def _separate_runs(data: list, notes: list) -> list:
 
     from glance_law.data.importers.common import run_base
     for r in data:
-        runs = sorted({str(x) for t in (r.rounds, r.prompts) if t is not None and "run_id" in t.column_names
-                       for x in t.column("run_id").unique().to_pylist()})
+        cols = [t.column("run_id") for t in (r.rounds, r.prompts) if t is not None and "run_id" in t.column_names]
+        if not any(_may_hold(c, lambda v: "#run" in str(v) or "#choice" in str(v)) for c in cols):
+            continue            # no run id names a repeat or a choice: the note below is not written
+        runs = sorted({str(x) for c in cols for x in c.unique().to_pylist()})
         if len(runs) > 1 and any("#run" in x or "#choice" in x for x in runs):
             how = " and ".join(w for w, tag in (("appended in one file (question ids repeat)", "#run"),
                                                  ("of several choices per answer", "#choice"))

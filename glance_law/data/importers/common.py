@@ -80,14 +80,12 @@ class Lines:
         raw = self.text
         if raw is None:
             return False
-        i = raw.find(b"true")
-        while i >= 0:
+        for i in inputs.byte_runs(raw, (b"t", b"r", b"u", b"e"), anchor=2):      # at the rarest letter
             j = i - 1
             while j >= 0 and raw[j] in b" \t\r\n":
                 j -= 1
             if j < 0 or raw[j] in b"[,:":
                 return False
-            i = raw.find(b"true", i + 4)
         return True
 
 

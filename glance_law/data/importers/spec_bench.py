@@ -34,7 +34,8 @@ import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate, chain
+from itertools import accumulate, chain, repeat
+from operator import itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -445,12 +446,13 @@ def _open_file(path, lines, horizon) -> _File:
         raise LogError(path, "no answer records (objects with a 'choices' list)",
                        "pass the model_answer/*.jsonl files Spec-Bench writes")
     base = run_base(path)
-    given = [m for m in (r.get("model_id") for _, r in recs) if m is not None and m != ""]
+    rs = list(map(itemgetter(1), recs))
+    given = [m for m in map(dict.get, rs, repeat("model_id")) if m is not None and m != ""]
     model_ids = Counter(map(str, given))
     no_model = len(recs) - len(given)
     qcat = _questions(path)
     if qcat:
-        asked = {str(r.get("question_id")) for _, r in recs}
+        asked = set(map(str, map(dict.get, rs, repeat("question_id"))))
         if len(asked & set(qcat)) < len(qcat):
             notes.append(f"{path}: answers cover {len(asked & set(qcat))} of the {len(qcat)} questions in the "
                          "question file beside it")
@@ -496,7 +498,18 @@ def _turn_list(turns) -> list:
 def _is_error(x) -> bool:
     """Whether a turn's text is ``"ERROR"`` (blanks around it allowed); tested on its first
     characters before any copy is made."""
-    return isinstance(x, str) and (x[:5] == "ERROR" or x[:1].isspace()) and x.strip() == "ERROR"
+    return isinstance(x, str) and (x.startswith("ERROR") or x[:1].isspace()) and x.strip() == "ERROR"
+
+
+def _any_error(texts: list) -> bool:
+    """Whether :func:`_is_error` holds for one of ``texts``: tested text by text only where some
+    text is not a string, or its first character after the blanks is ``E`` or not among its first
+    16 (the first characters gathered in C: a turn strips to ``ERROR`` only if it starts so)."""
+    if set(map(type, texts)) <= {str}:
+        firsts = {h[:1] for h in set(map(str.lstrip, map(itemgetter(slice(0, 16)), texts)))}
+        if "E" not in firsts and "" not in firsts:
+            return False
+    return any(map(_is_error, texts))
 
 
 def _read_plain(f: _File, task):
@@ -505,30 +518,30 @@ def _read_plain(f: _File, task):
     ``accept_lengths`` (not empty), ``decoding_steps`` (summing to its length) and ``new_tokens``,
     no ``idxs``, no 'ERROR' turn, every value >= 1. None when any answer is not that case: the
     answer-by-answer reading then gives the same result for those answers and the notes for the rest."""
-    rs = [r for _, r in f.recs]
-    chs = [r["choices"] for r in rs]
-    if any(len(ch) != 1 for ch in chs):
+    rs = list(map(itemgetter(1), f.recs))
+    chs = list(map(itemgetter("choices"), rs))
+    if not set(map(len, chs)) <= {1}:
         return None
-    cs = [ch[0] for ch in chs]
-    if any(type(c) is not dict or "idxs" in c for c in cs):
+    cs = list(map(itemgetter(0), chs))
+    if not set(map(type, cs)) <= {dict} or any(map(dict.__contains__, cs, repeat("idxs"))):
         return None
-    al = [c.get("accept_lengths") for c in cs]
-    ds = [c.get("decoding_steps") for c in cs]
-    nt = [c.get("new_tokens") for c in cs]
-    if not all(type(a) is list and a for a in al) or any(type(x) is not list for x in chain(ds, nt)):
+    al, ds, nt = (list(map(dict.get, cs, repeat(k))) for k in ("accept_lengths", "decoding_steps", "new_tokens"))
+    if not (set(map(type, al)) <= {list} and all(al)) or not set(map(type, chain(ds, nt))) <= {list}:
         return None
     if not set(map(type, chain.from_iterable(ds))) <= _INT or not set(map(type, chain.from_iterable(nt))) <= _INT:
         return None
     if list(map(sum, ds)) != list(map(len, al)):
         return None
-    qs = [r.get("question_id") for r in rs]
-    turns = [_turn_list(c.get("turns")) for c in cs]
-    if any(q is None for q in qs) or any(_is_error(x) for ts in turns for x in ts):
+    qs = list(map(dict.get, rs, repeat("question_id")))
+    turns = list(map(dict.get, cs, repeat("turns")))
+    if not set(map(type, turns)) <= {list}:
+        turns = list(map(_turn_list, turns))
+    if None in qs or _any_error(list(chain.from_iterable(turns))):
         return None
     flat = _plain_ints(al, f.no_true)
     if flat is None:
         return None
-    qids = [str(q) for q in qs]
+    qids = list(map(str, qs))
     t = _Tally(seen=Counter(qids))
     t.hows["steps"] = len(qids)
     runs = [1] * len(qids)
@@ -537,13 +550,18 @@ def _read_plain(f: _File, task):
         for j, q in enumerate(qids):
             so_far[q] += 1
             runs[j] = so_far[q]
-    cats = [r.get("category") for r in rs]
-    cats = [c if c is not None else f.qcat.get(q) for c, q in zip(cats, qids)]
-    t.no_cat = sum(c is None for c in cats)
-    tasks = [str(c) if c is not None else (task or NO_TASK) for c in cats]
-    wts = [w if isinstance(w, list) else _nums(w) for w in (c.get("wall_time") for c in cs)]
-    tids = [range(len(d)) for d in ds]          # turn ids (no turn left out)
-    answers = _Answers(runs, [0] * len(qids), qids, tasks, al, ds, tids, nt, wts, [i for i, _ in f.recs])
+    cats = list(map(dict.get, rs, repeat("category")))
+    if None in cats:
+        cats = [c if c is not None else f.qcat.get(q) for c, q in zip(cats, qids)]
+        t.no_cat = sum(c is None for c in cats)
+        tasks = [str(c) if c is not None else (task or NO_TASK) for c in cats]
+    else:
+        tasks = list(map(str, cats))
+    wts = list(map(dict.get, cs, repeat("wall_time")))
+    if not set(map(type, wts)) <= {list}:
+        wts = [w if isinstance(w, list) else _nums(w) for w in wts]
+    tids = list(map(range, map(len, ds)))          # turn ids (no turn left out)
+    answers = _Answers(runs, [0] * len(qids), qids, tasks, al, ds, tids, nt, wts, list(map(itemgetter(0), f.recs)))
     return answers, t, flat
 
 
@@ -599,8 +617,20 @@ def _read_all(f: _File, task, check_min: bool):
 def _plain_ints(lists: list, no_true: bool = False) -> np.ndarray | None:
     """The lists concatenated as int64 when they hold plain ints only, each in 1..2**63 - 1 (one
     check over them all), else None. ``no_true``: the file's text holds no JSON ``true``
-    (:meth:`Lines.without_true`), so no element needs a type check of its own: the exact sum refuses
-    strings, containers and floats, the conversion ``None`` and ints beyond 64 bits, and a ``false`` is 0."""
+    (:meth:`Lines.without_true`), so no element needs a type check of its own: the conversion to one
+    byte per value (values 0..255, the common case) refuses strings, containers, floats and ``None``;
+    beyond a byte, the exact sum refuses them and the conversion ints beyond 64 bits; a ``false`` is 0."""
+    if not no_true and not set(map(type, chain.from_iterable(lists))) <= _INT:
+        return None
+    if all(type(x) is list for x in lists):
+        # the common case, values 1..255: one byte each, converted in C (a float, a string, None or a
+        # container raises TypeError, a value beyond a byte ValueError: then the general way below)
+        try:
+            small = b"".join(map(bytes, lists))
+        except (TypeError, ValueError):
+            small = None
+        if small is not None:
+            return None if b"\x00" in small else np.frombuffer(small, np.uint8).astype(np.int64)
     if no_true:
         try:
             total = sum(map(sum, lists))
@@ -608,8 +638,6 @@ def _plain_ints(lists: list, no_true: bool = False) -> np.ndarray | None:
             return None
         if type(total) is not int:
             return None
-    elif not set(map(type, chain.from_iterable(lists))) <= _INT:
-        return None
     try:
         arr = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=sum(map(len, lists)))
     except (OverflowError, TypeError, ValueError):
@@ -779,15 +807,19 @@ def _prompt_rows(base: str, A: _Answers):
     id, answer index, new_tokens or -1, per turn) and the answers with an unusable wall time;
     column by column over the answers."""
     isfinite = math.isfinite
-    wsum = [_wall_sum(wt) for wt in A.wt]
+    try:
+        wsum = list(map(math.fsum, A.wt))            # every answer's wall times summable (else each on its own)
+    except (TypeError, OverflowError, ValueError):
+        wsum = list(map(_wall_sum, A.wt))
     ok = [bool(wt) and isfinite(w) for wt, w in zip(A.wt, wsum)]
     nan_wall = sum(1 for wt, o in zip(A.wt, ok) if wt and not o)
-    P = {"run_id": [base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}")
-                    for k, ci in zip(A.run, A.choice)],
+    one_run = set(A.run) <= {1} and set(A.choice) <= {0}     # one run of one choice: every run id the base
+    P = {"run_id": [base] * len(A.run) if one_run else
+         [base + ("" if k == 1 else f"#run{k}") + ("" if ci == 0 else f"#choice{ci}") for k, ci in zip(A.run, A.choice)],
          "prompt_id": A.qid, "task": A.task,
          "new_tokens": [int(sum(nt)) if nt else None for nt in A.nt],
          "decode_ms": [w * 1000.0 if o else None for w, o in zip(wsum, ok)],
-         "rounds": [int(sum(ds)) for ds in A.lens], "turns": [len(ds) for ds in A.lens],
+         "rounds": list(map(int, map(sum, A.lens))), "turns": list(map(len, A.lens)),
          "turn_tokens": [nt if len(nt) == len(ds) else None for nt, ds in zip(A.nt, A.lens)],
          "turn_rounds": A.lens,                                       # seconds, negatives: see _list_column
          "turn_ms": [wt if o and len(wt) == len(ds) else None for wt, o, ds in zip(A.wt, ok, A.lens)]}
@@ -827,21 +859,27 @@ def _round_columns(f: _File, answers: _Answers, v: np.ndarray, turns) -> dict:
     lens_a = np.asarray(lens, dtype=np.int64)
     tstart = np.concatenate([[0], np.cumsum(lens_a)[:-1]])
     acc = v - 1
-    before = np.cumsum(v) - v
+    # positions as the int32 column holds them: sums and differences wrap modulo 2**32 alike in
+    # int32 and in int64 cast down, so computing them in int32 gives the same column
+    v32 = v.astype(np.int32)
+    before = np.cumsum(v32, dtype=np.int32) - v32
     pos = before - np.repeat(before[tstart], lens_a)      # per-turn values repeat
+    last = tstart + lens_a - 1
     end = np.zeros(n_total, dtype=bool)
-    end[tstart + lens_a - 1] = True
+    end[last] = True
     want = np.asarray(tok_want)
     tok_mismatch = int(((want >= 0) & (np.add.reduceat(v, tstart) != want)).sum())
     ans_a = np.asarray(ans_of_turn, dtype=np.int64)
     a_rounds = np.bincount(ans_a, weights=lens_a, minlength=answers.n).astype(np.int64)
     a_start = np.concatenate([[0], np.cumsum(a_rounds)[:-1]])
-    rnd = np.arange(n_total) - np.repeat(a_start, a_rounds)      # per-answer values repeat
+    # per-answer values repeat, made in the int32 of the column where every index fits it
+    small = np.int32 if n_total < 1 << 31 else np.int64
+    rnd = (np.arange(n_total, dtype=small) - np.repeat(a_start.astype(small), a_rounds)).astype(np.int32, copy=False)
     if f.spec == "hf-heuristic":
         hor = _sps_horizons(f, answers, acc, tstart, turns)
     else:
         hor = np.full(n_total, int(f.spec), dtype=np.int64)
-    return {"n": n_total, "acc": acc, "pos": pos, "end": end, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
+    return {"n": n_total, "acc": acc, "pos": pos, "end": end, "last": last, "rnd": rnd, "hor": hor, "a_rounds": a_rounds,
             "turn": np.repeat(np.asarray(np.asarray(tturn).tolist(), dtype=np.int16), lens_a),
             "tok_mismatch": tok_mismatch}
 
@@ -938,6 +976,7 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     dictionary-encoded once per column (for the rounds and the prompts alike)."""
     enc: dict = {}
     zeros: dict = {}
+    names: dict = {}
 
     def zero(n):
         """n codes 0 (one buffer for every column of one value)."""
@@ -945,37 +984,40 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
             zeros[n] = pa.array(np.zeros(n, np.int32))
         return zeros[n]
 
-    def cat(name, idx):
-        """P[name] per answer, each repeated ``idx`` times, as a dictionary array."""
+    def cat(name, idx=None):
+        """P[name] per answer (``idx`` None), or each repeated ``idx`` times, as a dictionary array."""
         if name not in enc:                # codes in order of first appearance, as Arrow encodes
-            d = pa.array(P[name], pa.string()).dictionary_encode()
-            enc[name] = (d.indices.to_numpy(), d.dictionary)
-        codes, dictionary = enc[name]
-        codes = zero(int(idx.sum())) if len(dictionary) == 1 else pa.array(np.repeat(codes, idx))
-        return pa.DictionaryArray.from_arrays(codes, dictionary)
+            enc[name] = pa.array(P[name], pa.string()).dictionary_encode()
+        d = enc[name]
+        if idx is None:
+            return d
+        codes = zero(int(idx.sum())) if len(d.dictionary) == 1 else pa.array(np.repeat(d.indices.to_numpy(), idx))
+        return pa.DictionaryArray.from_arrays(codes, d.dictionary)
 
     def const(value, n):
-        return pa.DictionaryArray.from_arrays(zero(n), pa.array([value], pa.string()))
+        if value not in names:
+            names[value] = pa.array([value], pa.string())
+        return pa.DictionaryArray.from_arrays(zero(n), names[value])
 
     drafter_name = "ar" if f.spec == 0 else f.drafter
     rounds = None
     if cols is not None:
-        n, a_rounds, end = cols["n"], cols["a_rounds"], cols["end"]
+        n, a_rounds, end, last = cols["n"], cols["a_rounds"], cols["end"], cols["last"]
         acc, hor = cols["acc"].astype(np.int16), cols["hor"].astype(np.int16)
         ends = hor.copy()
-        ends[end] = acc[end]              # an output-ending round: horizon = accepted
+        ends[last] = acc[last]            # an output-ending round: horizon = accepted
         rounds = pa.table({
             "run_id": cat("run_id", a_rounds), "task": cat("task", a_rounds),
-            "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"].astype(np.int32),
+            "prompt_id": cat("prompt_id", a_rounds), "round": cols["rnd"],
             "root_entropy": pa.nulls(n, pa.float32()),            # not measured by this format
             "accepted": acc, "horizon": ends,
             "drafter": const(drafter_name, n), "target": const(f.target, n),
-            "position": cols["pos"].astype(np.int32), "turn": cols["turn"],
+            "position": cols["pos"], "turn": cols["turn"],
             "ends_output": end, "drafted_horizon": hor,
         })
-    ones = np.ones(len(P["run_id"]), dtype=np.int64)
+    n_answers = len(P["run_id"])
     try:
-        prompts = _prompt_table(P, ones, cat, const(drafter_name, ones.size), const(f.target, ones.size))
+        prompts = _prompt_table(P, cat, const(drafter_name, n_answers), const(f.target, n_answers))
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise LogError(f.path, f"a per-answer count does not fit the contract's 32-bit columns "
                                f"({str(exc).splitlines()[0][:80]})",
@@ -994,10 +1036,10 @@ def _tables(f: _File, P: dict, turns, cols: dict | None):
     return rounds, prompts
 
 
-def _prompt_table(P: dict, ones: np.ndarray, cat, drafter, target) -> pa.Table:
+def _prompt_table(P: dict, cat, drafter, target) -> pa.Table:
     """The prompt rows as a contract table (``cat``: the dictionary encoder of :func:`_tables`)."""
     return pa.table({
-        "run_id": cat("run_id", ones), "prompt_id": cat("prompt_id", ones), "task": cat("task", ones),
+        "run_id": cat("run_id"), "prompt_id": cat("prompt_id"), "task": cat("task"),
         "drafter": drafter, "target": target,
         "new_tokens": pa.array(P["new_tokens"], pa.int32()), "decode_ms": pa.array(P["decode_ms"], pa.float32()),
         "rounds": pa.array(P["rounds"], pa.int32()), "turns": pa.array(P["turns"], pa.int16()),
