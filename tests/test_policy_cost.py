@@ -226,3 +226,17 @@ def test_studentized_draws_cover_near_nominal_with_six_prompts():
             hits[stud] += bool(lo <= HOST <= hi)
     assert 0.92 <= hits[True] / n <= 0.99, hits
     assert hits[False] / n < hits[True] / n - 0.03, hits
+
+
+def test_the_formula_line_names_every_term_the_model_holds():
+    """The note's one-line formula carries the tree term, the host work and the first round whenever
+    the model has them (a note that shows constant + nodes alone misstates the model the table used)."""
+    m = CostModel(constant=1.5, node_ms=0.1, pass_ms=2.0, tree_ms=0.7, first_ms=0.25, host_ms=0.05)
+    line = m.formula()
+    for text in ("1.500", "0.1000 x nodes", "0.700 when any node", "2.000 x passes", "0.050 host", "0.250 ms at"):
+        assert text in line, (text, line)
+    assert "priced like the others" in m.formula(first=False)
+    bare = CostModel(constant=1.5, node_ms=0.1).formula()
+    assert "node is drafted" not in bare and "first" not in bare and "host" not in bare
+    table = CostModel(constant=1.5, node_ms=0.1, shape_ms=((0, 1.0), (4, 2.0))).formula()
+    assert "0: 1.000" in table and "4: 2.000" in table

@@ -130,6 +130,24 @@ class CostModel:
         out = self.base_ms(s) + self.pass_ms * p + (float(self.host_ms) if policy else 0.0)
         return out if first is None else out + self.first_ms * np.asarray(first, dtype=np.float64)
 
+    def formula(self, passes: str = "passes", first: bool = True) -> str:
+        """The modelled ms of a round as one line, every term the model holds (``first``: with the
+        turn's-first-round term, else a remark that first rounds are priced like the others)."""
+        if self.shape_ms:
+            table = ", ".join(f"{int(k)}: {v:.3f}" for k, v in self.shape_ms)
+            text = f"per-shape ms {{{table}}} (linear between, {self.node_ms:.4f} x nodes beyond)"
+        else:
+            text = f"{self.constant:.3f} + {self.node_ms:.4f} x nodes"
+            if self.tree_ms:
+                text += f" + {self.tree_ms:.3f} when any node is drafted"
+        text += f" + {self.pass_ms:.3f} x {passes}"
+        if self.host_ms:
+            text += f" (+ {self.host_ms:.3f} host ms a policy round)"
+        if self.first_ms:
+            text += (f" (+ {self.first_ms:.3f} ms at a turn's first round)" if first else
+                     f" (first rounds priced like the others; the fit's first-round term: {self.first_ms:.3f} ms)")
+        return text
+
     def passes_at(self, s, policy: bool = False) -> np.ndarray:
         """Draft passes a round of shape s pays (fixed shape, or a policy round)."""
         s = np.asarray(s, dtype=np.float64)

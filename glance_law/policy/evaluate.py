@@ -615,8 +615,8 @@ def evaluate_policies(rounds, target: float, *, drafter: str | None = None, shap
          "their fold estimates (refit=False: they ignore the fitting's own variability)"),
     ]
     if cost.identified:
-        notes.append(f"modelled ms/round = {cost.constant:.3f} + {cost.pass_ms:.3f} x passes + {cost.node_ms:.4f} x "
-                     f"nodes ({cost.source}); a policy round pays {float(cost.passes_at(0, True)):g} draft pass(es) "
+        notes.append(f"modelled ms/round = {cost.formula(first=False)} ({cost.source}); a policy round pays "
+                     f"{float(cost.passes_at(0, True)):g} draft pass(es) "
                      f"whatever shape it picks and {cost.host_ms:.3f} ms of host work; speedup: vs the fixed shape at equal mean modelled cost; "
                      "speedup_best_fixed: vs the fixed shape with the lowest modelled ms/token (chosen on every "
                      "round: favours the baseline)")

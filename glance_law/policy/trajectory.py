@@ -446,8 +446,6 @@ def evaluate_trajectories(rounds, target: float, *, data: DenseData | None = Non
         *DENSE_ASSUMPTIONS,
     ]
     if cost.identified:
-        notes.append(f"modelled ms/round = {cost.constant:.3f} + {cost.pass_ms:.3f} x the drafter passes spent at "
-                     f"the root (whatever the shape) + {cost.node_ms:.4f} x nodes + {cost.tree_ms:.3f} x [nodes > 0]"
-                     f" (+ {cost.host_ms:.3f} host ms a policy round; + {cost.first_ms:.3f} ms at a prompt's first "
-                     f"root) ({cost.source})")
+        notes.append(f"modelled ms/round = {cost.formula('the drafter passes spent at the root (whatever the shape)')}"
+                     f" ({cost.source})")
     return PolicyTable(table=table, policies=fitted, cost=cost, note_lines=tuple(dict.fromkeys(notes)))
