@@ -92,3 +92,33 @@ def test_worker_ends_with_the_report(tmp_path, sig):
         if p.poll() is None:
             p.kill()
         p.stderr.close()
+
+
+def test_an_interrupt_while_the_worker_starts_still_ends_it(tmp_path):
+    """Ctrl-C that lands while the tail job is being handed to the worker (just after the submit,
+    before the sections run) ends the report and its worker at once; it used to leave the pool to
+    the interpreter's exit, which waits for the pending job (here a million bootstrap draws)."""
+    code = (
+        "import sys\n"
+        "import glance_law.appendix as A\n"
+        "from glance_law.cli import report\n"
+        "orig = A.Inputs.start_tail\n"
+        "def start_tail(self, executor):\n"
+        "    orig(self, executor)\n"
+        "    raise KeyboardInterrupt\n"
+        "A.Inputs.start_tail = start_tail\n"
+        f"sys.exit(report.main([{str(LOGS)!r}, '--out', {str(tmp_path / 'app')!r}, '--jobs', '2', '--only', 'tail',"
+        " '--tail-bootstrap', '1000000', '--quiet']))\n")
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    try:
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err.decode()[-2000:]
+        assert b"interrupted" in err
+    finally:
+        if p.poll() is None:
+            for k in _children(p.pid):
+                os.kill(k, signal.SIGKILL)
+            p.kill()
+            p.communicate()

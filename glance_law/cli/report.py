@@ -549,10 +549,10 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     ran = {s.name for s in sections}
     command = _command(prog, argv)
     entries, status, executor, clean = [], 0, None, False
-    if args.jobs >= 2 and ran & {"tail", "survival"}:
-        executor = workers.process_pool(1)   # its worker ends with this process, even a killed one
-        inp.start_tail(executor)
     try:
+        if args.jobs >= 2 and ran & {"tail", "survival"}:
+            executor = workers.process_pool(1)   # its worker ends with this process, even a killed one
+            inp.start_tail(executor)             # inside the try: a Ctrl-C here still stops the worker
         for s in A.SECTIONS:
             old = prev_entries.get(s.name)
             if s.name not in ran:
