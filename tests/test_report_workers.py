@@ -40,12 +40,20 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _default_sigint():
+    """In the child: SIGINT back to its default. A test run started in the background of a non-interactive
+    shell (`cmd &`) ignores SIGINT, an ignored signal survives exec, and Python then never installs its
+    KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(tmp_path):
     """The report with a long tail bootstrap in its worker; returns (process, worker pids)."""
     env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     p = subprocess.Popen([sys.executable, "-m", "glance_law.report", str(LOGS), "--out", str(tmp_path / "app"),
                           "--jobs", "2", "--only", "tail", "--tail-bootstrap", "1000000", "--quiet"],
-                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         preexec_fn=_default_sigint)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         kids = [k for k in _children(p.pid) if "spawn_main" in _cmdline(k)]
