@@ -150,7 +150,7 @@ class Inputs:
         if "tail" not in self._cache:
             pending = self._cache.pop("tail_future", None)
             if pending is not None:
-                self._cache["tail"] = _wait(pending)        # re-raises the worker's GlanceError
+                self._cache["tail"] = pending.result()      # re-raises the worker's GlanceError
             else:
                 self._cache["tail"] = _tail_fit(self.rounds, self.options, self._law_if_any())
         return self._cache["tail"]
@@ -166,19 +166,6 @@ class Inputs:
                             "accepted", "horizon", "round_order") if c in r.frame.columns]
         light = LogSet(r.kind, r.frame[cols], r.files, r.skipped, r.other, r.notes)
         self._cache["tail_future"] = executor.submit(_tail_job, light, self.options)
-
-
-def _wait(future, poll_s: float = 0.2):
-    """``future.result()``, waking every ``poll_s`` so that Ctrl-C and SIGTERM end the wait at once:
-    a wait without a timeout sleeps on a lock that a signal delivered to another thread of the
-    process (the pool's manager and feeder threads) never wakes, so the interrupt would be noticed
-    only when the worker's job ends."""
-    from concurrent.futures import TimeoutError as FutureTimeout
-    while True:
-        try:
-            return future.result(timeout=poll_s)
-        except FutureTimeout:
-            continue
 
 
 def _n_prompts(frame: pd.DataFrame) -> int:
