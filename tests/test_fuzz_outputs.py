@@ -94,6 +94,33 @@ def test_reduce_onto_its_own_input_is_refused(logs):
     assert _sha(a) == before and sorted(p.name for p in logs.iterdir()) == ["rounds-a.parquet"]
 
 
+def test_file_uri_outputs_get_every_local_check(logs, tmp_path):
+    """Issue 36.1: ``--out file:///ABS/...`` is the local path ABS/... for the self-overwrite, folder-input
+    and link checks (it replaced its input, or wrote JSON over a rounds file, before)."""
+    a = logs / "rounds-a.parquet"
+    b = write_table(_rounds(seed=1), logs / "rounds-b.parquet")
+    before = {p.name: _sha(p) for p in logs.iterdir()}
+    uri = lambda p: "file://" + str(Path(p).absolute())          # noqa: E731
+    cli("glance_law.reduce", [a, "--out", uri(a)]).expect_refusal("is the input")
+    cli("glance_law.reduce", [uri(a), "--out", a]).expect_refusal("is the input")     # a file:// input too
+    cli("glance_law.policy", [logs, *POLICY, "--out", uri(b)]).expect_refusal("read as an input")
+    cli("glance_law.fit", [a, "--out", uri(a)]).expect_refusal("is the input")
+    cli("glance_law.ingest", ["auto", logs, "--out", uri(logs.parent)]).expect_refusal("holds the input")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(victim)
+    cli("glance_law.policy", [logs, *POLICY, "--out", uri(link)]).expect_refusal("symbolic link")
+    # percent-encoded, the same file
+    cli("glance_law.reduce", [a, "--out", uri(a).replace("rounds-a", "rounds%2Da")]).expect_refusal("is the input")
+    assert {p.name: _sha(p) for p in logs.iterdir()} == before
+    assert victim.read_text() == "precious\n" and link.is_symlink()
+    # a file:// output elsewhere is written as before
+    out = tmp_path / "red" / "stats.parquet"
+    cli("glance_law.reduce", [a, "--out", uri(out)]).expect_ok()
+    assert pq.read_metadata(out).num_rows > 0
+
+
 def test_reduce_into_the_logs_folder_never_counts_rounds_twice(logs, tmp_path):
     stats = logs / "stats.parquet"
     cli("glance_law.reduce", [logs, "--out", stats]).expect_ok()

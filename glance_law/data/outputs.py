@@ -113,9 +113,9 @@ def _input_hit(out: Path, inputs, folder: bool) -> tuple[str, str] | None:
     holds one; else None."""
     real = os.path.realpath(out)
     for raw in inputs:
-        if raw is None or _uri.is_uri(raw):
+        s = _local(raw) if raw is not None else None
+        if s is None:
             continue
-        s = os.fspath(raw)
         hits = _glob.glob(s, recursive=True) if set("*?[") & set(s) and not os.path.lexists(s) else [s]
         for h in hits:
             r = os.path.realpath(h)
@@ -137,8 +137,12 @@ def check_output(location, inputs=(), *, what: str = "--out", folder: bool = Fal
     name with a pattern character (a shell glob that matched nothing); a symbolic link; a folder
     where a file is written (or a file where a folder is); one of ``inputs`` (files, folders and
     globs as the command got them: resolved and compared; for a file output, an existing log file
-    inside a folder input counts too; for a folder output, a folder that holds an input)."""
+    inside a folder input counts too; for a folder output, a folder that holds an input). A ``file://``
+    URI, as output or as input, is its local path for every one of these checks."""
     s = os.fspath(location)
+    if _uri.is_uri(s) and _uri.scheme(s) == "file":
+        _check_local(Path(_local(s)), s, inputs, what, folder)   # file:// is a local path: every local check
+        return s
     if _uri.is_uri(s):
         _uri.filesystem(s)                  # StoreError (one line) when the scheme's package is missing
         if any(isinstance(i, str) and i.rstrip("/") == s.rstrip("/") for i in inputs):
@@ -152,6 +156,20 @@ def check_output(location, inputs=(), *, what: str = "--out", folder: bool = Fal
                           f"slash?); refusing to create a local folder named '{sch}:'; write {sch}://bucket/path "
                           f"for the store, or ./{sch}:... for a local folder of that name")
     p = Path(s)
+    _check_local(p, s, inputs, what, folder)
+    return p
+
+
+def _local(location) -> str | None:
+    """The local path of a local path or a ``file://`` URI (percent-decoded); None for a store URI."""
+    s = os.fspath(location)
+    if not _uri.is_uri(s):
+        return s
+    return _uri.filesystem(s)[1] if _uri.scheme(s) == "file" else None
+
+
+def _check_local(p: Path, s: str, inputs, what: str, folder: bool) -> None:
+    """The checks of a local output ``p`` (named ``s`` on the command line): see :func:`check_output`."""
     if set("*?[") & set(p.name):
         raise OutputError(f"{what} {s}: the name holds a pattern character (*, ? or [): a shell glob that "
                           "matched nothing or more than meant? name one file or folder")
@@ -168,7 +186,6 @@ def check_output(location, inputs=(), *, what: str = "--out", folder: bool = Fal
     if hit is not None:
         raise OutputError(f"{what} {s}: {hit[0]} {hit[1]}; writing there would replace or mix with what the command "
                           "reads; name an output outside the inputs")
-    return p
 
 
 # --------------------------------------------------------------------------
