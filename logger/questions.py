@@ -33,7 +33,7 @@ from glance_law.errors import GlanceError
 
 from .models import PromptInputs
 
-__all__ = ["Question", "question_file", "read_questions", "select_questions", "load_questions", "categories",
+__all__ = ["Question", "question_file", "not_a_question_file", "read_questions", "select_questions", "load_questions", "categories",
            "conversation_messages", "plain_conversation", "encode_conversation", "prompt_format", "answer_text",
            "context_limit", "fits_context", "ALL"]
 
@@ -105,6 +105,32 @@ def question_file(data) -> Path | None:
             return None                 # left to the item loader, which names the line
         return path if isinstance(rec, dict) and "turns" in rec else None
     return None
+
+
+def not_a_question_file(data, task: str) -> str | None:
+    """Why ``data`` is not read as a question file although ``--task`` (``all``, or no task family)
+    asks for one: one line naming the file, the line and the field (an empty file, a first record
+    without ``turns``, a malformed first line, a folder without ``question.jsonl``); None when
+    ``data`` is not a JSONL file or folder (the item loader's own message then)."""
+    if data is None:
+        return None
+    path = Path(data)
+    need = "records with question_id, category and turns (a list of the turns' texts), one JSON object a line"
+    if path.is_dir():
+        if any(path.glob("*.jsonl")) or not any(path.iterdir()):
+            return (f"--data {path}: holds no question file ({' or '.join(FOLDER_NAMES)}) for --task {task!r}; "
+                    f"a question file has {need}")
+        return None
+    if not path.is_file() or not path.name.endswith((".jsonl", ".jsonl.gz")):
+        return None
+    for lineno, line in _lines(path):
+        rec = _parse(line, f"{path}:{lineno}")
+        if "turns" not in rec:
+            fields = ", ".join(map(repr, list(rec)[:6])) or "none"
+            return (f"{path}:{lineno}: the first record has no field 'turns' (its fields: {fields}), so this is not "
+                    f"read as a question file for --task {task!r}; a question file has {need}")
+        return None
+    return f"{path}: holds no records; a question file for --task {task!r} has {need}"
 
 
 def _parse(line: str, where: str) -> dict:

@@ -354,6 +354,10 @@ def run(cfg: RunConfig) -> dict:
     after flushing every completed prompt."""
     conversations = _is_question_run(cfg)
     if not conversations:
+        if cfg.task not in T.REGISTRY:      # a question file's category or 'all': say why --data is none
+            why = Q.not_a_question_file(cfg.data, cfg.task)
+            if why is not None:
+                raise GlanceError(why)
         T.check_task(cfg.task)      # a question file brings its own task names (its categories)
     elif cfg.probe:
         raise GlanceError("--probe mismatched swaps a prompt's image or context block; the questions of a "

@@ -20,6 +20,7 @@ file or a name by its path or name and the file's SHA-256.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -80,11 +81,26 @@ def _kind(spec) -> tuple[str, object]:
     if not p.exists() and str(spec) in KNOWN_MODELS:
         return "name", KNOWN_MODELS[str(spec)]
     if p.suffix.lower() == ".gguf" and p.is_file():
+        _check_magic(p, spec)
         return "gguf", p.resolve()
     if not p.exists():
         raise GlanceError(f"model path {spec} does not exist; pass --model PATH (a Hugging Face model folder or "
                           f"a .gguf file) or a known name ({', '.join(KNOWN_MODELS)})")
     return "folder", p       # a file that is not .gguf: load_target says it is no model folder
+
+
+def _check_magic(path: Path, spec) -> None:
+    """Refuse, in one line and before anything is cached, a ``.gguf`` file that does not start with
+    the GGUF magic bytes (a text or other file renamed ``.gguf``)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise GlanceError(f"--model {spec}: cannot be read ({exc.strerror or type(exc).__name__}); "
+                          "check the path and its permissions") from None
+    if head != b"GGUF":
+        raise GlanceError(f"--model {spec} is not a GGUF file (it does not start with the GGUF magic bytes); "
+                          "pass a .gguf model file or a Hugging Face model folder")
 
 
 _HASHES: dict[tuple, str] = {}
@@ -191,18 +207,30 @@ def _complete(folder: Path, sha256: str) -> bool:
 
 @contextmanager
 def _locked(path: Path):
-    """An exclusive OS lock on ``path`` (a small file, left in place); none where fcntl is missing."""
+    """An exclusive OS lock on ``path`` (a small file, removed while still held when the block ends,
+    whether it succeeded or failed; a waiter whose file was removed meanwhile takes the lock on a new
+    one); none where fcntl is missing."""
     try:
         import fcntl
     except ImportError:      # Windows: no lock; partial folders carry the pid so writers do not collide
         yield False
         return
-    with open(path, "a+") as f:
+    while True:
+        f = open(path, "a+")  # noqa: SIM115 (held past the loop, closed in the finally)
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            same = os.path.samestat(os.fstat(f.fileno()), os.lstat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()                                 # the holder before removed it: lock the new file
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        f.close()                                 # closing releases the lock
 
 
 def _cached(final: Path, src: dict, fill) -> Path:

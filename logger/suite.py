@@ -29,11 +29,14 @@ the fields behind the context) that the training and evaluation scripts use.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from glance_law.errors import GlanceError
 
 from .items import TASKS, TaskItem
 
@@ -514,8 +517,23 @@ def render_png(example: Example, path) -> str:
         d = ImageDraw.Draw(img)
         for i, line in enumerate(lines):
             d.text((10, 10 + 16 * i), line, fill="black", font=font)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    img.save(tmp, format="PNG")
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        img.save(tmp, format="PNG")
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _cache_problem(path.parent, exc) from None
     return str(path)
+
+
+def _cache_problem(folder: Path, exc: OSError) -> GlanceError:
+    """One line for a suite image that cannot be written into the cache (read-only, full, no permission)."""
+    import errno
+    what = {errno.EROFS: "is on a read-only file system", errno.ENOSPC: "has no space left",
+            errno.EACCES: "is not writable (permission denied)", errno.EPERM: "is not writable (not permitted)"}
+    why = what.get(exc.errno, f"cannot be written ({exc.strerror or type(exc).__name__})")
+    return GlanceError(f"the suite's image cache {folder} {why}; set GLANCE_CACHE to a writable folder "
+                       "(the rendered images go there)")

@@ -121,6 +121,74 @@ def test_file_uri_outputs_get_every_local_check(logs, tmp_path):
     assert pq.read_metadata(out).num_rows > 0
 
 
+def test_file_uri_folder_outputs_are_local_folders(logs, tmp_path):
+    """Issue 36.7: ``ingest auto F --out file:///nonexistent/dir`` ended in a FileNotFoundError traceback
+    (the folder output took the store's lock path); it is a local folder: created, locked, written."""
+    uri = lambda p: "file://" + str(Path(p).absolute())          # noqa: E731
+    new = tmp_path / "no" / "such" / "dir"
+    r = cli("glance_law.ingest", ["auto", SPEC, "--out", uri(new)]).expect_ok()
+    assert "2381 rounds" in r.stderr and "Traceback" not in r.stderr
+    names = sorted(p.name for p in new.iterdir())
+    assert [n.split("-")[0] for n in names] == ["prompts", "rounds"], names      # no lock, no marker
+    assert pq.read_metadata(new / names[1]).num_rows == 2381
+    app = tmp_path / "app"
+    cli("glance_law.report", [logs, "--only", "law", "--out", uri(app)]).expect_ok()
+    assert (app / "index.md").is_file() and not (app / O.INCOMPLETE).exists() and not (app / O.LOCK).exists()
+    # a file:// folder nothing can be created in: one line
+    if not os.access("/sys", os.W_OK) or not _can_mkdir("/sys"):
+        cli("glance_law.ingest", ["auto", SPEC, "--out", "file:///sys/glance-no/dir"]).expect_refusal("/sys")
+
+
+def _can_mkdir(folder) -> bool:
+    try:
+        os.mkdir(os.path.join(folder, "glance-probe"))
+    except OSError:
+        return False
+    os.rmdir(os.path.join(folder, "glance-probe"))
+    return True
+
+
+def test_refused_folder_writes_leave_no_lock_and_no_folder(tmp_path, monkeypatch):
+    """Issue 36.7: full-disk refusals left ``.glance-write.lock`` behind (and the folder they created).
+    ENOSPC in process: the first file written into the folder (the INCOMPLETE marker) fails."""
+    real = os.open
+
+    def full(path, flags, *a, **k):
+        if str(path).endswith(".tmp") and flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, flags, *a, **k)
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "keep.txt").write_text("mine\n")
+    monkeypatch.setattr(O.os, "open", full)
+    for out in (tmp_path / "new", old):
+        r = cli("glance_law.ingest", ["auto", SPEC, "--out", out])
+        r.expect_refusal("no space left")
+    monkeypatch.undo()
+    assert not (tmp_path / "new").exists()
+    assert sorted(p.name for p in old.iterdir()) == ["keep.txt"]          # no lock file, no marker
+
+
+def test_a_folder_lock_is_removed_and_still_excludes(tmp_path):
+    """The lock file goes with its holder; a second writer is still refused while the first holds it,
+    and a writer that opened the file before the holder removed it locks a fresh one."""
+    busy = lambda pid: O.OutputError(f"busy {pid}")             # noqa: E731
+    lock = tmp_path / O.LOCK
+    with O.pid_lock(lock, busy):
+        assert lock.read_text() == str(os.getpid())
+        stale = os.open(lock, os.O_RDWR)                       # opened now, locked after the holder is gone
+        with pytest.raises(O.OutputError, match=f"busy {os.getpid()}"):
+            with O.pid_lock(lock, busy):
+                pass
+    assert not lock.exists()
+    with O.pid_lock(lock, busy):
+        import fcntl
+        fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)      # the removed file's lock is nobody's
+        assert lock.exists() and os.fstat(stale).st_ino != os.stat(lock).st_ino
+    os.close(stale)
+    assert not lock.exists()
+
+
 def test_reduce_into_the_logs_folder_never_counts_rounds_twice(logs, tmp_path):
     stats = logs / "stats.parquet"
     cli("glance_law.reduce", [logs, "--out", stats]).expect_ok()
@@ -339,14 +407,21 @@ def test_full_disk_leaves_the_previous_output_intact(tmp_path, logs):
     prev = '{"previous": "policy"}'
     setup = (f"printf '%s' '{prev}' > p.json; cp {logs}/rounds-a.parquet prev.parquet; cp prev.parquet r.parquet; "
              "mkdir ing; head -c 1M /dev/zero > fill 2>/dev/null || true")
-    after = f"cat p.json > {tmp_path}/p.after; cmp -s r.parquet prev.parquet && echo same > {tmp_path}/r.after"
+    after = (f"cat p.json > {tmp_path}/p.after; cmp -s r.parquet prev.parquet && echo same > {tmp_path}/r.after; "
+             f"ls -A ing > {tmp_path}/ing.after; ls -A > {tmp_path}/top.after")
     res = _in_tmpfs(mnt, setup, [["glance_law.policy", logs, *POLICY, "--out", mnt / "p.json"],
                                  ["glance_law.reduce", logs, "--out", mnt / "r.parquet"],
                                  ["glance_law.ingest", "auto", SPEC, "--out", mnt / "ing"],
+                                 ["glance_law.ingest", "auto", SPEC, "--out", mnt / "new"],
+                                 ["glance_law.report", logs, "--only", "law", "--out", mnt / "ing"],
                                  ["glance_law.fit", logs, "--out", mnt / "law.txt"]], after)
     for r in res:
         _one_line(r, "no space left")
     assert (tmp_path / "p.after").read_text() == prev and (tmp_path / "r.after").read_text() == "same\n"
+    # issue 36.7: no .glance-write.lock left in the folder, no new folder left behind
+    assert (tmp_path / "ing.after").read_text() == ""
+    assert sorted((tmp_path / "top.after").read_text().split()) == ["fill", "ing", "p.json", "prev.parquet",
+                                                                    "r.parquet"]
 
 
 @needs_mount

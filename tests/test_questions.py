@@ -367,6 +367,31 @@ def test_cli_unknown_category_is_one_line(env, tmp_path, capsys):
     assert rc == 2 and "question file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name,text,want", [
+    ("q.jsonl", '{"question_id": 1, "category": "writing", "prompt": ["a"]}\n'
+                '{"question_id": 2, "category": "writing", "turns": ["b"]}\n',
+     ":1: the first record has no field 'turns' (its fields: 'question_id', 'category', 'prompt')"),
+    ("q.jsonl", "", ": holds no records; a question file for --task 'all'"),
+    ("q.jsonl", "\n\n  \n", ": holds no records; a question file for --task 'all'"),
+    ("q.jsonl", "{not json\n", ":1: malformed JSON"),
+])
+def test_question_file_without_turns_or_records_names_file_line_and_field(tmp_path, capsys, name, text, want):
+    """Issue 36.8: a question file whose first record lacks 'turns', and an empty one, said "unknown
+    task 'all'; expected one of caption, textvqa, ..." (no file, line or field)."""
+    f = tmp_path / name
+    f.write_text(text)
+    rc = main(["--data", str(f), "--task", "all", "--n", "1", "--out", str(tmp_path / "o"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{f}{want}" in err and "unknown task" not in err, err
+    assert not (tmp_path / "o").exists()
+    # a category name as --task says the same; a folder without question.jsonl is named too
+    assert main(["--data", str(f), "--task", "writing", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert f"{f}{want}".replace("'all'", "'writing'") in capsys.readouterr().err
+    assert main(["--data", str(tmp_path), "--task", "all", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert "holds no question file (question.jsonl or question.jsonl.gz) for --task 'all'" in capsys.readouterr().err
+
+
 def test_synthetic_task_names_still_checked_for_other_data(tmp_path):
     with pytest.raises(GlanceError, match="unknown task 'writing'"):
         R.run(R.RunConfig(task="writing", out=str(tmp_path / "o"), progress=False))

@@ -129,6 +129,20 @@ def test_known_name_without_its_package_is_one_line(tmp_path, monkeypatch, capsy
     assert _visible(tmp_path / "cache" / "gguf") == []
 
 
+def test_text_file_renamed_gguf_is_one_line_naming_it_once(tmp_path, monkeypatch, capsys):
+    """Issue 36.7: a text file renamed .gguf gave two lines (a 'converting' line, then the error),
+    the path twice in the error, and left a lock file in the cache."""
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("hello, this is text\n")
+    monkeypatch.setenv("GLANCE_CACHE", str(tmp_path / "cache"))
+    from glance_log.cli import main
+    assert main(["--task", "docvqa", "--model", str(fake), "--n", "1", "--out", str(tmp_path / "o"),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.count(str(fake)) == 1 and "is not a GGUF file" in err, err
+    assert not (tmp_path / "cache" / "gguf").exists() and not (tmp_path / "o").exists()
+
+
 @needs_gguf
 def test_not_gguf_truncated_and_unknown_architecture_are_one_line(tmp_path):
     cache = tmp_path / "cache"
@@ -140,15 +154,17 @@ def test_not_gguf_truncated_and_unknown_architecture_are_one_line(tmp_path):
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(good[: len(good) // 2])
     alien = write_tiny_gguf(tmp_path / "alien.gguf", arch="alien")
-    cases = {junk: "is not a GGUF file", empty: "is not a GGUF file", cut: "corrupt or truncated",
-             alien: "architecture alien is not supported"}
+    text = tmp_path / "notes.gguf"                       # a text file renamed .gguf (issue 36.7)
+    text.write_text("these are my notes, not a model\n")
+    cases = {junk: "is not a GGUF file", empty: "is not a GGUF file", text: "is not a GGUF file",
+             cut: "corrupt or truncated", alien: "architecture alien is not supported"}
     for path, want in cases.items():
         with pytest.raises(GlanceError) as e:
             resolve_model(path, cache_root=cache)
         msg = str(e.value)
-        assert "\n" not in msg and str(path) in msg and want in msg, msg
-    # nothing left behind: no converted folder and no partial one
-    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == []
+        assert "\n" not in msg and msg.count(str(path)) == 1 and want in msg, msg
+    # nothing left behind: no converted folder, no partial one, no lock file
+    assert sorted(p.name for p in (cache / "gguf").iterdir()) == []
 
 
 @needs_gguf
@@ -181,7 +197,7 @@ def test_gguf_is_converted_once_faithfully_and_reused(tmp_path, monkeypatch):
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
     assert json.loads((folder / sources.STAMP).read_text())["sha256"] == sha
     assert resolve_model(str(gguf_file), cache_root=cache) == folder and len(calls) == 1     # reused
-    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == [folder.name]
+    assert [p.name for p in (cache / "gguf").iterdir()] == [folder.name]      # no lock file left either
     # the converted folder decodes exactly as transformers' own GGUF load does
     direct = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
     direct_tok = AutoTokenizer.from_pretrained(tmp_path, gguf_file="tiny.gguf")

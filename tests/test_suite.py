@@ -1,6 +1,7 @@
 """The embedded synthetic suite: determinism, splits, grounding, openness, tokenizer, images."""
 from __future__ import annotations
 
+import os
 import random
 import re
 from pathlib import Path
@@ -169,3 +170,42 @@ def test_default_cache_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("GLANCE_CACHE", str(tmp_path))
     it = suite.load_items("docvqa", n=1)[0]
     assert it.image.startswith(str(tmp_path)) and (tmp_path / "suite-v1" / "docvqa").is_dir()
+
+
+def test_read_only_cache_is_one_line(monkeypatch, tmp_path):
+    """Issue 36.7: GLANCE_CACHE on a read-only mount gave an OSError traceback. The mount is simulated
+    (EROFS from the folder's creation); the message names the folder and GLANCE_CACHE."""
+    import errno
+
+    from glance_law.errors import GlanceError
+    monkeypatch.setenv("GLANCE_CACHE", str(tmp_path / "ro"))
+
+    def refuse(self, *a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(GlanceError) as e:
+        suite.load_items("docvqa", n=1)
+    msg = str(e.value)
+    assert "\n" not in msg and "read-only file system" in msg and "GLANCE_CACHE" in msg
+    assert str(tmp_path / "ro" / "suite-v1" / "docvqa") in msg and not (tmp_path / "ro").exists()
+
+
+def test_unwritable_cache_through_the_cli_is_one_line(monkeypatch, tmp_path, capsys):
+    """The same through glance-log, with a real folder nobody can create files in (/sys where it is
+    not writable, as in containers; skipped elsewhere)."""
+    if os.access("/sys", os.W_OK) and _writable("/sys"):
+        pytest.skip("/sys is writable here")
+    monkeypatch.setenv("GLANCE_CACHE", "/sys/glance-cache")
+    from glance_log.cli import main
+    assert main(["--task", "docvqa", "--n", "1", "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err and "GLANCE_CACHE" in err, err
+
+
+def _writable(folder) -> bool:
+    try:
+        os.mkdir(os.path.join(folder, "glance-probe"))
+    except OSError:
+        return False
+    os.rmdir(os.path.join(folder, "glance-probe"))
+    return True

@@ -378,8 +378,12 @@ def run_analyses(logs: LogSet, args, mods: Sequence[tuple[str, object]]):
     summary = group_summary(logs, by=args.by, level=args.level)
     from glance_law.data.declare import DECLARED_PREFIX
     runs = [n for n in logs.notes if str(n).startswith((RUNS_NOTE, DECLARED_PREFIX))] + arm_notes
-    if runs:   # which runs and targets are kept apart or pooled: printed once, under the summary
-        summary = replace(summary, extra_notes=tuple(dict.fromkeys(runs + list(summary.extra_notes))))
+    # the runs and targets kept apart or pooled first, then every other note of the reader and the
+    # importers (answers left out, drafts cut short, pseudo-prompts, records ignored, ...): printed once,
+    # under the summary (the per-turn path, policy and report keep them all too)
+    kept = runs + [n for n in logs.notes if n not in runs]
+    if kept:
+        summary = replace(summary, extra_notes=tuple(dict.fromkeys(kept + list(summary.extra_notes))))
     law, law_skipped, skipped = None, None, []
     lacking = needs.missing(frame, ["root_entropy"])
     if lacking:

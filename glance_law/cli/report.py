@@ -42,7 +42,7 @@ produce are removed; a non-empty ``DIR`` without a ``manifest.json`` is refused,
 ``INCOMPLETE`` marker of a report killed during its first run there (its tables and figures are
 removed and the report starts over). ``DIR`` holds ``INCOMPLETE`` while the report writes (readers
 refuse it) and one report writes into it at a time (:func:`glance_law.data.outputs.folder_session`);
-a store URI as ``--out`` is refused (the report writes a local folder).
+a store URI as ``--out`` is refused (the report writes a local folder; ``file://`` is one).
 
 Nothing is written or removed outside ``DIR`` (:mod:`glance_law.data.outputs`): the previous
 manifest's outputs are validated before anything is removed (relative names under
@@ -526,10 +526,14 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
         raise UsageError("give the round logs (files, folders or globs)")
     if not args.out:
         raise UsageError("--out DIR is required")
-    if is_uri(args.out):
-        raise UsageError(f"--out {scheme(args.out)}://...: the report writes a local folder (tables, figures, index); "
+    target = args.out
+    if is_uri(target) and scheme(target) == "file":
+        from glance_law.data.uri import filesystem
+        target = filesystem(target)[1]          # file:// is a local folder
+    if is_uri(target):
+        raise UsageError(f"--out {scheme(target)}://...: the report writes a local folder (tables, figures, index); "
                          "write it locally, then copy it to the store")
-    out = check_output(args.out, args.paths, folder=True)
+    out = check_output(target, args.paths, folder=True)
     t0 = time.perf_counter()
     inp = read_inputs(args.paths, options, args.skip_bad, horizon_of(args), chain_of(args))
     files = input_files(inp)

@@ -463,6 +463,8 @@ def folder_session(out, command: str):
     A local folder's lock is ``fcntl.flock`` on ``out/.glance-write.lock`` (a second writer is
     refused in one line; the OS drops it when the process dies). A store prefix's lock is the
     object ``.glance-write.lock`` under it (:func:`store_lock`)."""
+    if _uri.is_uri(out) and _uri.scheme(out) == "file":
+        out = Path(_uri.filesystem(out)[1])       # file:// is a local folder: the local lock and marker
     if _uri.is_uri(out):
         out = str(out).rstrip("/")
         with store_lock(out, command) as confirm:
@@ -471,15 +473,22 @@ def folder_session(out, command: str):
             confirm()                             # still this prefix's only writer: then complete
             sess.done()
         return
+    made = not os.path.lexists(out)
     out = make_folder(out)
 
     def busy(holder):
         return OutputError(f"{out}: another command (pid {holder}) is writing into this folder; wait for it to "
                            "finish, or write into another folder")
-    with pid_lock(out / LOCK, busy):
-        sess = FolderSession(out, command)
-        yield sess
-        sess.done()
+    try:
+        with pid_lock(out / LOCK, busy):
+            sess = FolderSession(out, command)
+            yield sess
+            sess.done()
+    except BaseException:
+        if made:                                  # a refusal leaves no empty folder it created behind
+            with contextlib.suppress(OSError):
+                os.rmdir(out)
+        raise
 
 
 def _holder(raw: bytes | None) -> dict:
@@ -549,26 +558,48 @@ def pid_lock(path, busy):
     """Hold an exclusive, non-blocking OS lock (``fcntl.flock``) on the file ``path`` (created
     without following a link) for the block, with this process's pid written in it; another holder
     raises ``busy(its pid)`` (an exception: the one-line refusal). The OS drops the lock when the
-    process dies, so a crashed writer never blocks a rerun. Not POSIX: no lock."""
+    process dies, so a crashed writer never blocks a rerun; the file is removed when the block ends
+    (a refusal, a full disk or success: no lock file is left behind). Not POSIX: no lock."""
     try:
-        import fcntl
+        import fcntl  # noqa: F401
     except ImportError:                           # pragma: no cover - not POSIX: no lock
         yield
         return
     path = Path(path)
+    fd = _lock_file(path, busy)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
-    except OSError as exc:                        # a read-only or full folder: one line
-        raise write_problem(path, exc, "nothing was written") from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
-            raise busy(holder) from None
         with contextlib.suppress(OSError):        # the pid is for the refusal's message only (a full disk)
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
+        with contextlib.suppress(OSError):        # removed while still held: nothing left behind (a writer
+            os.unlink(path)                       # that opened it meanwhile sees the name gone and retries)
         os.close(fd)                              # closing releases the lock
+
+
+def _lock_file(path: Path, busy) -> int:
+    """An open descriptor of the lock file ``path`` holding its ``flock``, the file still at ``path``
+    (a holder removes the file before it lets go, so a lock taken on a removed file is retried)."""
+    import fcntl
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:                    # a read-only or full folder: one line
+            raise write_problem(path, exc, "nothing was written") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise busy(holder) from None
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        mine = os.fstat(fd)
+        if st is not None and (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev):
+            return fd
+        os.close(fd)                              # the previous holder removed it: take the new one
+    raise busy("?")

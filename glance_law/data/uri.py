@@ -499,6 +499,8 @@ def create_exclusive(location, data: bytes) -> bool | None:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except FileExistsError:
             return False
+        except OSError as exc:                    # a missing or unwritable folder: one line
+            raise explain(location, exc) from None
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         return True

@@ -359,6 +359,7 @@ class Reduced(Result):
                 out.append(f"{k} round(s) without a {col} read as {default!r}")
         for path, reason in info.get("skipped", []):
             out.append(f"skipped {reason}" if str(path) in reason else f"skipped {path}: {reason}")
+        out.extend(info.get("imported", []))      # the importer's notes on what it read (answers left out, ...)
         tg = info.get("targets", [])
         if len(tg) > 1:
             out.append(f"the reduced rounds hold {len(tg)} target models ({', '.join(tg)}): cells are keyed by "
@@ -421,6 +422,7 @@ METADATA_RULES: dict = {
     "sources": (lambda v: isinstance(v, list) and all(isinstance(x, Mapping) for x in v), "a list of objects"),
     "targets": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of target names"),
     "arm_notes": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
+    "imported": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
     "from_files": (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
                    "a list of the reduced rounds files' identities"),
     DECLARED: (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of notes"),
@@ -479,6 +481,9 @@ def merge(items: Sequence[Reduced]) -> Reduced:
     declared = list(dict.fromkeys(a for r in items for a in r.info.get(DECLARED, [])))
     if declared:
         info[DECLARED] = declared
+    imported = list(dict.fromkeys(a for r in items for a in r.info.get("imported", [])))
+    if imported:
+        info["imported"] = imported
     cells = normalize_cells(pd.concat([r.cells for r in items], ignore_index=True))
     return Reduced(cells, first.grid, first.buckets, info)
 
