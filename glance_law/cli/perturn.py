@@ -119,7 +119,7 @@ def fit_tables(paths, args, mods):
         skipped += [(flag, f"{flag} needs a speculative arm's rounds; {law_reason(summary).split('; ', 1)[1]}")
                     for flag, _mod in mods]
         return summary, sections, skipped, logs
-    base = with_run_target(read_logs(given, kind="prompts")) if given else None
+    base = with_run_target(read_logs(given, kind="prompts", horizon=horizon_of(args))) if given else None
     boot = int(getattr(args, "timing_bootstrap", 8000))
     try:
         res = timing(prompts, base, n_boot=boot, seed=args.seed, level=args.level)

@@ -291,7 +291,7 @@ def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False
             f"{len(rounds.frame)} rounds: the per-offset list columns are read only by the sections that use "
             "them, and sections with a round cap run on a prompt-clustered sample (named in their notes)",))
     prompt_files = [f.path for f in rounds.other if f.kind == "prompts"]
-    prompts = read_logs(prompt_files, "prompts", skip_bad=skip_bad).frame if prompt_files else None
+    prompts = read_logs(prompt_files, "prompts", skip_bad=skip_bad, horizon=horizon).frame if prompt_files else None
     return A.Inputs(rounds=rounds, prompts=prompts, options=options, reader=reader)
 
 

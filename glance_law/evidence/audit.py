@@ -428,7 +428,8 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
-    prompts = E.prompt_table(logs, ANALYSIS)
+    from glance_law.data.declare import horizon_of
+    prompts = E.prompt_table(logs, ANALYSIS, horizon=horizon_of(args))
     res = audit(prompts, E.as_frame(logs), threshold=float(getattr(args, "tie_threshold", DEFAULT_TIE_THRESHOLD)),
                 by="task" if E.cli_by(args) else "none")     # --by none: one pooled row per drafter
     return [res, res.divergences()]

@@ -203,10 +203,11 @@ def cr3(b, H, a, L, codes, G, scores, info, weight=None) -> np.ndarray:
     return clustered_covariance(u, info_g, "cr3", info=info)
 
 
-def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None, horizon=None) -> pd.DataFrame:
     """The prompt files among the inputs of a LogSet (they are listed in ``LogSet.other``), with
     a ``target`` column from the files' ``glance.run`` when they all name one target model and
-    the rows carry none (:func:`with_run_target`)."""
+    the rows carry none (:func:`with_run_target`). ``horizon``: the ``--horizon`` the rounds were
+    read with (an imported file that needs it is reread with it)."""
     from glance_law.data.io import read_logs  # I/O stays in glance_law.io
 
     paths = [f.path for f in getattr(logs, "other", ()) if f.kind == "prompts"]
@@ -214,7 +215,7 @@ def prompt_table(logs, analysis: str, columns: Sequence[str] | None = None) -> p
         raise MissingColumnError("prompt files (kind=prompts)", analysis,
                                  "glance-log, which writes prompts-*.parquet next to the round files; "
                                  "pass them too")
-    return with_run_target(read_logs(paths, kind="prompts", columns=columns))
+    return with_run_target(read_logs(paths, kind="prompts", columns=columns, horizon=horizon))
 
 
 def with_run_target(logset) -> pd.DataFrame:

@@ -534,15 +534,17 @@ def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cli_section(logs, args: argparse.Namespace) -> list[Result]:
+    from glance_law.data.declare import horizon_of
     from glance_law.data.io import LogError, read_logs
 
     pattern = args.timing
-    base_p = E.with_run_target(read_logs(pattern, kind="prompts"))
+    hz = horizon_of(args)                       # --horizon: the rereads of imported files take it too
+    base_p = E.with_run_target(read_logs(pattern, kind="prompts", horizon=hz))
     try:
-        base_r = read_logs(pattern, kind="rounds").frame
+        base_r = read_logs(pattern, kind="rounds", horizon=hz).frame
     except LogError:
         base_r = None
-    cand_p = E.prompt_table(logs, ANALYSIS)
+    cand_p = E.prompt_table(logs, ANALYSIS, horizon=hz)
     level = float(getattr(args, "level", 0.95) or 0.95)
     seed = int(getattr(args, "seed", 0) or 0)
     res = timing_ledger(base_p, cand_p, n_boot=int(getattr(args, "timing_bootstrap", 8000)), seed=seed, level=level,
