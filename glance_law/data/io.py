@@ -742,11 +742,12 @@ def _fill_targets(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, notes:
 
 
 def split_foreign(files: list[Path]) -> tuple[list[Path], list[Path]]:
-    """(contract Parquet files, foreign logs to import: .jsonl / .jsonl.gz / .prom ...); URIs
-    among them are imported in place (glance_law.data.importers reads them through
-    glance_law.data.uri)."""
-    from glance_law.data.importers.common import is_foreign
-    foreign = [p for p in files if not str(p).endswith(".parquet") and is_foreign(p)]
+    """(contract Parquet files, foreign logs to import: .jsonl / .jsonl.gz / .prom ..., and files of
+    any other name whose records say they are one: an SSE capture saved as .txt,
+    :func:`glance_law.data.importers.common.reads_as_foreign`); URIs among them are imported in
+    place (glance_law.data.importers reads them through glance_law.data.uri)."""
+    from glance_law.data.importers.common import reads_as_foreign
+    foreign = [p for p in files if reads_as_foreign(p)]      # by suffix, or by the records whatever the name
     return ([p for p in files if p not in foreign], foreign) if foreign else (files, [])
 
 

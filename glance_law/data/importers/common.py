@@ -45,6 +45,44 @@ def is_foreign(path) -> bool:
     return name.endswith(FOREIGN_SUFFIXES)
 
 
+#: How the records of an importable log can begin (after blank space): JSON, an SSE stream, gzip,
+#: Prometheus text exposition.
+_RECORD_STARTS = (b"{", b"[", b"data:", b"event:", b"id:", b"# HELP", b"# TYPE", b"\x1f\x8b")
+
+
+def reads_as_foreign(path) -> bool:
+    """Whether ``path`` is a log the importers read: by its suffix (:func:`is_foreign`), or, whatever
+    its name, by its first bytes: a file that is not Parquet (no ``PAR1`` magic) whose first bytes
+    begin JSON records, an SSE stream (``data:``), gzip or Prometheus text (an SSE capture saved as
+    ``.txt``, JSON lines saved as ``.parquet``). A file that cannot be read here, a FIFO or a device
+    is left to the Parquet reader, which names the problem; store objects named ``*.parquet`` are not
+    opened (one request each)."""
+    import stat as _stat
+
+    from glance_law.data import uri
+    if is_foreign(path):
+        return True
+    s = str(path)
+    if uri.is_uri(s):
+        if s.endswith(".parquet"):
+            return False
+        try:
+            head = uri.read_small(s, 64) or b""
+        except (uri.StoreError, OSError):
+            return False
+    else:
+        try:
+            if not _stat.S_ISREG(os.stat(s).st_mode):
+                return False
+            with open(s, "rb") as fh:
+                head = fh.read(64)
+        except OSError:
+            return False
+    if head[:4] == b"PAR1" or not head:
+        return False
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf").startswith(_RECORD_STARTS)
+
+
 def open_bytes(path) -> bytes:
     """The file's non-blank lines (:class:`glance_law.data.inputs.Text`: bytes that map their
     lines back to the file's line numbers), gunzipped in a stream when it starts with the gzip
