@@ -86,6 +86,8 @@ class Inputs:
     _cache: dict = field(default_factory=dict)
     #: the inputs hold per-turn counts only (no per-step rows): ``prompts`` carries them, ``rounds`` is empty
     per_turn: bool = False
+    #: with ``per_turn``: per-step rows were read, none drafted (an autoregressive arm's per-step lengths)
+    per_turn_steps: bool = False
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -284,7 +286,7 @@ def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted"
 def summary_table(inp: Inputs) -> list:
     if inp.per_turn:           # per-turn counts: tokens per step per turn and prompt
         from glance_law.evidence.turns import turn_tau
-        return [Table("summary_turns", turn_tau(inp.prompts, "task", inp.options.level))]
+        return [Table("summary_turns", turn_tau(inp.prompts, "task", inp.options.level, from_steps=inp.per_turn_steps))]
     from glance_law.evidence.summary import group_summary
     return [Table("summary_accepted", group_summary(inp.rounds, inp.options.by, inp.options.level))]
 

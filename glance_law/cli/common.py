@@ -26,6 +26,14 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
+    def parse_args(self, args=None, namespace=None):
+        """Options and input paths in any order: ``fit A --horizon sps=21 B`` reads B as a path (plain
+        argparse stops the positional list at the first option and refuses B)."""
+        try:
+            return self.parse_intermixed_args(args, namespace)
+        except TypeError:             # a parser feature intermixing does not support: the plain parse
+            return super().parse_args(args, namespace)
+
 
 def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())

@@ -240,7 +240,8 @@ def law_result(logs: LogSet, args):
 
 def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=None,
            skipped: Sequence[tuple[str, str]] = (), law_skipped: str | None = None,
-           width: int | None = None, closing: str | None = None, unavailable: Sequence[str] = ()) -> str:
+           width: int | None = None, closing: str | None = None, unavailable: Sequence[str] = (),
+           lead: Sequence[str] = ()) -> str:
     """The whole document.
 
     Human formats: one plain sentence per group (:mod:`glance_law.results.explain`), the
@@ -248,7 +249,8 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
     (each with the column it needs and the tool that records it) and a closing sentence; notes
     already printed under an earlier table are not repeated; text tables fit ``width``
     characters; ``closing`` replaces the closing sentence, which suggests no flag of ``unavailable``
-    (sections the same input would refuse or not run: :func:`unavailable_sections`). JSON: always the one versioned document of :func:`json_document`. CSV: the law
+    (sections the same input would refuse or not run: :func:`unavailable_sections`) and starts with
+    ``lead`` (:func:`timing_suggestion`). JSON: always the one versioned document of :func:`json_document`. CSV: the law
     rows alone when nothing else was asked and the law was fitted; otherwise one
     ``# name: title`` block per table."""
     plain = not sections and not skipped and law is not None
@@ -282,7 +284,7 @@ def render(law, sections: Sequence[tuple[str, Sequence]], fmt: str, *, summary=N
         blocks.append(_sentences(explain.skipped_lines(skipped), fmt))
     if fmt == "text":
         given = [name for name, _ in sections] + [name for name, _ in skipped if name.startswith("--")]
-        blocks.append((closing or explain.closing_sentence(hidden, given, unavailable)) + "\n")
+        blocks.append((closing or explain.closing_sentence(hidden, given, unavailable, lead)) + "\n")
     return "\n".join(blocks)
 
 
@@ -433,6 +435,52 @@ def unavailable_sections(logs: LogSet, args) -> list[str]:
     return out
 
 
+def timing_suggestion(logs: LogSet, args) -> list[str]:
+    """The closing sentence's first suggestion when the inputs hold the autoregressive baseline (drafter
+    ar, every round horizon 0) beside a drafted arm and ``--timing`` was not given: the timing ledger
+    against those files (``--timing`` names the baseline; the speculative arm is the rest)."""
+    import shlex
+
+    from glance_law.data.arms import plain_drafter
+    f = logs.frame
+    if getattr(args, "timing", None) or not {"drafter", "horizon", "run_id"} <= set(f.columns) or not len(f):
+        return []
+    ar = (plain_drafter(f["drafter"].astype(str)) == "ar").to_numpy()
+    if not ar.any() or not (f["horizon"].to_numpy()[~ar] > 0).any():
+        return []
+    runs = set(f.loc[ar, "run_id"].astype(str)) - set(f.loc[~ar, "run_id"].astype(str))
+    files = [str(fi.path) for fi in logs.files if str(fi.run.get("run_id")) in runs]
+    files += [str(fi.path) for fi in logs.other if fi.kind == "prompts" and str(fi.run.get("run_id")) in runs
+              and str(fi.path) not in files]
+    what = "the inputs hold an autoregressive baseline (drafter ar)"
+    glob = _baseline_glob(files)
+    if glob is None:
+        return [f"{what}: --timing BASELINE_GLOB (a file, folder or quoted glob of its {len(files) or 'own'} files) "
+                "gives the timing ledger (ms per token, speedup) of the speculative arm against it"]
+    paths = " ".join(shlex.quote(str(p)) for p in args.paths) + (" --skip-bad" if getattr(args, "skip_bad", False) else "")
+    return [f"{what}: python -m glance_law.fit {paths} --timing {shlex.quote(glob)} gives the timing ledger (ms per "
+            "token, speedup) of the speculative arm against it"]
+
+
+def _baseline_glob(files: Sequence[str]) -> str | None:
+    """One ``--timing`` argument naming exactly ``files``: the file itself, or ``FOLDER/*-ar-*`` (glance-log's
+    names) or ``FOLDER/*vanilla*`` (Spec-Bench's) when that matches them and nothing else there; else None."""
+    import glob
+    import os
+    if len(files) == 1:
+        return files[0]
+    folders = {os.path.dirname(p) for p in files}
+    if not files or len(folders) != 1:
+        return None
+    folder = folders.pop()
+    for key in ("-ar-", "vanilla"):
+        pattern = os.path.join(folder, f"*{key}*")
+        if all(key in os.path.basename(p) for p in files) and \
+                {os.path.realpath(p) for p in glob.glob(pattern)} == {os.path.realpath(p) for p in files}:
+            return pattern
+    return None
+
+
 def reduced_closing(args, law, given: Sequence[str]) -> str:
     """The closing sentence on a reduction: --tail where the reduction carries root entropy (the law
     was fitted; the other sections need per-round columns), else the round logs it was reduced from."""
@@ -477,13 +525,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from glance_law.cli import perturn
             from glance_law.data.io import PromptsOnlyError
+            steps = True
             try:
                 logs = load(args, [m for _, m in mods])
                 turns = perturn.per_turn_only(logs)
             except PromptsOnlyError:       # per-turn counts only: the tables they allow
-                turns = True
+                turns, steps = True, False
             if turns:
-                summary, sections, skipped, logs = perturn.fit_tables(args.paths, args, mods)
+                summary, sections, skipped, logs = perturn.fit_tables(args.paths, args, mods, from_steps=steps)
                 _report_skips(logs, skipped)
                 _write(render(None, sections, args.format, summary=summary, skipped=skipped,
                               law_skipped=perturn.law_reason(summary), width=None if args.wide else _fmt.TEXT_WIDTH,
@@ -493,7 +542,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary, law, law_skipped, sections, skipped = run_analyses(logs, args, mods)
             _report_skips(None, skipped)
             _write(render(law, sections, args.format, summary=summary, skipped=skipped, law_skipped=law_skipped,
-                          width=None if args.wide else _fmt.TEXT_WIDTH, unavailable=unavailable_sections(logs, args)),
+                          width=None if args.wide else _fmt.TEXT_WIDTH, unavailable=unavailable_sections(logs, args),
+                          lead=timing_suggestion(logs, args)),
                    args.out)
             return
         _write(render(law, sections, args.format, width=None if args.wide else _fmt.TEXT_WIDTH,

@@ -102,14 +102,15 @@ def timing(prompts: pd.DataFrame, baseline: pd.DataFrame | None, *, n_boot: int,
     return replace(res, extra_notes=res.extra_notes + (note,))
 
 
-def fit_tables(paths, args, mods):
-    """``python -m glance_law.fit`` on per-turn counts: (summary, sections, skipped, notes)."""
+def fit_tables(paths, args, mods, from_steps: bool = False):
+    """``python -m glance_law.fit`` on per-turn counts: (summary, sections, skipped, notes).
+    ``from_steps``: the inputs carried per-step rows, none drafted (an autoregressive arm's)."""
     from glance_law.cli.common import horizon_of
     from glance_law.evidence.common import with_run_target
     from glance_law.evidence.turns import turn_tau
     logs = read_prompts(paths, args.skip_bad, horizon_of(args))
     prompts = with_run_target(logs)
-    summary = turn_tau(prompts, by=args.by, level=args.level)
+    summary = turn_tau(prompts, by=args.by, level=args.level, from_steps=from_steps)
     summary = replace(summary, extra_notes=tuple(dict.fromkeys(tuple(logs.notes) + summary.extra_notes)))
     alone = baseline_alone(summary)
     skipped = [("law", law_reason(summary))]

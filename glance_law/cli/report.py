@@ -271,13 +271,14 @@ def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False
     from glance_law.cli import perturn
     from glance_law.data.io import PromptsOnlyError, read_logs
     scalars = scalar_columns(paths)
+    steps = True                       # per-step rows were read (all autoregressive when ``turns``)
     try:
         rounds = read_logs(list(paths), "rounds", columns=scalars, skip_bad=skip_bad, horizon=horizon, chain=chain)
         turns = perturn.per_turn_only(rounds)
     except PromptsOnlyError:           # per-turn counts only: the summary and timing sections run on them
-        turns = True
+        turns, steps = True, False
     if turns:
-        return per_turn_inputs(paths, options, skip_bad, horizon)
+        return per_turn_inputs(paths, options, skip_bad, horizon, steps=steps)
     rounds = _labelled(rounds)
     reader = None
     if scalars is not None:
@@ -295,9 +296,11 @@ def read_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False
     return A.Inputs(rounds=rounds, prompts=prompts, options=options, reader=reader)
 
 
-def per_turn_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None) -> A.Inputs:
-    """Inputs of per-turn counts (no per-step rows): the prompt rows, and an empty rounds set that
-    lists the prompt files as its other files (the manifest's inputs)."""
+def per_turn_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = False, horizon=None,
+                    steps: bool = False) -> A.Inputs:
+    """Inputs of per-turn counts (no drafted per-step rows): the prompt rows, and an empty rounds set
+    that lists the prompt files as its other files (the manifest's inputs). ``steps``: per-step rows
+    were read, none drafted (an autoregressive arm's)."""
     import pandas as pd
 
     from glance_law.cli import perturn
@@ -305,7 +308,7 @@ def per_turn_inputs(paths: Sequence[str], options: A.Options, skip_bad: bool = F
     from glance_law.evidence.common import with_run_target
     logs = perturn.read_prompts(paths, skip_bad, horizon)
     rounds = LogSet("rounds", pd.DataFrame(), (), logs.skipped, logs.files, logs.notes)
-    return A.Inputs(rounds=rounds, prompts=with_run_target(logs), options=options, per_turn=True)
+    return A.Inputs(rounds=rounds, prompts=with_run_target(logs), options=options, per_turn=True, per_turn_steps=steps)
 
 
 def input_files(inp: A.Inputs) -> list[dict]:

@@ -123,8 +123,10 @@ def no_draft_causes(frame: pd.DataFrame, mask: np.ndarray) -> str:
     """Rounds with ``horizon == 0`` (``mask``) counted by cause: those of a run (run_id and
     drafter) whose every round has horizon 0 are autoregressive decoding (e.g. drafter ``ar``);
     the others are rounds in which a drafting run proposed nothing (e.g. prompt lookup finding
-    no match). Returns e.g. ``"1939 autoregressive round(s) (drafter ar), 929 round(s) in which
-    drafter pld proposed no draft"``."""
+    no match); a round whose ``drafted_horizon`` is above 0 was drafted: an output-ending round that
+    accepted 0, its horizon cut to its accepted run. Returns e.g. ``"1939 autoregressive round(s)
+    (drafter ar), 929 round(s) in which drafter pld proposed no draft, 12 output-ending round(s) of
+    drafter eagle that accepted 0 (drafted, horizon cut to 0)"``."""
     n = int(mask.sum())
     keys = [c for c in ("run_id", "drafter") if c in frame.columns]
     if not keys:
@@ -134,6 +136,11 @@ def no_draft_causes(frame: pd.DataFrame, mask: np.ndarray) -> str:
         run = run + "\0" + frame["drafter"].astype(str).to_numpy()
     drafting = np.isin(run, np.unique(run[~mask]))
     d = frame["drafter"].astype(str).to_numpy() if "drafter" in frame.columns else np.full(len(frame), "unknown")
+    ended = np.zeros(len(frame), dtype=bool)
+    if "drafted_horizon" in frame.columns:          # drafted, then cut to the 0 tokens it accepted
+        ended = mask & (pd.to_numeric(frame["drafted_horizon"], errors="coerce").fillna(0).to_numpy() > 0)
+        mask = mask & ~ended
+        drafting |= np.isin(run, np.unique(run[ended]))
     parts = []
     for name in np.unique(d[mask & ~drafting]):
         parts.append(f"{int(np.count_nonzero(mask & ~drafting & (d == name)))} autoregressive round(s) "
@@ -141,6 +148,9 @@ def no_draft_causes(frame: pd.DataFrame, mask: np.ndarray) -> str:
     for name in np.unique(d[mask & drafting]):
         parts.append(f"{int(np.count_nonzero(mask & drafting & (d == name)))} round(s) in which drafter {name} "
                      "proposed no draft")
+    for name in np.unique(d[ended]):
+        parts.append(f"{int(np.count_nonzero(ended & (d == name)))} output-ending round(s) of drafter {name} that "
+                     "accepted 0 (drafted, horizon cut to 0)")
     return ", ".join(parts)
 
 
@@ -328,7 +338,11 @@ def prepare(frame: pd.DataFrame, by, condition, weight, cluster, notes: list, *,
         no_draft = no_draft_rounds(frame, by, conds, weight)
         keep &= ~ar
         causes = no_draft_causes(frame, ar)
-        if "proposed no draft" in causes:
+        if "accepted 0 (drafted" in causes:
+            notes.append(f"excluded {int(ar.sum())} round(s) with horizon == 0 (the law describes drafted rounds; an "
+                         "output-ending round cut to the 0 tokens it accepted is a run known to reach at least 0, "
+                         f"which carries no information): {causes}")
+        elif "proposed no draft" in causes:
             notes.append(f"excluded {int(ar.sum())} round(s) with horizon == 0 (nothing drafted; the law describes "
                          f"drafted rounds): {causes}")
         else:

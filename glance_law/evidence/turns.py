@@ -53,12 +53,21 @@ class TurnTau(TableResult):
     """Per group: prompts, turns, verification steps, new tokens, tau (ratio of sums) and the mean
     per-prompt tau, with prompt-clustered intervals. ``turn_frame``: one row per turn."""
 
-    title: ClassVar[str] = "tokens per verification step per group, from per-turn counts (no per-step lengths)"
+    TURNS_TITLE: ClassVar[str] = "tokens per verification step per group, from per-turn counts (no per-step lengths)"
+    STEPS_TITLE: ClassVar[str] = ("tokens per verification step per group, from per-step lengths (an autoregressive "
+                                  "baseline: nothing drafted, one token a step)")
     display_keep: ClassVar[tuple[str, ...]] = ("drafter", "task", "prompts", "tau", "prompt_tau")
     #: Read by the CLIs: this summary comes from per-turn counts (its sentences and closing line differ).
     per_turn: ClassVar[bool] = True
     by: str | None = "task"
     turn_frame: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the rows come from per-step lengths of the autoregressive arm alone (e.g. Spec-Bench's vanilla
+    #: answers), not from per-turn counts: the title says so
+    from_steps: bool = False
+
+    @property
+    def title(self) -> str:
+        return self.STEPS_TITLE if self.from_steps else self.TURNS_TITLE
 
     def turns(self) -> pd.DataFrame:
         """One row per turn: drafter, task, prompt_id, run_id, turn, new_tokens, rounds, tau."""
@@ -159,7 +168,7 @@ def _speculative_turns(T: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     return T.loc[~(ar | other | none)].reset_index(drop=True)
 
 
-def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
+def turn_tau(prompts, by: str | None = "task", level: float = 0.95, from_steps: bool = False) -> TurnTau:
     """Tokens per verification step per group and pooled, from per-turn (or per-prompt) counts.
 
     Parameters
@@ -171,6 +180,9 @@ def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
         Group column (a prompt column, or ``turn``: the turn's index); None: pooled rows only.
     level : float, default 0.95
         Interval level (prompt-clustered CR1, t with G-1 df).
+    from_steps : bool, default False
+        The inputs carried per-step rows too (all autoregressive): when every row is of the
+        autoregressive arm, the title and notes say the counts come from its per-step lengths.
 
     Returns
     -------
@@ -209,13 +221,17 @@ def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
             m = dm if g == E.GROUP_ALL else dm & (T[by].astype(str) == g).to_numpy()
             c, k = np.unique(codes[m], return_inverse=True)
             rows.append({"drafter": d, "task": g, **ratio_tau(tok[m], steps[m], k, c.size, level)})
+    from_steps = bool(from_steps) and bool((plain_drafter(T["drafter"].astype(str)) == "ar").all())
+    why = ("the autoregressive arm drafts nothing (one token a step), so P(a = L), the law, the tail and the order "
+           "tables do not apply" if from_steps else
+           "per-turn counts carry no per-step lengths, so P(a = L), the law, the tail and the order tables cannot be "
+           "computed")
     notes.append(f"tau = sum of new tokens / sum of verification steps (Spec-Bench's mean accepted tokens, "
                  f"{SPEC_BENCH_TAU}); prompt_tau = mean over prompts of their own ratio; intervals "
-                 f"{100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; per-turn counts "
-                 "carry no per-step lengths, so P(a = L), the law, the tail and the order tables cannot be computed")
+                 f"{100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; {why}")
     out = pd.DataFrame(rows, columns=list(TURN_COLUMNS))
     T = T.assign(tau=np.divide(tok, steps))
-    return TurnTau(out, float(level), tuple(dict.fromkeys(notes)), by=by, turn_frame=T)
+    return TurnTau(out, float(level), tuple(dict.fromkeys(notes)), by=by, turn_frame=T, from_steps=from_steps)
 
 
 def _natural(x: str):

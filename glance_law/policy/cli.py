@@ -36,6 +36,12 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line: main() prints it and exits 2
         raise GlanceError(f"{message} (see {PROG} --help)")
 
+    def parse_args(self, args=None, namespace=None):   # paths and options in any order (LOGS --horizon L MORE)
+        try:
+            return self.parse_intermixed_args(args, namespace)
+        except TypeError:
+            return super().parse_args(args, namespace)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Fit draft policies on round logs, evaluate them on held-out prompts "

@@ -206,13 +206,15 @@ def _either(items: Sequence[str], word: str) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
-def closing_sentence(hidden: bool, given: Sequence[str] = (), unavailable: Sequence[str] = ()) -> str:
+def closing_sentence(hidden: bool, given: Sequence[str] = (), unavailable: Sequence[str] = (),
+                     lead: Sequence[str] = ()) -> str:
     """The last line of the text output: where to go next. ``given``: the section flags the
     command already had (with or without the leading ``--``); they are not suggested again, nor
-    are the ``unavailable`` ones (flags that the same input would refuse or not run)."""
+    are the ``unavailable`` ones (flags that the same input would refuse or not run). ``lead``:
+    suggestions this input calls for first (e.g. ``--timing`` on the baseline among the inputs)."""
     given = {"--" + str(g).lstrip("-") for g in list(given) + list(unavailable)}
     todo = [(flag, what) for flag, what in NEXT_SECTIONS if flag not in given]
-    parts = ["see docs/cli.md for the sections' columns"] if given else []
+    parts = list(lead) + (["see docs/cli.md for the sections' columns"] if given else [])
     if todo:
         parts.append(f"add {_either([f for f, _ in todo], 'or')} for {_either([w for _, w in todo], 'and')}")
     if hidden:
