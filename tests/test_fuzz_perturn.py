@@ -3,6 +3,7 @@ commands: each gives its table (exit 0) or one line (exit 2), never a traceback.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,25 @@ CASES = {
 }
 
 
+def no_answer_lost(n_answers: int):
+    """The check of an exit 0 (issue 36.14): every answer is either counted in the pooled row or named
+    as left out in a note (rows lost: 0), and the pooled tau is the ratio of the counts shown."""
+    def check(res):
+        doc = json.loads(res.stdout)
+        pooled = [r for t in doc["summary"].values() for r in t["rows"] if r["task"] == "pooled"]
+        notes = " ".join(n for t in doc["summary"].values() for n in t["notes"])
+        left = sum(int(m) for m in re.findall(r"(\d+) answer\(s\) [^;]*?left out", notes))
+        assert sum(r["prompts"] for r in pooled) + left == n_answers, (pooled, notes)
+        for r in pooled:
+            assert r["tau"] == pytest.approx(r["new_tokens"] / r["rounds"])
+    return check
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fit_on_odd_per_turn_files_is_handled(case, tmp_path):
     f = answers(tmp_path / "ea.jsonl", CASES[case])
-    run_cli("glance_law.fit", [f, "--skip-bad"]).expect_handled()
+    res = run_cli("glance_law.fit", [f, "--skip-bad", "--format", "json"], cpu_s=30)
+    res.expect_handled(no_answer_lost(len(CASES[case]))).expect_cpu_below(30)
 
 
 def test_reduce_refuses_per_turn_files_in_one_line(tmp_path):
