@@ -21,7 +21,7 @@ import torch
 
 from glance_law import schema as S
 from glance_law.data import uri
-from glance_law.data.outputs import check_output, make_folder, pid_lock, store_lock
+from glance_law.data.outputs import check_output, make_folder, pid_lock, safe_stem, store_lock
 from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
 from glance_law.replay.tree import max_code_bits
@@ -271,15 +271,17 @@ def _validate(cfg: RunConfig) -> None:
 
 @contextmanager
 def _run_lock(out: Path, run_id: str):
-    """Hold an exclusive OS lock (fcntl.flock on ``out/.glance-log-<run_id>.lock``) while a run
+    """Hold an exclusive OS lock (fcntl.flock on ``out/.glance-log-<run_id>.lock``, the run id made one
+    file-name component by :func:`glance_law.data.outputs.safe_stem`: never a path) while a run
     writes into ``out``: a second glance-log of the same configuration into the same folder is
     refused instead of logging prompts twice or removing the first run's in-flight rows. The
     OS drops the lock when the process ends, so a crashed run never blocks its resume. On a
     store prefix the lock is the object ``.glance-log-<run_id>.lock`` created only if absent
     (:func:`glance_law.data.outputs.store_lock`; a crashed run's lock is taken over by a rerun on
     the same host)."""
+    name = f".glance-log-{safe_stem(run_id)}.lock"     # a task (a question file's category) may hold / or ..
     if uri.is_uri(out):
-        with store_lock(str(out).rstrip("/"), "glance-log", name=f".glance-log-{run_id}.lock") as confirm:
+        with store_lock(str(out).rstrip("/"), "glance-log", name=name) as confirm:
             yield
             confirm()
         return
@@ -287,7 +289,7 @@ def _run_lock(out: Path, run_id: str):
     def busy(holder):
         return GlanceError(f"run {run_id} is being written into {out} by another glance-log (pid {holder}); "
                            "wait for it to finish, then rerun this command to resume")
-    with pid_lock(out / f".glance-log-{run_id}.lock", busy):
+    with pid_lock(out / name, busy):
         yield
 
 

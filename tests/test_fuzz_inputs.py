@@ -49,18 +49,24 @@ def ingest(*args, tmp, mem=MEM, timeout=90):
 # ----------------------------------------------------------------------- bombs and devices
 
 def test_gzip_of_a_gibibyte_of_newlines_around_one_record(tmp_path):
-    """A 1 MB .jsonl.gz holding 1 GiB of newlines around one record: one pass, bounded memory, and the
-    record's line number is the file's."""
+    """A 1 MB .jsonl.gz holding 1 GiB of newlines around one record: a bomb (issue 36.5: every byte read
+    counts against the caps, blank lines included), refused in one line after reading the expansion
+    cap, not after a pass over the gibibyte; under the cap the record's line number is the file's."""
     f = tmp_path / "bomb.jsonl.gz"
     mib = b"\n" * (1 << 20)
     f.write_bytes(_members(mib, 512) + gzip.compress(json.dumps(_glance(1, accepted=3)).encode() + b"\n")
                   + _members(mib, 512))
     assert f.stat().st_size < 2 << 20
-    res = ingest(f, tmp=tmp_path).expect_ok()
+    ingest(f, tmp=tmp_path).expect_refusal("bomb.jsonl.gz", "blank lines included", "GLANCE_MAX_EXPANSION")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").glob("*.parquet"))
+    ok = tmp_path / "under.jsonl.gz"           # 12 MiB of newlines around it: under the 16 MiB floor, read
+    ok.write_bytes(_members(mib, 6) + gzip.compress(json.dumps(_glance(1, accepted=3)).encode() + b"\n")
+                   + _members(mib, 6))
+    res = ingest(ok, tmp=tmp_path).expect_ok()
     assert "1 rounds" in res.stderr + res.stdout
-    bad = tmp_path / "late.jsonl.gz"           # the line number after 64 MiB of newlines is still exact
-    bad.write_bytes(_members(mib, 64) + gzip.compress(b'{"task": "t", "accepted": "x", "horizon": 4, "H": 1}\n'))
-    ingest(bad, tmp=tmp_path).expect_refusal(f"line {64 * (1 << 20) + 1}", "accepted")
+    bad = tmp_path / "late.jsonl.gz"           # the line number after 8 MiB of newlines is still exact
+    bad.write_bytes(_members(mib, 8) + gzip.compress(b'{"task": "t", "accepted": "x", "horizon": 4, "H": 1}\n'))
+    ingest(bad, tmp=tmp_path).expect_refusal(f"line {8 * (1 << 20) + 1}", "accepted")
 
 
 def test_one_gibibyte_line_is_refused(tmp_path):

@@ -200,12 +200,57 @@ def test_reduce_into_the_logs_folder_never_counts_rounds_twice(logs, tmp_path):
     cli("glance_law.fit", [logs]).expect_refusal("counted twice")
     other = tmp_path / "elsewhere.parquet"
     cli("glance_law.reduce", [logs / "rounds-a.parquet", stats, "--out", other]).expect_refusal("counted twice")
-    # a copy of the rounds file under another name is recognised too (name, rows, run metadata)
+    # a copy of the rounds file under another name is recognised too (rows, run metadata, content)
     cli("glance_law.reduce", [logs / "rounds-a.parquet", "--out", other]).expect_ok()
     cli("glance_law.fit", [stats, other]).expect_refusal()
     # the reduction alone fits the rounds once
     from glance_law.scale.reduce import read_reduced
     assert read_reduced(stats).info["rounds_read"] == n
+
+
+def test_renamed_copies_of_a_rounds_file_are_one_file(logs, tmp_path):
+    """Issue 36.2: a reduction is matched to its rounds by content (rows, run metadata and the Parquet
+    footer's statistics), not by name: a copy renamed or moved beside a reduction of the original was
+    counted twice by fit and reduce. Two different parts with equal rows and one run document
+    (written in the same second) still merge, each counted once."""
+    a = logs / "rounds-a.parquet"
+    n = pq.read_metadata(a).num_rows
+    ren, other = tmp_path / "ren", tmp_path / "other"
+    ren.mkdir()
+    shutil.copy(a, ren / "rounds-zz.parquet")
+    x = other / "x.parquet"
+    cli("glance_law.reduce", [a, "--out", x]).expect_ok()
+    before = {p: _sha(p) for p in (a, ren / "rounds-zz.parquet", x)}
+    for module in ("glance_law.fit", "glance_law.reduce"):
+        extra = ["--out", tmp_path / "y.parquet"] if module == "glance_law.reduce" else []
+        cli(module, [ren, x, *extra]).expect_refusal("x.parquet", "rounds-zz.parquet", "copy of rounds-a.parquet",
+                                                     "counted twice")
+    # two reductions of the two names: one rounds file reduced twice
+    z = other / "z.parquet"
+    cli("glance_law.reduce", [ren, "--out", z]).expect_ok()
+    cli("glance_law.fit", [other]).expect_refusal("both reduce", "counted twice")
+    # the same name in another folder (moved) is the same file too
+    moved = tmp_path / "moved" / "rounds-a.parquet"
+    moved.parent.mkdir()
+    shutil.copy(a, moved)
+    cli("glance_law.fit", [moved.parent, x]).expect_refusal("is a reduction of", "counted twice")
+    assert not (tmp_path / "y.parquet").exists()
+    assert {p: _sha(p) for p in before} == before
+    # distinct parts: equal rows, one run document, other rounds -> merged, every round counted once
+    run = {"tool": "glance-log", "created_at": "2026-12-07T00:00:00+00:00"}
+    fr = _rounds(seed=3)
+    half = len(fr) // 2
+    parts = tmp_path / "parts"
+    write_table(fr.iloc[:half], parts / "rounds-0.parquet", run=run)
+    write_table(fr.iloc[half:2 * half], parts / "rounds-1.parquet", run=run)
+    reds = [tmp_path / f"red{i}" / "r.parquet" for i in range(2)]
+    for i, r in enumerate(reds):
+        cli("glance_law.reduce", [parts / f"rounds-{i}.parquet", "--out", r]).expect_ok()
+    from glance_law.scale.engines import reduce_logs
+    assert reduce_logs([parts / "rounds-0.parquet", reds[1]]).rounds == 2 * half
+    assert reduce_logs(reds).rounds == 2 * half
+    res = cli("glance_law.fit", [*reds, "--format", "json"]).expect_ok()
+    assert n > 0 and f'"rounds": {2 * half}' in res.stdout.replace('"rounds":{', '"rounds": {')
 
 
 # --------------------------------------------------------------------------- ingest

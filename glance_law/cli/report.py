@@ -82,7 +82,7 @@ from glance_law.cli.common import (
     names,
     run_main,
 )
-from glance_law.data.inputs import MAX_DOCUMENT_BYTES, check_regular, read_json_document
+from glance_law.data.inputs import MAX_DOCUMENT_BYTES, read_json_document
 from glance_law.data.outputs import (
     INCOMPLETE,
     OutputError,
@@ -320,14 +320,19 @@ def input_files(inp: A.Inputs) -> list[dict]:
 # writing
 # ---------------------------------------------------------------------------
 
-def _write_text(out: Path, rel: str, text: str) -> None:
-    write_file(out / rel, scrub(text), root=out)     # index, manifest, tables: no secret of a location
+def _write_text(out: Path, rel: str, text: str) -> str:
+    """Write ``text`` (scrubbed) at ``out/rel``; the SHA-256 of the bytes written."""
+    blob = scrub(text).encode("utf-8")
+    write_file(out / rel, blob, root=out)     # index, manifest, tables: no secret of a location
+    return hashlib.sha256(blob).hexdigest()
 
 
-def write_artifacts(artifacts, out: Path) -> list[str]:
-    """Write a section's tables and figures under ``out``; returns the relative paths."""
+def write_artifacts(artifacts, out: Path, hashes: dict | None = None) -> list[str]:
+    """Write a section's tables and figures under ``out``; returns the relative paths (and records
+    each one's SHA-256 in ``hashes``: a table's from the bytes written, read back for nothing)."""
     from glance_law.results.plots import save_figure
     written = []
+    hashes = {} if hashes is None else hashes
     for art in artifacts:
         if isinstance(art, A.Table):
             for ext, fmt in TABLE_FORMATS:
@@ -335,15 +340,40 @@ def write_artifacts(artifacts, out: Path) -> list[str]:
                 problem = check_output_path(rel)
                 if problem is not None:
                     raise GlanceError(f"table {art.stem!r}: {problem}")
-                _write_text(out, rel, art.render(fmt))
+                hashes[rel] = _write_text(out, rel, art.render(fmt))
                 written.append(rel)
         else:
             problem = check_output_path(f"figures/{art.stem}.png")
             if problem is not None:
                 raise GlanceError(f"figure {art.stem!r}: {problem}")
             for p in save_figure(art.figure, out / "figures" / art.stem, root=out):
-                written.append(p.relative_to(out).as_posix())
+                rel = p.relative_to(out).as_posix()
+                hashes[rel] = sha256(p)
+                written.append(rel)
     return written
+
+
+def _own_bytes(out: Path, rel: str, want: str | None) -> bytes | None:
+    """The bytes of the output ``out/rel`` if they are what this tool wrote there (SHA-256 ``want``, from
+    this run or the previous manifest), else None: never read through a link, a hard link (a second name
+    of a file outside ``out``: not even hashed), a FIFO, a device or a file past the document cap."""
+    import stat
+    p = out / rel
+    if not want or p.parent.is_symlink():
+        return None
+    try:
+        st = os.lstat(p)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > MAX_DOCUMENT_BYTES:
+            return None
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st2 = os.fstat(fh.fileno())
+        if (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino) or st2.st_nlink != 1:
+            return None
+        data = fh.read(MAX_DOCUMENT_BYTES + 1)
+    return data if hashlib.sha256(data).hexdigest() == want else None
 
 
 def _previous(out: Path) -> dict | None:
@@ -411,17 +441,26 @@ def _prepare_out(out: Path, resumed: bool = False) -> dict | None:
     return prev
 
 
-def _remove(out: Path, rels, listed: dict, log=None) -> None:
+def _remove(out: Path, rels, listed: dict, log=None, rewritten=()) -> list[str]:
     """Remove a previous report's outputs (validated names only); a file whose content changed since
-    that report wrote it is kept and named."""
+    that report wrote it (or a second name of another file) is kept and named, unless ``rewritten``
+    (this report wrote its own file under that name). Returns the names kept."""
+    kept = []
     for rel in rels:
         p = out / rel
         want = listed.get(rel)
-        if want and p.is_file() and not p.is_symlink() and sha256(p) != want:
-            if log is not None:
-                log(f"{PROG}: kept {p}: changed since the previous report wrote it (remove it yourself if unwanted)")
+        if want and p.is_file() and not p.is_symlink() and _own_bytes(out, rel, want) is None:
+            kept.append(rel)
             continue
         remove_file(out, rel)
+    _say_kept(out, kept, rewritten, log)
+    return kept
+
+
+def _say_kept(out: Path, kept, rewritten, log) -> None:
+    for rel in kept:
+        if log is not None and rel not in rewritten:
+            log(f"{PROG}: kept {out / rel}: changed since the previous report wrote it (remove it yourself if unwanted)")
 
 
 # ---------------------------------------------------------------------------
@@ -439,21 +478,22 @@ def _link(rel: str, text: str | None = None) -> str:
 INLINE_ROWS = 30   # tables up to this many rows are shown in the index itself
 
 
-def _inline(out: Path | None, rel: str) -> list[str]:
-    """A table's Markdown for the index: its title as a heading-less caption, the table and its notes."""
-    p = out / rel if out is not None else None
-    if p is None or p.parent.is_symlink() or p.is_symlink() or not p.is_file():   # never read through a link
+def _inline(out: Path | None, rel: str, hashes: dict | None = None) -> list[str]:
+    """A table's Markdown for the index: its title as a heading-less caption, the table and its notes;
+    read only when it holds what this tool wrote (``hashes``: rel -> SHA-256), else nothing."""
+    data = _own_bytes(out, rel, (hashes or {}).get(rel)) if out is not None else None
+    if data is None:
         return []
-    check_regular(out / rel, "kept table")      # a FIFO or a link to /dev/zero would hang or never end
-    if (out / rel).stat().st_size > MAX_DOCUMENT_BYTES:
-        raise GlanceError(f"{out / rel}: a kept table larger than {MAX_DOCUMENT_BYTES >> 20} MiB; remove it")
-    text = (out / rel).read_text().strip("\n").splitlines()
+    text = data.decode("utf-8", "replace").strip("\n").splitlines()
     if text and text[0].startswith("**") and text[0].endswith("**"):
         text = text[2:] if len(text) > 1 and not text[1] else text[1:]
     return [""] + text + [""]
 
 
-def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], out: Path | None = None) -> str:
+def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], out: Path | None = None,
+                 hashes: dict | None = None) -> str:
+    """The index's Markdown; tables of up to :data:`INLINE_ROWS` rows are inlined from ``out`` where
+    they hold the bytes ``hashes`` (rel -> SHA-256) says this tool wrote."""
     rounds = [f for f in inputs if f["kind"] == "rounds"]
     prompts = [f for f in inputs if f["kind"] == "prompts"]
     lines = ["# Theory appendix", "",
@@ -487,7 +527,7 @@ def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], 
                 lines.append(f"**{caption}** ({rows} row{'s' * (rows != 1)}): "
                              f"{_link(base + '.md', 'Markdown')} · {_link(base + '.tex', 'LaTeX')} · "
                              f"{_link(base + '.csv', 'CSV')}")
-                lines += _inline(out, base + ".md") if rows <= INLINE_ROWS else [""]
+                lines += _inline(out, base + ".md", hashes) if rows <= INLINE_ROWS else [""]
             else:
                 base = f"figures/{stem}"
                 lines += ["", f"![{caption}]({base}.png)", "",
@@ -556,22 +596,30 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     ran = {s.name for s in sections}
     command = _command(prog, argv)
     entries, status, executor, clean = [], 0, None, False
+    hashes: dict = {}       # rel -> SHA-256 of every output this report wrote or kept intact
     try:
         if args.jobs >= 2 and ran & {"tail", "survival"}:
             executor = workers.process_pool(1)   # its worker ends with this process, even a killed one
             inp.start_tail(executor)             # inside the try: a Ctrl-C here still stops the worker
         for s in A.SECTIONS:
             old = prev_entries.get(s.name)
-            if s.name not in ran:
-                if old is not None and same_inputs and args.only:
-                    entries.append(old)                  # kept from the previous report (same inputs)
-                elif old is not None:
+            keep = old is not None and same_inputs and args.only and s.name not in ran
+            changed = _changed(out, old, prev["_listed"]) if keep else None
+            if changed:                                  # kept outputs not as written: the section runs again
+                log(f"{prog}: {s.name}: runs again: {out / changed} is not the file the previous report wrote "
+                    "(changed, or a link)")
+            elif keep:
+                entries.append(old)                      # kept from the previous report (same inputs)
+                hashes.update({rel: prev["_listed"][rel] for rel in old.get("outputs", [])})
+                continue
+            if s.name not in ran and not changed:
+                if old is not None:
                     _remove(out, old.get("outputs", []), prev["_listed"], log)
                 continue
-            if old is not None:
-                _remove(out, old.get("outputs", []), prev["_listed"], log)
+            kept = _remove(out, old.get("outputs", []), prev["_listed"]) if old is not None else []
             t = time.perf_counter()
-            entry = run_section(s, inp, out, command, opts)
+            entry = run_section(s, inp, out, command, opts, hashes)
+            _say_kept(out, kept, entry["outputs"], log)      # a kept name the section wrote again is not kept
             status = max(status, int(entry["status"] == "failed"))
             if not args.quiet:
                 what = entry["status"] if entry["status"] == "ok" else f"{entry['status']}: {entry['reason']}"
@@ -581,12 +629,12 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     finally:
         if executor is not None:          # an exception or a signal: end the worker now, not after its job
             workers.stop(executor, wait=clean)
-    _write_text(out, INDEX, render_index(entries, files, notes, out))
+    _write_text(out, INDEX, render_index(entries, files, notes, out, hashes))
     import matplotlib
 
     from glance_law.data.provenance import library_versions
     libs = {**library_versions(), "matplotlib": matplotlib.__version__}
-    outputs = {rel: sha256(out / rel) for e in entries for rel in e["outputs"]}
+    outputs = {rel: hashes[rel] for e in entries for rel in e["outputs"]}
     manifest = {"tool": "glance-law", "tool_version": __version__, "command": scrub(" ".join([prog] + list(argv))),
                 "seed": options.seed, "options": opts, "inputs": files, "libraries": libs,
                 "sections": entries, "outputs": outputs}
@@ -598,8 +646,18 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     return status
 
 
-def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict) -> dict:
-    """Build one section and write its artifacts; the manifest entry (status ok, skipped or failed)."""
+def _changed(out: Path, entry: dict, listed: dict) -> str | None:
+    """The first output of a kept section that no longer holds what the previous report wrote (a
+    link, a hard link, another content; checked with the manifest's SHA-256), or None."""
+    for rel in entry.get("outputs", []):
+        if _own_bytes(out, rel, listed.get(rel)) is None:
+            return rel
+    return None
+
+
+def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict, hashes: dict | None = None) -> dict:
+    """Build one section and write its artifacts (their SHA-256 into ``hashes``); the manifest entry
+    (status ok, skipped or failed)."""
     from glance_law.cli import perturn
     entry = {"name": s.name, "paper": s.paper, "what": s.what, "command": scrub(command), "options": opts,
              "status": "ok", "reason": "", "outputs": [], "artifacts": []}
@@ -620,7 +678,7 @@ def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict
         return entry
     try:
         arts = s.build(inp)
-        entry["outputs"] = write_artifacts(arts, out)
+        entry["outputs"] = write_artifacts(arts, out, hashes)
         entry["artifacts"] = [{"stem": a.stem, "kind": "table", "caption": a.caption, "rows": a.rows}
                               if isinstance(a, A.Table) else {"stem": a.stem, "kind": "figure", "caption": a.caption}
                               for a in arts]

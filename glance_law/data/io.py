@@ -595,6 +595,12 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
         return frame, infos, []
     bad = duplicate_files(k, file_idx)
     what = "rounds" if kind == S.KIND_ROUNDS else "prompts"
+    fix = (f"each ({', '.join(key)}) may occur once; remove the repeated part file, or give separate runs distinct "
+           "run_id values")
+    if "task" in frame.columns and not has_duplicates(composite_key(frame, (*key, "task"))):
+        fix = (f"each ({', '.join(key)}) may occur once, and these differ only in task: prompt ids that restart in "
+               "each task are not one prompt; make prompt_id unique across tasks (task/id, as python -m "
+               "glance_law.ingest does for GLANCE round logs)")
     errors = []
     for f in sorted(bad):
         n, row, other = bad[f]
@@ -604,10 +610,7 @@ def _check_duplicates(frame: pd.DataFrame, file_idx: np.ndarray, infos: list, ki
             problem = f"{n} duplicate {what}: rows share a key within this file (e.g. {eg})"
         else:
             problem = f"{n} duplicate {what}: keys already present in {infos[other].path} (e.g. {eg})"
-        errors.append((f, LogError(infos[f].path, problem,
-                                   f"each ({', '.join(key)}) may occur once; remove the repeated "
-                                   "part file, or give separate runs distinct run_id values",
-                                   column=key)))
+        errors.append((f, LogError(infos[f].path, problem, fix, column=key)))
     if not skip_bad:
         raise errors[0][1]
     drop = np.isin(file_idx, [f for f, _ in errors])

@@ -482,6 +482,42 @@ def ids_list(ids, limit: int = 8) -> str:
     return ", ".join(ids[:limit]) + (f", ... ({len(ids)} in all)" if len(ids) > limit else "")
 
 
+def prompts_per_task(tasks, pids, path) -> tuple[list, str | None]:
+    """Prompt ids made unique across tasks where a file's ids restart per task (``task`` plus a
+    dataset index, the natural layout): when one id occurs under several tasks, every prompt is
+    (task, prompt) and its ``prompt_id`` becomes ``task/id`` (``LEN:task/id``, LEN the task's length,
+    if a task holding '/' made two of those equal), so that rounds of two tasks' prompt 0 are not one
+    prompt (the round key has no task). Returns (the ids, one note or None when the ids are unique)."""
+    where: dict = {}
+    for t, p in zip(tasks, pids):
+        where.setdefault(p, set()).add(t)
+    shared = [p for p, ts in where.items() if len(ts) > 1]
+    if not shared:
+        return list(pids), None
+    pairs = {(t, p) for p, ts in where.items() for t in ts}
+    form = "{t}/{p}" if len({f"{t}/{p}" for t, p in pairs}) == len(pairs) else "{n}:{t}/{p}"
+    ids = [form.format(n=len(t), t=t, p=p) for t, p in zip(tasks, pids)]
+    eg = shared[0]
+    ts = sorted(where[eg])
+    note = (f"{path}: prompt ids restart per task ({len(shared)} id(s) occur under several tasks, e.g. {eg!r} under "
+            f"{ts[0]!r} and {ts[1]!r}): each prompt is (task, prompt), prompt_id = "
+            f"{'task/id' if form == '{t}/{p}' else 'LEN:task/id (LEN: the length of the task name)'} "
+            f"({len(pairs)} prompts)")
+    return ids, note
+
+
+def split_prompts_per_task(P: dict, R: dict, path, notes: list) -> None:
+    """:func:`prompts_per_task` over an importer's per-request columns ``P`` (lists ``task``,
+    ``prompt_id``) and per-round parts ``R`` (``(value, rounds)`` pairs), in place, with its note."""
+    ids, note = prompts_per_task(P["task"], P["prompt_id"], path)
+    if note is None:
+        return
+    new = dict(zip(zip(P["task"], P["prompt_id"]), ids))
+    R["prompt_id"] = [(new[(t, p)], k) for (p, k), (t, _) in zip(R["prompt_id"], R["task"])]
+    P["prompt_id"] = ids
+    notes.append(note)
+
+
 def concat(tables: list):
     """Row-wise concatenation of Arrow tables (columns missing from some read as null), or None.
     A text column that one importer dictionary-encodes and another does not (``run_id`` of

@@ -27,7 +27,14 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data import inputs
-from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
+from glance_law.data.importers.common import (
+    FileResult,
+    as_loc,
+    file_run,
+    horizon_for,
+    prompts_per_task,
+    run_base,
+)
 from glance_law.data.tables import LogError
 from glance_law.data.tasks import NO_TASK
 
@@ -141,6 +148,9 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
     n = len(cols["accepted"])
     if not n:
         raise LogError(path, "no round rows", "pass GLANCE's round-log JSONL")
+    cols["prompt_id"], per_task = prompts_per_task(cols["task"], cols["prompt_id"], path)
+    if per_task:
+        notes.append(per_task)
     rounds = pd.DataFrame({k: v for k, v in cols.items()
                            if k not in ("budget", "root_margin", "root_pmax", "round_ms", "target")
                            or any(x is not None for x in v)})

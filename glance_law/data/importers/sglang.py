@@ -28,7 +28,14 @@ import numpy as np
 import pandas as pd
 
 from glance_law.data import inputs
-from glance_law.data.importers.common import FileResult, as_loc, file_run, horizon_for, run_base
+from glance_law.data.importers.common import (
+    FileResult,
+    as_loc,
+    file_run,
+    horizon_for,
+    run_base,
+    split_prompts_per_task,
+)
 from glance_law.data.tables import LogError
 from glance_law.data.tasks import NO_TASK
 
@@ -165,6 +172,7 @@ def import_file(path, lines, *, horizon=None, task=None) -> FileResult:
         notes.append(f"{path}: {capped} request(s) verified with windows of several lengths (spec_cap_lens_histogram, "
                      "DSpark): which step had which window is not logged, so their rounds are not expanded (tau per "
                      "request only)")
+    split_prompts_per_task(P, R, path, notes)      # ids that restart per task: (task, prompt)
     return _frames(path, base, P, R, notes, how)
 
 

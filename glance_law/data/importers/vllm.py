@@ -53,6 +53,7 @@ from glance_law.data.importers.common import (
     open_bytes,
     read_json_lines,
     run_base,
+    split_prompts_per_task,
 )
 from glance_law.data.tables import LogError
 from glance_law.data.tasks import NO_TASK
@@ -308,6 +309,7 @@ def _responses(path: Path, lines, horizon, task) -> FileResult:
         raise LogError(path, "no response carries metrics.speculative_decoding",
                        "start vLLM with --per-request-spec-decode-metrics summary (or detailed); when streaming, "
                        "set stream_options.include_usage so that the final chunk carries the metrics")
+    split_prompts_per_task(P, R, path, notes)      # ids that restart per task: (task, prompt)
     notes += _response_notes(path, skipped, how_n, short, P)
     return _response_frames(path, base, R, P, notes)
 

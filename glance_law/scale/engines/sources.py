@@ -34,38 +34,92 @@ class Source:
     rows: int
     columns: tuple[str, ...] = ()
     run: Mapping = field(default_factory=dict)
+    #: :func:`footer_fingerprint` of the file (its content, not its name); "" where it was not read
+    fingerprint: str = ""
+
+
+#: Marks the content part of a ``from_files`` identity (identities written before it named the file).
+CONTENT_MARK = "content-"
+
+
+def footer_fingerprint(md) -> str:
+    """A digest of a Parquet file's content as its footer describes it: rows, and per row group and
+    column chunk the values, sizes, offsets and min/max/null statistics. A byte-for-byte copy (a
+    renamed or moved file) has the same fingerprint; two different parts of one run differ in their
+    statistics or sizes. Footer only: no data page is read, whatever the file's size."""
+    import hashlib
+    import json
+    parts: list = [int(md.num_rows)]
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        parts.append(int(rg.num_rows))
+        for j in range(rg.num_columns):
+            c = rg.column(j)
+            st = c.statistics if c.is_stats_set else None
+            stats = None
+            if st is not None:
+                stats = [st.null_count, *((st.min, st.max) if st.has_min_max else ())]
+            parts.append([c.path_in_schema, c.num_values, c.total_compressed_size, c.total_uncompressed_size,
+                          c.data_page_offset, stats])
+    return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()[:24]
+
+
+def _name(path) -> str:
+    return str(path).replace(chr(92), '/').rsplit('/', 1)[-1]
 
 
 def source_id(src: Source) -> str:
-    """What a reduction records of each rounds file it reduced (``from_files``): the file's name,
-    rows and a digest of its ``glance.run`` document, enough to recognise the same file again
-    (glance-log's part names carry a random token) wherever it was copied."""
+    """What a reduction records of each rounds file it reduced (``from_files``):
+    ``NAME:ROWS:RUN:content-FOOTER``, the file's name (for messages only), rows, a digest of its
+    ``glance.run`` document and its :func:`footer_fingerprint`. Files are recognised by everything
+    after the name (:func:`identity`), so a copy under another name or in another folder is the
+    same file."""
     import hashlib
     import json
     run = json.dumps(dict(src.run), sort_keys=True, default=str).encode()
-    return f"{str(src.path).replace(chr(92), '/').rsplit('/', 1)[-1]}:{int(src.rows)}:{hashlib.sha256(run).hexdigest()[:12]}"
+    return f"{_name(src.path)}:{int(src.rows)}:{hashlib.sha256(run).hexdigest()[:12]}:{CONTENT_MARK}{src.fingerprint}"
+
+
+def identity(sid: str) -> tuple[str, str]:
+    """(the file's identity, its name when recorded) of a ``from_files`` entry. Entries written
+    before the content part was recorded (``NAME:ROWS:RUN``) are identified by all three, the name
+    included, as they were then."""
+    head, _, last = sid.rpartition(":")
+    if last.startswith(CONTENT_MARK) and head.count(":") >= 2:
+        name, rows, run = head.rsplit(":", 2)
+        return f"{rows}:{run}:{last}", name
+    return sid, sid.rsplit(":", 2)[0]
 
 
 def refuse_mixing(rounds: list[Source], reduced: list[Source]) -> None:
-    """Refuse inputs that hold a reduction together with rounds files it was made from, or two
-    reductions of one rounds file: merged, those rounds would be counted twice (reductions
-    recognised by their ``from_files`` metadata)."""
-    mine = {source_id(s): s.path for s in rounds}
+    """Refuse inputs that hold a reduction together with rounds files it was made from (under any
+    name), or two reductions of one rounds file: merged, those rounds would be counted twice
+    (reductions recognised by their ``from_files`` metadata, files by their content: :func:`identity`)."""
+    import hashlib
+    import json
+    mine: dict = {}
+    for s in rounds:
+        mine[identity(source_id(s))[0]] = s.path
+        run = json.dumps(dict(s.run), sort_keys=True, default=str).encode()     # as reductions recorded it before
+        mine.setdefault(f"{_name(s.path)}:{int(s.rows)}:{hashlib.sha256(run).hexdigest()[:12]}", s.path)
     seen: dict = {}
     for r in reduced:
         meta = r.run.get("reduction") if isinstance(r.run, Mapping) else None
         ids = meta.get("from_files") if isinstance(meta, Mapping) else None
         if not isinstance(ids, list):
             continue
-        for i in ids:
+        for sid in ids:
+            i, name = identity(str(sid))
             if i in mine:
-                raise GlanceError(f"{r.path} is a reduction of {mine[i]}, which is also among the inputs; merged, its "
-                                  "rounds would be counted twice: pass the rounds files or their reduction, not both "
-                                  "(e.g. write reductions outside the logs' folder)")
-            if i in seen and seen[i] != r.path:
-                raise GlanceError(f"{r.path} and {seen[i]} both reduce the rounds file {str(i).rsplit(':', 2)[0]}; "
+                also = "" if _name(mine[i]) == name else f" (a copy of {name}, the file it reduced)"
+                raise GlanceError(f"{r.path} is a reduction of {mine[i]}{also}, which is also among the inputs; "
+                                  "merged, its rounds would be counted twice: pass the rounds files or their "
+                                  "reduction, not both (e.g. write reductions outside the logs' folder)")
+            if i in seen and seen[i][0] != r.path:
+                raise GlanceError(f"{r.path} and {seen[i][0]} both reduce the rounds file {name}"
+                                  f"{'' if name == seen[i][1] else f' (or its copy {seen[i][1]})'}; "
                                   "merged, its rounds would be counted twice: pass one of them")
-            seen[i] = r.path
+            seen[i] = (r.path, name)
 
 
 class BadFiles(GlanceError):
@@ -114,7 +168,8 @@ def scan(paths, skip_bad: bool = False) -> tuple[list[Source], list[Source], lis
                 raise exc from None
             skipped.append((str(path), str(exc)))
             continue
-        src = Source(str(path), kind, int(md.num_rows), names, run)
+        src = Source(str(path), kind, int(md.num_rows), names, run,
+                     footer_fingerprint(md) if kind == S.KIND_ROUNDS else "")
         (rounds if kind == S.KIND_ROUNDS else reduced if kind == S.KIND_REDUCED else other).append(src)
     if not rounds and not reduced:
         from glance_law.data.io import LogError as _LE
