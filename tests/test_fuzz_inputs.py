@@ -70,9 +70,13 @@ def test_gzip_of_a_gibibyte_of_newlines_around_one_record(tmp_path):
 
 
 def test_one_gibibyte_line_is_refused(tmp_path):
+    """1 GiB in one line of a 1 MB gzip: the expansion cap refuses it first (32x its size); with that
+    cap raised, the line cap (64 MiB) does, at line 1 - never a 1 GiB line in memory."""
     f = tmp_path / "line.jsonl.gz"
     f.write_bytes(gzip.compress(b'{"a": "') + _members(b" " * (1 << 20), 1024) + gzip.compress(b'"}\n'))
-    ingest(f, tmp=tmp_path).expect_refusal("line.jsonl.gz", "line 1", "64 MiB")
+    ingest(f, tmp=tmp_path).expect_refusal("line.jsonl.gz", "line 1", "GLANCE_MAX_EXPANSION")
+    run_cli("glance_law.ingest", ["auto", f, "--out", tmp_path / "o2"], mem_mb=MEM, timeout=90,
+            env={"GLANCE_MAX_EXPANSION": "2000"}).expect_refusal("line.jsonl.gz", "line 1", "64 MiB")
 
 
 def test_gzip_bomb_of_many_short_valid_lines(tmp_path):
