@@ -6,10 +6,12 @@ that is not there. Commands that could blow up run in a child with memory and ti
 (tests/_fuzz.py); the renamed-copy class (item 2) is in tests/test_fuzz_outputs.py.
 
     class                      cases   what is checked
-    per-task prompt ids          7     rows kept (0 lost), prompts = distinct (task, prompt), fit runs
+    per-task prompt ids          8     rows kept (0 lost), prompts = distinct (task, prompt), fit runs on the
+                                       import and on the rows directly; a hand-written file is refused with the
+                                       fix that applies; vLLM and SGLang records likewise
     hard-linked report tables    4     index.md never holds the outside file; it inlines what was written
-    blank-line bombs             5     refused in one line within the caps (or read, line numbers exact)
-    GGUF headers                 7     one line before any model is built; no cache folder or lock
+    blank-line bombs             7     refused in one line within the caps (or read, line numbers exact)
+    GGUF headers                 9     one line before any model is built; no cache folder or lock
     names reaching paths         3     lock and parts inside --out; rows carry the category as written
 """
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_input_caps_in_process(tmp_path, monkeypatch):
     block = b'{"task": "t", "accepted": 1, "horizon": 4, "root_entropy": 0.5}\n' * 300_000   # 19 MiB, ~1000x
     f = tmp_path / "a.jsonl.gz"
     f.write_bytes(gzip.compress(block, 9))
-    with pytest.raises(LogError, match=r"line 2\d{5}: holds more than 16 MiB of text .*GLANCE_MAX_EXPANSION"):
+    with pytest.raises(LogError, match=r"line 2\d{5}: holds more than 16 MiB of text, blank lines included .*GLANCE_MAX_EXPANSION"):
         inputs.read_text(f)
     monkeypatch.setenv("GLANCE_MAX_EXPANSION", "5000")
     assert len(inputs.read_text(f)) == len(block) - 1
