@@ -191,7 +191,9 @@ def resolve_model(spec, *, cache_root=None) -> Path:
     if _complete(final, src["sha256"]):
         return final
     _require_gguf(str(spec))
-    if kind == "gguf":
+    if kind == "gguf":      # the header checked first: no tensors, or tensors past the end, build nothing
+        from .gguf_header import check_tensors, read_header
+        check_tensors(read_header(what, str(spec)), str(spec))
         return _cached(final, src, lambda tmp: _convert(what, tmp))
     return _cached(final, src, lambda tmp: _convert(_assemble(what, tmp), tmp, label=what.name))
 

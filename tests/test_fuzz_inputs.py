@@ -70,9 +70,13 @@ def test_gzip_of_a_gibibyte_of_newlines_around_one_record(tmp_path):
 
 
 def test_one_gibibyte_line_is_refused(tmp_path):
+    """1 GiB in one line of a 1 MB gzip: the expansion cap refuses it first (32x its size); with that
+    cap raised, the line cap (64 MiB) does, at line 1 - never a 1 GiB line in memory."""
     f = tmp_path / "line.jsonl.gz"
     f.write_bytes(gzip.compress(b'{"a": "') + _members(b" " * (1 << 20), 1024) + gzip.compress(b'"}\n'))
-    ingest(f, tmp=tmp_path).expect_refusal("line.jsonl.gz", "line 1", "64 MiB")
+    ingest(f, tmp=tmp_path).expect_refusal("line.jsonl.gz", "line 1", "GLANCE_MAX_EXPANSION")
+    run_cli("glance_law.ingest", ["auto", f, "--out", tmp_path / "o2"], mem_mb=MEM, timeout=90,
+            env={"GLANCE_MAX_EXPANSION": "2000"}).expect_refusal("line.jsonl.gz", "line 1", "64 MiB")
 
 
 def test_gzip_bomb_of_many_short_valid_lines(tmp_path):
@@ -98,7 +102,7 @@ def test_input_caps_in_process(tmp_path, monkeypatch):
     block = b'{"task": "t", "accepted": 1, "horizon": 4, "root_entropy": 0.5}\n' * 300_000   # 19 MiB, ~1000x
     f = tmp_path / "a.jsonl.gz"
     f.write_bytes(gzip.compress(block, 9))
-    with pytest.raises(LogError, match=r"line 2\d{5}: holds more than 16 MiB of text .*GLANCE_MAX_EXPANSION"):
+    with pytest.raises(LogError, match=r"line 2\d{5}: holds more than 16 MiB of text, blank lines included .*GLANCE_MAX_EXPANSION"):
         inputs.read_text(f)
     monkeypatch.setenv("GLANCE_MAX_EXPANSION", "5000")
     assert len(inputs.read_text(f)) == len(block) - 1
