@@ -33,7 +33,7 @@ from glance_law.errors import GlanceError
 
 from .models import PromptInputs
 
-__all__ = ["Question", "question_file", "not_a_question_file", "read_questions", "select_questions", "load_questions", "categories",
+__all__ = ["Question", "question_file", "read_questions", "select_questions", "load_questions", "categories",
            "conversation_messages", "plain_conversation", "encode_conversation", "prompt_format", "answer_text",
            "context_limit", "fits_context", "ALL"]
 

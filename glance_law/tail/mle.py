@@ -311,9 +311,11 @@ def law_coefficients_at(l1: np.ndarray, l2: np.ndarray, cells, Lmax: int):
 
 def _score(A, B, W, x):
     den = A + B * x[:, None]
+    mask = W > 0
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        r = np.where(W > 0, W * B / den, 0.0)
-        hess = -np.where(W > 0, r * B / den, 0.0).sum(-1)
+        # the cells with counts only (no quotient formed and then masked): the same values, less work
+        r = np.divide(W * B, den, out=np.zeros(den.shape), where=mask)
+        hess = -np.divide(r * B, den, out=np.zeros(den.shape), where=mask).sum(-1)
         return r.sum(-1), hess
 
 
@@ -584,9 +586,22 @@ def fit_counts(W, n_local: int = 6, chunk: int = 64):
     return _refine(rows, s_u, s_v, s_x, W, Lmax, n, n_local, nu, nv, None)
 
 
-def _collect_starts(ll, i0, n_local, shape, Ug, Vg, Xg, rows, s_u, s_v, s_x) -> None:
+def _best_s1(ll):
+    """(the S1 index of the best grid value, that value) per (data set, grid point) of ``ll`` (rows,
+    points, ns). ``ll`` is the transposed product ``(logp @ W.T).T``: its S1 axis is strided, and an
+    argmax along it was most of the tail's first stage; on the product's own (points, ns, rows)
+    layout it reads memory in order (the same indices: the first maximum either way)."""
+    base = ll.transpose(1, 2, 0)
+    if base.flags.c_contiguous:
+        j = np.argmax(base, axis=1)                                       # (points, rows)
+        prof = np.take_along_axis(base, j[:, None, :], axis=1)[:, 0, :]
+        return j.T, prof.T.astype(np.float64)
     j = np.argmax(ll, axis=2)
-    prof = np.take_along_axis(ll, j[:, :, None], axis=2)[:, :, 0].astype(np.float64)
+    return j, np.take_along_axis(ll, j[:, :, None], axis=2)[:, :, 0].astype(np.float64)
+
+
+def _collect_starts(ll, i0, n_local, shape, Ug, Vg, Xg, rows, s_u, s_v, s_x) -> None:
+    j, prof = _best_s1(ll)
     for r in range(ll.shape[0]):
         loc = _starts(prof[r], shape, n_local)
         s_u.append(Ug[loc])
