@@ -557,9 +557,13 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     command = _command(prog, argv)
     entries, status, executor, clean = [], 0, None, False
     try:
-        if args.jobs >= 2 and ran & {"tail", "survival"}:
+        offload = _policy_runs(inp) and "policy" in ran
+        if args.jobs >= 2 and (ran & {"tail", "survival"} or offload):
             executor = workers.process_pool(1)   # its worker ends with this process, even a killed one
-            inp.start_tail(executor)             # inside the try: a Ctrl-C here still stops the worker
+            if ran & {"tail", "survival"}:
+                inp.start_tail(executor)         # inside the try: a Ctrl-C here still stops the worker
+            if offload:                          # then the policy tables, while the main process draws
+                inp.start_policy(executor)
         for s in A.SECTIONS:
             old = prev_entries.get(s.name)
             if s.name not in ran:
@@ -596,6 +600,13 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
         log(f"{prog}: wrote {out / INDEX} ({n_ok} of {len(entries)} sections, {len(outputs)} files) "
             f"in {time.perf_counter() - t0:.1f} s")
     return status
+
+
+def _policy_runs(inp: A.Inputs) -> bool:
+    """Whether the policy section would run on ``inp`` (the checks of :func:`run_section`), so that its
+    tables are worth computing in the worker."""
+    s = A.get("policy")
+    return not inp.per_turn and not (s.by_none and inp.options.by is None) and not s.missing(inp)
 
 
 def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict) -> dict:
