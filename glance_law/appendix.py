@@ -157,6 +157,23 @@ class Inputs:
                 self._cache["tail"] = _tail_fit(self.rounds, self.options, self._law_if_any())
         return self._cache["tail"]
 
+    def start_policy(self, executor) -> None:
+        """Evaluate the draft policies (the costliest section left in the main process) in the worker
+        process, after the tail, while the other sections run: the same sampled rounds (:meth:`part`),
+        the same seeds, so the same numbers."""
+        if "policy_future" in self._cache:
+            return
+        rounds, _ = self.part(REPLAY, "replay_rounds")
+        self._cache["policy_future"] = executor.submit(_policy_job, rounds, self.prompts, self.options)
+
+    def policy_results(self):
+        """Per speculative drafter ``(name, result or None, why)`` of the policy section; computed here,
+        or collected from :meth:`start_policy`'s worker process."""
+        pending = self._cache.pop("policy_future", None)
+        if pending is not None:
+            return pending.result()
+        return _policy_results(self.part(REPLAY, "replay_rounds")[0], self.prompts, self.options)
+
     def start_tail(self, executor) -> None:
         """Fit the tail (the appendix's costliest step: a parametric bootstrap per task) in a worker
         process while the other sections run. Same inputs, same seeds, so the same numbers."""
@@ -207,6 +224,36 @@ def _law_or_none(rounds, o: Options):
         return _law_fit(rounds, o)
     except GlanceError:
         return None
+
+
+def _policy_results(rounds, prompts, o: Options) -> list[tuple]:
+    """``(drafter, policy table or None, why not)`` for every speculative drafter of ``rounds``."""
+    from glance_law.policy.search import default_target, policy_table, prepare_for
+    frame = rounds.frame
+    if "drafter" in frame.columns:
+        from glance_law.data.arms import label_targets, plain_drafter
+        labels = label_targets(frame)["drafter"].astype(str)
+        names = sorted(set(labels[plain_drafter(labels) != "ar"]))
+    else:
+        names = [None]
+    out = []
+    for d in names:
+        try:
+            data = prepare_for(rounds, drafter=d)
+            target = default_target(data, o.budgets)
+            out.append((d, policy_table(rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed,
+                                        prompts=prompts, groups=o.policy_groups), ""))
+        except GlanceError as exc:
+            out.append((d, None, str(exc)))
+    return out
+
+
+def _policy_job(rounds, prompts, o: Options):
+    """Worker-process entry point of :meth:`Inputs.start_policy` (errors come back as picklable GlanceErrors)."""
+    try:
+        return _policy_results(rounds, prompts, o)
+    except GlanceError as exc:
+        raise GlanceError(str(exc)) from None
 
 
 def _tail_job(rounds, o: Options):
@@ -528,27 +575,14 @@ def width(inp: Inputs) -> list:
 @section("policy", "B.5, causal form", "draft policies fitted on training prompts, scored on held-out prompts",
          sample="replay_rounds")
 def policy(inp: Inputs) -> list:
-    from glance_law.policy.search import default_target, policy_table, prepare_for
-    o = inp.options
-    rounds, note = inp.part(REPLAY, "replay_rounds")
-    frame = rounds.frame
-    if "drafter" in frame.columns:
-        from glance_law.data.arms import label_targets, plain_drafter
-        labels = label_targets(frame)["drafter"].astype(str)
-        names = sorted(set(labels[plain_drafter(labels) != "ar"]))
-    else:
-        names = [None]
+    _, note = inp.part(REPLAY, "replay_rounds")
+    results = inp.policy_results()
     out, why = [], []
-    for d in names:
-        try:
-            data = prepare_for(rounds, drafter=d)
-            target = default_target(data, o.budgets)
-            res = policy_table(rounds, target, data=data, n_boot=o.width_boot, level=o.level, seed=o.seed,
-                               prompts=inp.prompts, groups=o.policy_groups)
-        except GlanceError as exc:
-            why.append(f"{d}: {exc}")
+    for d, res, problem in results:
+        if res is None:
+            why.append(f"{d}: {problem}")
             continue
-        out.append(Table("policy_heldout" if len(names) == 1 else f"policy_heldout-{safe_stem(d)}", res,
+        out.append(Table("policy_heldout" if len(results) == 1 else f"policy_heldout-{safe_stem(d)}", res,
                          notes=(note,) if note else ()))
     if not out:
         raise GlanceError("no drafter's rounds could be evaluated as draft policies (" + "; ".join(why) + ")")

@@ -218,7 +218,7 @@ def test_labels_and_argument_order(tmp_path):
     res = run_cli("glance_law.fit", [fold, "--skip-bad"], cpu_s=CPU)
 
     def suggests_timing(r):
-        assert f"--timing {fold / SPEC.name}" in r.stdout.strip().splitlines()[-1]
+        assert f"its file: {SPEC.name}): add --timing BASELINE" in r.stdout.strip().splitlines()[-1]
     _case("labels", res, suggests_timing)
     res = run_cli("glance_law.fit", [MEDUSA, "--horizon", "sps=21", EAGLE, "--skip-bad", "--format", "json"],
                   cpu_s=CPU)          # an input after an option is an input: both drafters' rounds

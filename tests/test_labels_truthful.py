@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shlex
 import shutil
 from pathlib import Path
 
@@ -90,16 +89,18 @@ def test_fit_on_a_folder_with_a_baseline_suggests_timing_and_the_suggestion_runs
     rc, out, err = _main("glance_law.cli.fit", [fold, "--skip-bad"])
     assert rc == 0, err
     line = out.strip().splitlines()[-1]
-    assert line.startswith("Next: ") and "--timing" in line, line
-    cmd = line.split("python -m glance_law.fit ", 1)[1].split(" gives the timing ledger")[0]
-    argv = shlex.split(cmd)
-    assert argv[argv.index("--timing") + 1] == str(fold / VANILLA.name)
-    rc, out, err = _main("glance_law.cli.fit", argv + ["--timing-bootstrap", "50"])
+    assert line.startswith("Next: ") and f"(drafter ar; its file: {VANILLA.name}): add --timing BASELINE" in line, line
+    # the suggestion, followed: the ledger runs
+    rc, out, err = _main("glance_law.cli.fit", [fold, "--skip-bad", "--timing", fold / VANILLA.name,
+                                                "--timing-bootstrap", "50"])
     assert rc == 0, err
     assert "Timing ledger" in out and "--timing" not in out.strip().splitlines()[-1]
-    # glance-log's layout: one glob for the arm's rounds and prompts files
-    rc, out, _ = _main("glance_law.cli.fit", [Path(__file__).parents[1] / "data" / "logs"])
-    assert rc == 0 and "--timing " in out and "/*-ar-*" in out.strip().splitlines()[-1]
+    # glance-log's layout: the arm's rounds and prompts files share *-ar-*, and that glob works
+    logs = Path(__file__).parents[1] / "data" / "logs"
+    rc, out, _ = _main("glance_law.cli.fit", [logs])
+    assert rc == 0 and "its 10 files match *-ar-*): add --timing BASELINE" in out.strip().splitlines()[-1]
+    rc, out, err = _main("glance_law.cli.fit", [logs, "--timing", str(logs / "*-ar-*"), "--timing-bootstrap", "50"])
+    assert rc == 0 and "Timing ledger" in out, err
     # no baseline among the inputs, or --timing given: no such suggestion
     rc, out, _ = _main("glance_law.cli.fit", [EAGLE, "--skip-bad"])
     assert rc == 0 and "--timing" not in out.strip().splitlines()[-1]

@@ -438,8 +438,9 @@ def unavailable_sections(logs: LogSet, args) -> list[str]:
 def timing_suggestion(logs: LogSet, args) -> list[str]:
     """The closing sentence's first suggestion when the inputs hold the autoregressive baseline (drafter
     ar, every round horizon 0) beside a drafted arm and ``--timing`` was not given: the timing ledger
-    against those files (``--timing`` names the baseline; the speculative arm is the rest)."""
-    import shlex
+    against those files (``--timing`` names the baseline; the speculative arm is the rest). The files
+    are named by their names only (the same sentence whether the logs are local or in a store)."""
+    import os
 
     from glance_law.data.arms import plain_drafter
     f = logs.frame
@@ -449,36 +450,18 @@ def timing_suggestion(logs: LogSet, args) -> list[str]:
     if not ar.any() or not (f["horizon"].to_numpy()[~ar] > 0).any():
         return []
     runs = set(f.loc[ar, "run_id"].astype(str)) - set(f.loc[~ar, "run_id"].astype(str))
-    files = [str(fi.path) for fi in logs.files if str(fi.run.get("run_id")) in runs]
-    files += [str(fi.path) for fi in logs.other if fi.kind == "prompts" and str(fi.run.get("run_id")) in runs
-              and str(fi.path) not in files]
-    what = "the inputs hold an autoregressive baseline (drafter ar)"
-    glob = _baseline_glob(files)
-    if glob is None:
-        return [f"{what}: --timing BASELINE_GLOB (a file, folder or quoted glob of its {len(files) or 'own'} files) "
-                "gives the timing ledger (ms per token, speedup) of the speculative arm against it"]
-    paths = " ".join(shlex.quote(str(p)) for p in args.paths) + (" --skip-bad" if getattr(args, "skip_bad", False) else "")
-    return [f"{what}: python -m glance_law.fit {paths} --timing {shlex.quote(glob)} gives the timing ledger (ms per "
-            "token, speedup) of the speculative arm against it"]
-
-
-def _baseline_glob(files: Sequence[str]) -> str | None:
-    """One ``--timing`` argument naming exactly ``files``: the file itself, or ``FOLDER/*-ar-*`` (glance-log's
-    names) or ``FOLDER/*vanilla*`` (Spec-Bench's) when that matches them and nothing else there; else None."""
-    import glob
-    import os
-    if len(files) == 1:
-        return files[0]
-    folders = {os.path.dirname(p) for p in files}
-    if not files or len(folders) != 1:
-        return None
-    folder = folders.pop()
-    for key in ("-ar-", "vanilla"):
-        pattern = os.path.join(folder, f"*{key}*")
-        if all(key in os.path.basename(p) for p in files) and \
-                {os.path.realpath(p) for p in glob.glob(pattern)} == {os.path.realpath(p) for p in files}:
-            return pattern
-    return None
+    names = [os.path.basename(str(fi.path).rstrip("/")) for fi in (*logs.files, *logs.other)
+             if str(fi.run.get("run_id")) in runs]
+    names = list(dict.fromkeys(names))
+    if len(names) == 1:
+        which = f"its file: {names[0]}"
+    elif names and all("-ar-" in n for n in names):
+        which = f"its {len(names)} files match *-ar-*"
+    else:
+        which = f"{len(names)} files" if names else "its files"
+    return [f"the inputs hold an autoregressive baseline (drafter ar; {which}): add --timing BASELINE (that file, "
+            "or its folder or a quoted glob of its files) for the timing ledger (ms per token, speedup) of the "
+            "speculative arm against it"]
 
 
 def reduced_closing(args, law, given: Sequence[str]) -> str:

@@ -598,9 +598,13 @@ def _write_report(args, argv, prog, log, options, sections, out, t0, inp, files,
     entries, status, executor, clean = [], 0, None, False
     hashes: dict = {}       # rel -> SHA-256 of every output this report wrote or kept intact
     try:
-        if args.jobs >= 2 and ran & {"tail", "survival"}:
+        offload = _policy_runs(inp) and "policy" in ran
+        if args.jobs >= 2 and (ran & {"tail", "survival"} or offload):
             executor = workers.process_pool(1)   # its worker ends with this process, even a killed one
-            inp.start_tail(executor)             # inside the try: a Ctrl-C here still stops the worker
+            if ran & {"tail", "survival"}:
+                inp.start_tail(executor)         # inside the try: a Ctrl-C here still stops the worker
+            if offload:                          # then the policy tables, while the main process draws
+                inp.start_policy(executor)
         for s in A.SECTIONS:
             old = prev_entries.get(s.name)
             keep = old is not None and same_inputs and args.only and s.name not in ran
@@ -653,6 +657,13 @@ def _changed(out: Path, entry: dict, listed: dict) -> str | None:
         if _own_bytes(out, rel, listed.get(rel)) is None:
             return rel
     return None
+
+
+def _policy_runs(inp: A.Inputs) -> bool:
+    """Whether the policy section would run on ``inp`` (the checks of :func:`run_section`), so that its
+    tables are worth computing in the worker."""
+    s = A.get("policy")
+    return not inp.per_turn and not (s.by_none and inp.options.by is None) and not s.missing(inp)
 
 
 def run_section(s: A.Section, inp: A.Inputs, out: Path, command: str, opts: dict, hashes: dict | None = None) -> dict:
