@@ -84,8 +84,14 @@ def _same(live: pd.DataFrame, conv: pd.DataFrame, known_only: bool = False) -> N
         m_live, m_conv = np.asarray(live["match"][i]), np.asarray(conv["match"][i])
         known = m_conv >= 0 if known_only else np.ones(len(m_live), bool)
         assert np.array_equal(m_live[known], m_conv[known]), i
-        r_live, r_conv = np.asarray(live["target_rank"][i]), np.asarray(conv["target_rank"][i])
-        assert np.array_equal(r_live[known], r_conv[known]), i
+        r_live, r_conv = np.asarray(live["target_rank"][i])[known], np.asarray(conv["target_rank"][i])[known]
+        k = len(live["topk_logq"][i]) // max(int(live["horizon"][i]), 1)
+        inside = np.minimum(r_live, k)
+        assert np.array_equal(inside, np.minimum(r_conv, k)), i        # in the top-k: the same place
+        # an exact rank far outside the top-k counts near-equal log-probabilities: float noise moves it
+        assert np.all(np.abs(r_live - r_conv) <= np.maximum(2, 1e-3 * r_live)), i
+        np.testing.assert_allclose(np.asarray(live["target_logq"][i], float)[known],
+                                   np.asarray(conv["target_logq"][i], float)[known], atol=2e-3)
         q_live, q_conv = np.asarray(live["topk_logq"][i], float), np.asarray(conv["topk_logq"][i], float)
         k = len(q_live) // max(int(live["horizon"][i]), 1)
         kq = np.repeat(known, k) if len(q_live) else known[:0]
