@@ -132,6 +132,25 @@ def copy_len(tokens: Sequence[int], reference: str) -> int:
     return best
 
 
+def copy_runs(tokens: Sequence[int], reference: str) -> np.ndarray:
+    """For every index ``i``: the longest run ``tokens[i:i + n]`` that occurs verbatim in
+    ``reference`` (a string made by :func:`encode_reference`). Every part of a run that occurs
+    occurs too, so the :func:`copy_len` of ``tokens[s:e]`` is ``max(min(runs[i], e - i))`` over
+    ``s <= i < e`` (:mod:`glance_log.dense` stores the runs so rounds of any shape get their
+    ``copy_len`` without the reference)."""
+    s = "".join(_code(t) for t in tokens)
+    runs = np.zeros(len(s), np.int64)
+    if not reference:
+        return runs
+    lo = 0
+    for i in range(len(s)):         # runs[i + 1] >= runs[i] - 1: start the search there
+        lo = max(lo - 1, 0)
+        while i + lo < len(s) and s[i:i + lo + 1] in reference:
+            lo += 1
+        runs[i] = lo
+    return runs
+
+
 def encode_reference(tokenizer, texts) -> str:
     """Reference text(s) as one token-id string for :func:`copy_len` (empty when none);
     several texts are joined by a separator no run can cross."""

@@ -95,7 +95,7 @@ def _config_key(cfg: RunConfig, drafter: str, drafter_cfg: dict, device: str) ->
     }
 
 
-def _target_info(spec) -> dict:
+def target_info(spec) -> dict:
     """The run metadata's ``target``: the loaded folder's model type and architectures, and for a
     .gguf file or a known name its source (path or name, SHA-256; see glance_log.sources)."""
     src = model_source(spec)
@@ -104,6 +104,9 @@ def _target_info(spec) -> dict:
     info = model_info(resolve_model(spec))
     info["folder"] = info.pop("path")       # the converted folder in the cache; "path" is the .gguf file
     return {**info, **src}
+
+
+_target_info = target_info
 
 
 def run_id_of(key: dict) -> str:
