@@ -12,10 +12,14 @@ hold nothing else: a baseline alone, tabulated with a note):
 * ``tau`` = sum of new tokens / sum of verification steps: Spec-Bench's "mean accepted tokens"
   (hemingkx/Spec-Bench ``evaluation/speed.py`` @ 3594e92 averages ``accept_lengths`` over every
   step of the file, which is this ratio when the lengths sum to ``new_tokens``), a ratio
-  estimator with a prompt-clustered CR1 interval (the linearised residuals ``tokens - tau *
-  steps`` summed per cluster = (task, prompt_id); t with G-1 df);
+  estimator with a prompt-clustered interval: the cluster jackknife (CR3) of the residuals
+  ``tokens - tau * steps`` summed per cluster = (task, prompt_id), t with G-1 df (the
+  linearised CR1 covered 87-92% with 5 prompts a task; docs/theory-evidence.md);
 * ``prompt_tau``: the mean over prompts of each prompt's own tokens / steps (each prompt
-  weighs the same, however long its answer), with the same clustered interval;
+  weighs the same, however long its answer), with its CR1 interval (t with G-1 df);
+* the pooled row of each drafter is stratified by the group when the groups are sets of
+  prompts (tasks): clusters centred within their group, t with G-H df (unstratified, the
+  differences between tasks counted as noise: 98-100% coverage);
 * ``turns``, ``rounds`` (verification steps) and ``new_tokens``; turns without a step are left
   out and counted in the notes.
 
@@ -33,7 +37,7 @@ import pandas as pd
 from glance_law.data.arms import label_targets, plain_drafter
 from glance_law.errors import GlanceError
 from glance_law.results.base import TableResult
-from glance_law.stats.cluster import cluster_codes, clustered_mean, t_crit
+from glance_law.stats.cluster import cluster_codes, clustered_covariance, clustered_mean, t_crit
 
 from . import common as E
 
@@ -119,23 +123,32 @@ def turn_rows(prompts: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
 
 
 def ratio_tau(tokens: np.ndarray, steps: np.ndarray, codes: np.ndarray, n_clusters: int,
-              level: float = 0.95) -> dict:
+              level: float = 0.95, strata=None) -> dict:
     """Tokens per verification step of the units (turns) ``tokens``/``steps`` in clusters ``codes``
-    (0..n_clusters-1): ``tau`` = sum(tokens) / sum(steps) with the CR1 interval of the ratio
-    estimator, and ``prompt_tau`` = the mean over clusters of each cluster's own ratio, with its
-    CR1 interval (t with G-1 df). Pure numpy."""
+    (0..n_clusters-1): ``tau`` = sum(tokens) / sum(steps) with the cluster-jackknife (CR3) interval
+    of the ratio estimator, and ``prompt_tau`` = the mean over clusters of each cluster's own ratio,
+    with its CR1 interval; t with G-1 df. ``strata`` (one label per cluster: the task of a pooled
+    row) makes both stratified (clusters centred within their stratum, t with G-H df, H strata): the
+    tasks of a pooled row are fixed by design and their differences are not sampling noise. Pure
+    numpy."""
     tokens = np.asarray(tokens, dtype=np.float64)
     steps = np.asarray(steps, dtype=np.float64)
-    per = np.divide(tokens, steps, out=np.full(tokens.size, np.nan), where=steps > 0)
-    tau, se, g = clustered_mean(per, codes, n_clusters, weights=steps)   # the ratio of sums, linearised
-    t = t_crit(g, level) if g >= 2 else np.nan
     c_tok = np.bincount(codes, weights=tokens, minlength=n_clusters)
     c_steps = np.bincount(codes, weights=steps, minlength=n_clusters)
     present = c_steps > 0
-    ptau = c_tok[present] / c_steps[present]
-    pm, pse, _ = clustered_mean(ptau, np.arange(ptau.size), ptau.size)
-    return {"prompts": int(g), "turns": int(tokens.size), "rounds": int(steps.sum()), "new_tokens": int(tokens.sum()),
-            "tau": float(tau), "tau_lo": float(tau - t * se), "tau_hi": float(tau + t * se),
+    g = int(present.sum())
+    ct, cs = c_tok[present], c_steps[present]
+    tau = float(ct.sum() / cs.sum()) if g else np.nan
+    st = None if strata is None else np.asarray(strata)[present]
+    H = 1 if st is None else int(np.unique(st).size)
+    t = t_crit(g - H + 1, level) if g - H >= 1 else np.nan
+    # the ratio's estimating equation sum_g (tokens_g - tau steps_g) = 0: score and information per prompt
+    se = float(np.sqrt(clustered_covariance((ct - tau * cs)[:, None], cs[:, None, None], "cr3",
+                                            strata=st)[0, 0])) if g >= 2 else np.nan
+    ptau = ct / cs
+    pm, pse, _ = clustered_mean(ptau, np.arange(ptau.size), ptau.size, strata=st)
+    return {"prompts": g, "turns": int(tokens.size), "rounds": int(steps.sum()), "new_tokens": int(tokens.sum()),
+            "tau": tau, "tau_lo": tau - t * se, "tau_hi": tau + t * se,
             "prompt_tau": float(pm), "prompt_tau_lo": float(pm - t * pse), "prompt_tau_hi": float(pm + t * pse)}
 
 
@@ -201,6 +214,7 @@ def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
                           "condition")
     codes, G = cluster_codes(T)
     tok, steps = T["new_tokens"].to_numpy(), T["rounds"].to_numpy()
+    stratum = _prompt_strata(T, by, codes, G, notes)
     rows = []
     for d in sorted(set(T["drafter"].astype(str))):
         dm = (T["drafter"].astype(str) == d).to_numpy()
@@ -208,14 +222,34 @@ def turn_tau(prompts, by: str | None = "task", level: float = 0.95) -> TurnTau:
         for g in labels + [E.GROUP_ALL]:
             m = dm if g == E.GROUP_ALL else dm & (T[by].astype(str) == g).to_numpy()
             c, k = np.unique(codes[m], return_inverse=True)
-            rows.append({"drafter": d, "task": g, **ratio_tau(tok[m], steps[m], k, c.size, level)})
+            # the pooled row over groups that are fixed strata of prompts (tasks): stratified by group
+            strata = (stratum[c] if g == E.GROUP_ALL and by is not None and np.unique(stratum[c]).size > 1
+                      else None)
+            rows.append({"drafter": d, "task": g, **ratio_tau(tok[m], steps[m], k, c.size, level, strata=strata)})
     notes.append(f"tau = sum of new tokens / sum of verification steps (Spec-Bench's mean accepted tokens, "
                  f"{SPEC_BENCH_TAU}); prompt_tau = mean over prompts of their own ratio; intervals "
-                 f"{100 * level:g}%, prompt-clustered CR1 (cluster = task, prompt_id), t with G-1 df; per-turn counts "
+                 f"{100 * level:g}%, prompt-clustered (cluster = task, prompt_id; tau: cluster jackknife CR3, "
+                 "prompt_tau: CR1), t with G-1 df; per-turn counts "
                  "carry no per-step lengths, so P(a = L), the law, the tail and the order tables cannot be computed")
     out = pd.DataFrame(rows, columns=list(TURN_COLUMNS))
     T = T.assign(tau=np.divide(tok, steps))
     return TurnTau(out, float(level), tuple(dict.fromkeys(notes)), by=by, turn_frame=T)
+
+
+def _prompt_strata(T: pd.DataFrame, by: str | None, codes: np.ndarray, G: int, notes: list[str]) -> np.ndarray:
+    """The group of each prompt cluster (the pooled row's strata): -1 for every prompt when the
+    groups are not prompt-level (``by`` None, or a group such as ``turn`` that varies within a prompt)."""
+    none = np.full(G, -1, dtype=np.int64)
+    if by is None:
+        return none
+    lab = pd.factorize(T[by].astype(str))[0]
+    first = np.full(G, -1, dtype=np.int64)
+    first[codes] = lab
+    if np.any(first[codes] != lab):         # a group that varies within a prompt: no strata
+        return none
+    notes.append(f"pooled rows: prompts stratified by {by} (each {by}'s prompts are fixed by design: their "
+                 "differences are not sampling noise), t with G-H df")
+    return first
 
 
 def _natural(x: str):
