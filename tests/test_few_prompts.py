@@ -82,10 +82,14 @@ def test_pooled_turn_tau_is_stratified_by_task():
     pooled = f.iloc[-1]
     assert pooled["prompts"] == 15 and any("stratified by task" in n for n in res.notes)
     # an unstratified interval: the tasks' tau differ by 1.5 tokens a step, so it is far wider
-    from glance_law.stats.cluster import clustered_mean
-    ptau = res.turns.groupby("prompt_id")[["new_tokens", "rounds"]].sum()
-    _, se_un, _ = clustered_mean((ptau["new_tokens"] / ptau["rounds"]).to_numpy(), np.arange(15), 15)
-    assert (pooled["prompt_tau_hi"] - pooled["prompt_tau_lo"]) < 0.8 * (2 * 2.145 * se_un)
+    from glance_law.evidence.turns import ratio_tau
+
+    T = res.turns()
+    codes = np.unique(T["prompt_id"], return_inverse=True)[1]
+    un = ratio_tau(T["new_tokens"].to_numpy(), T["rounds"].to_numpy(), codes, 15)
+    assert un["tau"] == pytest.approx(pooled["tau"]) and un["prompt_tau"] == pytest.approx(pooled["prompt_tau"])
+    assert (pooled["prompt_tau_hi"] - pooled["prompt_tau_lo"]) < 0.8 * (un["prompt_tau_hi"] - un["prompt_tau_lo"])
+    assert (pooled["tau_hi"] - pooled["tau_lo"]) < (un["tau_hi"] - un["tau_lo"])
 
 
 def test_turn_tau_covers_with_five_prompts_quick():
