@@ -266,7 +266,7 @@ def timing_ledger(baseline: pd.DataFrame, candidate: pd.DataFrame, *, n_boot: in
             # the tasks' draws are independent strata of the geomean: studentized as a whole (t with n_p - tasks
             # df), not task by task (each task's own small-sample factor would compound: 99% coverage at 5 prompts)
             lo, hi = (studentized_percentile(gd, gm, n_p, level, strata=len(tasks), log=True)
-                      if np.isfinite(gd).any() and n_p > len(tasks) else (np.nan + 1.0, np.nan + 1.0))
+                      if np.isfinite(gd).any() and n_p > len(tasks) else (np.nan, np.nan))
             lo, hi = lo - 1.0, hi - 1.0
             wins = sum(r["wins"] for r in rows[-len(tasks):])
             rows.append({**tag, "drafter": drafter, "task": "geomean", "prompts": n_p,
