@@ -13,7 +13,9 @@ Sections (each prints one Markdown table):
    bootstrap LRT with B replicates) on the floor of simulated pure-geometric logs
    (a task with b1 = 0), with independent rounds and with the simulator's default
    prompt correlation (copula, 0.3), each over R replicates (Wilson 95% interval);
-   ``warp``: the same size by warp-speed Monte Carlo over many more replicates.
+   ``warp``: the same size by warp-speed Monte Carlo over many more replicates;
+   ``requests``: the same on per-request histograms (the whole log, 8 to 100 requests of 20-200
+   rounds, geometric null) with the design effect dividing the observed LRT and every draw.
 3. ``power``: the same on logs with a two-state floor.
 4. ``accuracy``: the MLE's log-likelihood against an exhaustive search (dense grid
    over the eigenvalues, every local maximum refined) on null and two-state data.
@@ -119,6 +121,53 @@ def warp_section(R: int, seed: int, spec: TaskSpec, corrs=(0.0, 0.3)):
               f"{100 * k1 / R:.1f}% | {time.time() - t0:.0f} |", flush=True)
 
 
+def request_logs(n_requests: int, rng, p: float = 0.6, L: int = 5, sizes=(20, 200)):
+    """Per-request run lengths under a geometric null (vLLM/SGLang-style per-request histograms: the
+    whole log is the regime): each request decodes a uniform number of rounds in ``sizes``, every round
+    an independent truncated geometric with acceptance ``p`` at every offset and horizon ``L``.
+    (run lengths, horizons, request of each round)."""
+    n = rng.integers(sizes[0], sizes[1] + 1, size=n_requests)
+    cl = np.repeat(np.arange(n_requests), n)
+    a = np.minimum(rng.geometric(1.0 - p, size=cl.size) - 1, L)
+    return a, np.full(cl.size, L, dtype=np.int64), cl
+
+
+def requests_section(R: int, seed: int, requests=(8, 15, 30, 100)):
+    """Size of the prompt-aware LRT on per-request histograms with few requests, warp-speed Monte
+    Carlo: the observed LRT over its design effect against the 95th percentile of the pooled draws'
+    LRT over *their own* design effects (the requests' sizes kept: the rule of ``lrt_test``), beside
+    the former rule (the draws undivided) and the plain bootstrap (no design effect)."""
+    print(f"\n## 2c. Size on per-request histograms, warp-speed Monte Carlo (R = {R} logs per row, geometric "
+          "null, p = 0.6, L = 5, 20-200 rounds a request)\n")
+    print("| requests | mean design effect (sd) | size: both divided [Wilson 95%] | observed divided only | "
+          "no design effect | seconds |\n|---:|---|---|---:|---:|---:|")
+    out = {}
+    for G in requests:
+        t0 = time.time()
+        rng = np.random.default_rng(seed + G)
+        Wo, Wb, do, db = [], [], [], []
+        for _ in range(R):
+            a, L, cl = request_logs(G, rng)
+            Wo.append(tail_mle.counts(a, L, 5))
+            do.append(tail.histogram_design_effect(a, cl))
+            p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
+            w, d = tail_model._simulate_geometric(float(p), L, 1, rng, clusters=cl)
+            Wb.append(w[0])
+            db.append(d[0])
+        fo, fb = tail_model.fit_W(np.stack(Wo)), tail_model.fit_W(np.stack(Wb))
+        lo_ = np.maximum(0, 2 * (fo[3] - fo[5]))
+        lb_ = np.maximum(0, 2 * (fb[3] - fb[5]))
+        do, db = np.array(do), np.array(db)
+        k = int(np.sum(lo_ / do > np.quantile(lb_ / db, 0.95)))
+        k_old = int(np.sum(lo_ / do > np.quantile(lb_, 0.95)))
+        k_plain = int(np.sum(lo_ > np.quantile(lb_, 0.95)))
+        s, lo, hi = wilson(k, R)
+        out[G] = (k, R)
+        print(f"| {G} | {do.mean():.2f} ({do.std():.2f}) | {100 * s:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] | "
+              f"{100 * k_old / R:.1f}% | {100 * k_plain / R:.1f}% | {time.time() - t0:.0f} |", flush=True)
+    return out
+
+
 def accuracy_section(R: int, seed: int):
     rng = np.random.default_rng(seed)
     print(f"\n## 4. MLE accuracy against an exhaustive search (R = {R} data sets each)\n")
@@ -165,12 +214,12 @@ def speed_section(seed: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer replicates")
-    ap.add_argument("--only", choices=("null", "size", "warp", "power", "accuracy", "speed"), action="append")
+    ap.add_argument("--only", choices=("null", "size", "warp", "requests", "power", "accuracy", "speed"), action="append")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--R", type=int, default=None, help="replicates of the size/power sections")
     ap.add_argument("--B", type=int, default=None, help="bootstrap replicates per test")
     args = ap.parse_args(argv)
-    want = set(args.only or ("null", "size", "warp", "power", "accuracy", "speed"))
+    want = set(args.only or ("null", "size", "warp", "requests", "power", "accuracy", "speed"))
     R = args.R or (40 if args.quick else 200)
     B = args.B or (49 if args.quick else 99)
     null_spec = TaskSpec("null", b0=1.226, b1=0.0)
@@ -182,6 +231,8 @@ def main(argv=None) -> int:
         size_section(R, B, args.seed, null_spec, "2. Size of the bootstrap LRT on pure-geometric logs")
     if "warp" in want:
         warp_section(500 if args.quick else 3000, args.seed + 50_000, null_spec)
+    if "requests" in want:
+        requests_section(args.R or (500 if args.quick else 4000), args.seed + 60_000)
     if "power" in want:
         size_section(max(20, R // 4), B, args.seed, alt_spec, "3. Power on logs with a two-state floor",
                      corrs=(0.0,))

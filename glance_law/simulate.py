@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-__all__ = ["TaskSpec", "TwoStateTail", "DEFAULT_TASKS", "simulate_arrays", "simulate_rounds", "simulate_tree_rounds",
+__all__ = ["TaskSpec", "TwoStateTail", "DEFAULT_TASKS", "simulate_arrays", "simulate_rounds", "simulate_tree_rounds", "simulate_turns", "turn_tau_truth",
            "truncated_geometric_survival", "two_state_survival_matrix"]
 
 
@@ -420,3 +420,83 @@ def simulate_tree_rounds(tasks: Sequence[TaskSpec] | Mapping[str, Mapping] | Non
     for c in ("run_id", "task", "prompt_id", "condition", "drafter"):
         frame[c] = frame[c].astype("category")
     return frame
+
+
+# --------------------------------------------------------------------------- per-turn answers (tokens per step)
+
+def _step_tokens_pmf(p: np.ndarray, L: int) -> np.ndarray:
+    """P(a round emits j tokens), j = 0..L+1, of ``1 + min(geometric, L)`` with match probability p
+    (one row per p)."""
+    p = np.asarray(p, dtype=np.float64)[:, None]
+    k = np.arange(L + 1)[None, :]
+    pa = np.where(k < L, p ** k * (1.0 - p), p ** L)               # P(a = k), k = 0..L
+    return np.concatenate([np.zeros((p.shape[0], 1)), pa], axis=1)
+
+
+def _answer_moments(p: np.ndarray, L: int, n_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """(E steps, E tokens) to reach an answer of n = 0..n_max tokens (the last step may overshoot),
+    rounds of ``1 + min(geometric, L)`` tokens with match probability p: (len(p), n_max + 1) each."""
+    f = _step_tokens_pmf(p, L)
+    steps = np.zeros((f.shape[0], n_max + 1))
+    tok = np.zeros((f.shape[0], n_max + 1))
+    for n in range(1, n_max + 1):
+        j = np.arange(1, L + 2)
+        rest = np.clip(n - j, 0, None)
+        steps[:, n] = 1.0 + (f[:, 1:] * steps[:, rest]).sum(axis=1)
+        tok[:, n] = (f[:, 1:] * (j[None, :] + tok[:, rest])).sum(axis=1)
+    return steps, tok
+
+
+def simulate_turns(tasks: Mapping[str, float] | None = None, *, n_prompts: int = 10, turns: int = 2,
+                   horizon: int = 5, prompt_sd: float = 0.8, length: tuple[int, int] = (60, 300),
+                   seed: int = 0, drafter: str = "eagle") -> pd.DataFrame:
+    """Prompt rows of per-turn answers (Spec-Bench/MT-bench style: ``turn_tokens`` and ``turn_rounds``
+    per prompt, no per-round lengths) with a known tokens-per-step (:func:`turn_tau_truth`).
+
+    ``tasks``: task -> mean logit of the match probability (default three tasks). Each prompt draws
+    ``p_g = sigmoid(mu_task + N(0, prompt_sd))``; each of its ``turns`` answers draws a length n
+    uniform in ``length`` and decodes rounds of ``1 + min(geometric(p_g), horizon)`` tokens until it
+    has n (the last round may overshoot): a prompt that accepts more takes fewer steps (the steps are
+    informative about tau, as in real answers that stop at a length).
+
+    Examples
+    --------
+    >>> from glance_law.simulate import simulate_turns
+    >>> p = simulate_turns(n_prompts=2, seed=0)
+    >>> len(p), len(p["turn_tokens"].iloc[0])
+    (6, 2)
+    """
+    tasks = dict(tasks or {"writing": 0.0, "math": 1.0, "coding": 1.5})
+    rng = np.random.default_rng(seed)
+    L = int(horizon)
+    rows = []
+    for task, mu in tasks.items():
+        p = special.expit(mu + rng.normal(0.0, prompt_sd, n_prompts))
+        n = rng.integers(length[0], length[1] + 1, size=(n_prompts, turns))
+        k = int(n.max())                                            # at most n rounds (a round emits >= 1)
+        a = np.minimum(rng.geometric(1.0 - p[:, None, None], size=(n_prompts, turns, k)) - 1, L)
+        cum = np.cumsum(a + 1, axis=2)
+        steps = (cum < n[:, :, None]).sum(axis=2) + 1
+        tok = np.take_along_axis(cum, (steps - 1)[:, :, None], axis=2)[:, :, 0]
+        for g in range(n_prompts):
+            rows.append({"run_id": f"{drafter}-run", "drafter": drafter, "task": task, "prompt_id": f"{task}-{g:04d}",
+                         "condition": "matched", "turn_tokens": tok[g].tolist(), "turn_rounds": steps[g].tolist(),
+                         "new_tokens": int(tok[g].sum()), "rounds": int(steps[g].sum())})
+    return pd.DataFrame(rows)
+
+
+def turn_tau_truth(mu: float, *, horizon: int = 5, prompt_sd: float = 0.8, length: tuple[int, int] = (60, 300),
+                   nodes: int = 60) -> dict:
+    """The population values of a task of :func:`simulate_turns` with mean logit ``mu``: ``tokens`` and
+    ``steps`` (expected per turn), ``tau`` = their ratio (the ratio of sums' limit) and ``prompt_tau``
+    = the mean over prompts of E tokens / E steps at the prompt's p (its own ratio in the limit of many
+    turns), exact up to the Gauss-Hermite quadrature over the prompt's logit (a renewal recursion over
+    the answer's length)."""
+    x, w = np.polynomial.hermite_e.hermegauss(nodes)
+    w = w / w.sum()
+    p = special.expit(mu + prompt_sd * x)
+    steps, tok = _answer_moments(p, int(horizon), int(length[1]))
+    n = np.arange(length[0], length[1] + 1)
+    es, et = steps[:, n].mean(axis=1), tok[:, n].mean(axis=1)       # per node, over the uniform length
+    return {"tokens": float(w @ et), "steps": float(w @ es), "tau": float((w @ et) / (w @ es)),
+            "prompt_tau": float(w @ (et / es))}

@@ -111,10 +111,16 @@ def per_turn_file(recs: list[dict], path: Path, model_id: str | None = None, idx
 
 
 def check_rows(frame, want: dict) -> None:
+    """The estimates and counts as the brute force gives them; the intervals (a bootstrap-t, stratified
+    by task in the pooled row: ratio_tau's own test checks them by brute force) around their estimate."""
     rows = {str(r["task"]): r for r in frame.to_dict("records")}
     assert set(rows) == set(want)
     for task, w in want.items():
         for k, v in w.items():
+            if k.endswith(("_lo", "_hi")):
+                est = rows[task][k[:-3]]
+                assert (rows[task][k] <= est) if k.endswith("_lo") else (rows[task][k] >= est), (task, k)
+                continue
             assert rows[task][k] == pytest.approx(v, rel=1e-9, abs=1e-12), (task, k)
 
 
@@ -155,11 +161,33 @@ def test_ratio_tau_is_the_clustered_ratio_estimator():
     codes = rng.integers(0, 40, 300)
     steps = rng.integers(1, 60, 300)
     tokens = np.round(steps * rng.uniform(1.5, 4.0, 40)[codes]).astype(np.int64)
-    got = ratio_tau(tokens, steps, codes, 40)
+    got = ratio_tau(tokens, steps, codes, 40, n_boot=0)          # no bootstrap: CR1 with t(G-1)
     turns = [("t", str(c), t, s) for c, t, s in zip(codes.tolist(), tokens.tolist(), steps.tolist())]
     want = brute(turns)
     for k, v in want.items():
         assert got[k] == pytest.approx(v, rel=1e-9), k
+    # the bootstrap-t (the default): each resample studentized by its own CR1 se, by brute force
+    boot = ratio_tau(tokens, steps, codes, 40, n_boot=199, seed=5)
+    for k in ("tau", "prompt_tau", "prompts", "rounds"):
+        assert boot[k] == pytest.approx(want[k], rel=1e-12)
+    from glance_law.stats.cluster import bootstrap_counts
+    ct, cs = np.bincount(codes, tokens, 40), np.bincount(codes, steps, 40)
+    own = ct / cs
+    zt, zp = [], []
+    for w in np.concatenate(list(bootstrap_counts(40, 199, np.random.default_rng(5)))):
+        idx = np.repeat(np.arange(40), w)                          # the resample, prompt by prompt
+        t_, s_ = ct[idx], cs[idx]
+        tau_b = t_.sum() / s_.sum()
+        zt.append((tau_b - want["tau"]) / (np.sqrt(40 / 39 * np.sum((t_ - tau_b * s_) ** 2)) / s_.sum()))
+        zp.append((own[idx].mean() - want["prompt_tau"]) / (own[idx].std(ddof=1) / np.sqrt(40)))
+    se = np.sqrt(40 / 39 * np.sum((ct - want["tau"] * cs) ** 2)) / cs.sum()
+    pse = own.std(ddof=1) / np.sqrt(40)
+    q = np.quantile(zt, [0.025, 0.975])
+    assert boot["tau_lo"] == pytest.approx(want["tau"] - q[1] * se, rel=1e-9)
+    assert boot["tau_hi"] == pytest.approx(want["tau"] - q[0] * se, rel=1e-9)
+    q = np.quantile(zp, [0.025, 0.975])
+    assert boot["prompt_tau_lo"] == pytest.approx(want["prompt_tau"] - q[1] * pse, rel=1e-9)
+    assert boot["prompt_tau_hi"] == pytest.approx(want["prompt_tau"] - q[0] * pse, rel=1e-9)
 
 
 def test_prompt_rows_without_turn_lists_are_one_turn_each():

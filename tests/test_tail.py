@@ -332,7 +332,9 @@ def test_tail_test_statistics_are_consistent():
     assert tt.lrt == pytest.approx(2 * (tt.ll_two_state - tt.ll_geometric))
     assert tt.lrt_p_nominal == pytest.approx(stats.chi2.sf(tt.lrt, 4))
     stat = tt.lrt / tt.lrt_deff
-    assert tt.lrt_p_bootstrap == pytest.approx((1 + np.sum(tt.lrt_null >= stat - 1e-9 * (1 + stat))) / 20)
+    assert tt.lrt_null_deff.shape == tt.lrt_null.shape and np.all(tt.lrt_null_deff > 0)
+    assert tt.lrt_p_bootstrap == pytest.approx(
+        (1 + np.sum(tt.lrt_null / tt.lrt_null_deff >= stat - 1e-9 * (1 + stat))) / 20)
     assert tt.lrt_p_bootstrap_rounds == pytest.approx((1 + np.sum(tt.lrt_null >= tt.lrt - 1e-9 * (1 + tt.lrt))) / 20)
     assert tt.row()["lrt_p_bootstrap_rounds"] == tt.lrt_p_bootstrap_rounds
     assert tt.lrt_deff != 1.0
@@ -543,36 +545,98 @@ def test_lrt_with_clusters_divides_by_the_design_effect():
     aware = tail.lrt_test(a, L, n_boot=99, seed=1, clusters=cl)
     assert plain.deff == 1.0 and aware.deff > 3.0
     assert aware.lrt == plain.lrt  # the statistic is reported as is; only its p-value changes
-    np.testing.assert_array_equal(aware.null_draws, plain.null_draws)
-    assert aware.p_bootstrap == (1 + np.sum(aware.null_draws >= aware.lrt / aware.deff - 1e-9 * (1 + aware.lrt / aware.deff))) / 100
-    assert aware.p_bootstrap >= plain.p_bootstrap
+    np.testing.assert_array_equal(aware.null_draws, plain.null_draws)   # the same draws, the prompts kept
+    stat, null = aware.lrt / aware.deff, aware.null_draws / aware.null_deff
+    assert aware.p_bootstrap == (1 + np.sum(null >= stat - 1e-9 * (1 + stat))) / 100
+    # the draws are independent rounds: their design effects scatter around 1, not around the observed 5
+    assert 0.7 < np.median(aware.null_deff) < 1.3 and np.all(plain.null_deff == 1.0)
+
+
+def test_design_effect_of_every_draw_is_the_histogram_design_effect():
+    rng = np.random.default_rng(7)
+    n = rng.integers(5, 60, size=9)
+    cl = np.repeat(np.arange(9), n)
+    a = rng.integers(0, 6, size=(5, cl.size))
+    a[1] = np.repeat(rng.integers(0, 6, size=9), n)           # every request repeats one run length
+    got = tail.design_effects(a, cl)
+    want = [tail.histogram_design_effect(x, cl) for x in a]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert got[1] > 5                                           # clustered: far above 1
+    # the bootstrap's draws keep the requests' rounds: the same prompts, the same horizons, one deff each
+    L = np.full(cl.size, 5, dtype=np.int64)
+    W, d = tail_model._simulate_geometric(0.6, L, 50, np.random.default_rng(1), clusters=cl)
+    assert W.shape == (50, 10) and d.shape == (50,) and np.all(W.sum(axis=1) == cl.size)
+    np.testing.assert_array_equal(W, tail_model._simulate_geometric(0.6, L, 50, np.random.default_rng(1)))
+
+
+def _request_size(n_requests: int, R: int, seed: int) -> tuple[float, float]:
+    """Warp-speed size at 0.05 of the prompt-aware LRT on per-request geometric histograms (p = 0.6,
+    L = 5, 20-200 rounds a request): (the current rule, both sides divided; the observed divided only)."""
+    rng = np.random.default_rng(seed)
+    Wo, Wb, do, db = [], [], [], []
+    for _ in range(R):
+        n = rng.integers(20, 201, size=n_requests)
+        cl = np.repeat(np.arange(n_requests), n)
+        a = np.minimum(rng.geometric(0.4, size=cl.size) - 1, 5)
+        L = np.full(cl.size, 5, dtype=np.int64)
+        Wo.append(tail_mle.counts(a, L, 5))
+        do.append(tail.histogram_design_effect(a, cl))
+        p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
+        w, d = tail_model._simulate_geometric(float(p), L, 1, rng, clusters=cl)
+        Wb.append(w[0])
+        db.append(d[0])
+    fo, fb = tail_model.fit_W(np.stack(Wo)), tail_model.fit_W(np.stack(Wb))
+    lo, lb = np.maximum(0, 2 * (fo[3] - fo[5])) / np.array(do), np.maximum(0, 2 * (fb[3] - fb[5]))
+    return float(np.mean(lo > np.quantile(lb / np.array(db), 0.95))), float(np.mean(lo > np.quantile(lb, 0.95)))
+
+
+def test_lrt_size_with_eight_requests_quick():
+    """Eight requests (the design effect's sd is 0.3): the observed LRT and each draw divided by
+    their own design effects hold the size near 0.05 (400 warp-speed replicates; the full
+    calibration is the slow test below and benchmarks/bench_tail.py --only requests)."""
+    size, _ = _request_size(8, 400, 11)
+    assert 0.02 <= size <= 0.085, size
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n_requests", [8, 30, 100])
+def test_lrt_size_on_per_request_histograms(n_requests):
+    """Size at 0.05 within 4-6% (3000 warp-speed replicates, Monte Carlo sd 0.4 points; band widened
+    by that error to 3.5-6.5%) from 8 to 100 requests."""
+    size, old = _request_size(n_requests, 3000, 100 + n_requests)
+    print(f"{n_requests} requests: size {size:.4f} (observed divided only: {old:.4f})")
+    assert 0.035 <= size <= 0.065, size
 
 
 @pytest.mark.slow
 def test_bootstrap_lrt_size_with_correlated_rounds_is_prompt_aware():
     """With rounds of a prompt correlated (Gaussian copula 0.3), the independent-rounds bootstrap
-    over-rejects (about 7-8% at 0.05); dividing by the histogram's design effect restores 3-7%
-    (warp-speed Monte Carlo as above)."""
+    over-rejects (about 7-8% at 0.05); dividing the observed LRT and each draw by their own
+    histogram design effects restores 3-7% (warp-speed Monte Carlo as above)."""
     from glance_law.tail.report import _floor_mask
     R = 1000
     spec = TaskSpec("null", b0=1.226, b1=0.0)
     rng = np.random.default_rng(98)
-    Wo, Wb, deff = [], [], []
+    Wo, Wb, deff, deff_b = [], [], [], []
     for r in range(R):
         df = simulate_rounds([spec], n_prompts=60, rounds_per_prompt=40, prompt_corr=0.3, seed=5000 + r,
                              vectors=False)
         fl = _floor_mask(df["root_entropy"].to_numpy(dtype=np.float64), 0.1, None)
         a, L = df["accepted"].to_numpy()[fl], df["horizon"].to_numpy().astype(np.int64)[fl]
+        cl = df["prompt_id"].cat.codes.to_numpy()[fl]
         Wo.append(tail_mle.counts(a, L, 15))
         p = tail_mle.geometric_from_counts(Wo[-1])[0][0]
-        Wb.append(tail_model._simulate_geometric(float(p), L, 1, rng)[0])
-        deff.append(tail.histogram_design_effect(a, df["prompt_id"].cat.codes.to_numpy()[fl]))
+        w, d = tail_model._simulate_geometric(float(p), L, 1, rng, clusters=cl)
+        Wb.append(w[0])
+        deff_b.append(d[0])
+        deff.append(tail.histogram_design_effect(a, cl))
     fo, fb = tail_model.fit_W(np.stack(Wo)), tail_model.fit_W(np.stack(Wb))
     lrt, lrt_star = 2 * (fo[3] - fo[5]), 2 * (fb[3] - fb[5])
     q = np.quantile(lrt_star, 0.95)
-    size_aware = np.mean(lrt / np.array(deff) > q)
+    size_aware = np.mean(lrt / np.array(deff) > np.quantile(lrt_star / np.array(deff_b), 0.95))
     size_naive = np.mean(lrt > q)
-    print(f"correlated rounds: size at 0.05 naive {size_naive:.3f}, prompt-aware {size_aware:.3f}")
+    print(f"correlated rounds: size at 0.05 naive {size_naive:.3f}, prompt-aware {size_aware:.3f} (design effect "
+          f"{np.mean(deff):.2f}, draws {np.mean(deff_b):.2f})")
     assert 0.03 <= size_aware <= 0.07
     assert size_naive > size_aware
 

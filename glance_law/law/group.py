@@ -16,6 +16,7 @@ import zlib
 
 import numpy as np
 import pandas as pd
+from scipy import special
 
 from glance_law.data import selection as _sel
 from glance_law.stats import ceiling as _ceiling
@@ -32,7 +33,7 @@ from glance_law.stats.ranks import spearman_clustered
 from . import model as _law
 from .result import CURVE_COLUMNS, LAW_COLUMNS, LAW_EXTRA_COLUMNS, LawChecks
 
-__all__ = ["evaluate", "prompt_weights"]
+__all__ = ["evaluate", "prompt_weights", "informative_size_test"]
 
 
 def _nan_row() -> dict:
@@ -113,6 +114,8 @@ def evaluate(H, a, L, w, cl, label, drafter, opt, notes, ends=None, compacted=No
     del ranks
     row["rho"], row["rho_p"] = rho, rho_p
     b, moments = _fit_with_interval(row, curve, H, a, L, w, cl, G, bins, label, drafter, opt, notes, where, keep)
+    if b is not None and opt.get("weighting", "round") == "round":
+        _informative_sizes(row, H, a, L, w, cl, G, counts, opt, notes, where)
     if b is not None:
         _fitted_statistics(row, curve, b, moments, H, a, L, w, W, keep, ac, wc, bins, bm, starts, floor,
                            opt["bins"], where, notes)
@@ -203,6 +206,62 @@ def _decile_curve(row, Hc, ac, clc, G, wc, key, opt, where, notes):
         del iso
     row["r2_isotonic"] = _curve.r_squared(curve["mean_accepted"], curve["isotonic"])
     return curve, bins, bm, starts, floor
+
+
+def informative_size_test(a, cl, G: int, w=None, counts=None) -> tuple[float, float, int]:
+    """Whether a prompt's number of rounds depends on how well it drafts: Spearman's rank
+    correlation, over the prompts, of their rounds against their mean accepted length, with its
+    p-value (Student-t on G-2 df; one observation per prompt). (rho, p, prompts); NaN with fewer than
+    4 prompts or when every prompt has the same rounds."""
+    n = np.asarray(counts, dtype=np.float64) if w is None and counts is not None else \
+        np.bincount(cl, None if w is None else w, G)
+    live = n > 0
+    if np.count_nonzero(live) < 4 or np.ptp(n[live]) == 0:
+        return np.nan, np.nan, int(np.count_nonzero(live))
+    m = np.bincount(cl, a if w is None else w * a, G)[live] / n[live]
+    g = int(np.count_nonzero(live))
+    x, y = _curve.midranks(n[live]), _curve.midranks(m)
+    x, y = x - x.mean(), y - y.mean()
+    den = float(np.sqrt((x @ x) * (y @ y)))
+    if den == 0:
+        return np.nan, np.nan, g
+    rho = float(np.clip((x @ y) / den, -1.0, 1.0))
+    t = rho * np.sqrt((g - 2) / max(1.0 - rho * rho, 1e-300))
+    return rho, float(2.0 * special.stdtr(g - 2, -abs(t))), g
+
+
+def _informative_sizes(row, H, a, L, w, cl, G, counts, opt, notes, where):
+    """The informative-cluster-size check of a round-weighted fit: where rounds per prompt and the
+    prompt's acceptance correlate (Spearman, prompt-level p < alpha), one note that says so and what it
+    changes - the prompt-weighted fit beside the default when either's estimate falls outside the
+    other's interval."""
+    rho, p, g = informative_size_test(a, cl, G, w, counts)
+    if not (np.isfinite(p) and p < opt["alpha"]):
+        return
+    wp = prompt_weights(cl, G, w, counts)
+    try:
+        bp = _law.refit(opt["method"], H, a, L, wp, b_init=(row["b0"], row["b1"]), sorted_h=True)
+        u, info_g = _law.cluster_score_information(bp, H, a, L, cl, G, wp, method=opt["method"])
+        half = t_crit(G, opt["level"]) * np.sqrt(np.maximum(np.diag(clustered_covariance(u, info_g, "cr3")), 0.0))
+    except ValueError:
+        return
+    lo, hi = bp - half, bp + half
+    d_lo, d_hi = np.array([row["b0_lo"], row["b1_lo"]]), np.array([row["b0_hi"], row["b1_hi"]])
+    d_b = np.array([row["b0"], row["b1"]])
+    beyond = bool(np.any((bp < d_lo) | (bp > d_hi) | (d_b < lo) | (d_b > hi)))
+    way = "fall" if rho < 0 else "rise"
+    head = (f"{where}: informative prompt sizes - rounds per prompt {way} with the prompt's mean accepted length "
+            f"(Spearman {rho:+.2f} over {g} prompts, p = {p:.2g}): the round-weighted law (the default) weighs the "
+            f"prompts that take more rounds more")
+    if beyond:
+        notes.append(head + f"; prompt-weighted (--weight prompt) b0 = {bp[0]:.3f} [{lo[0]:.3f}, {hi[0]:.3f}], "
+                     f"b1 = {bp[1]:.3f} [{lo[1]:.3f}, {hi[1]:.3f}] against the default's b0 = {d_b[0]:.3f} "
+                     f"[{d_lo[0]:.3f}, {d_hi[0]:.3f}], b1 = {d_b[1]:.3f} [{d_lo[1]:.3f}, {d_hi[1]:.3f}]: they differ "
+                     "beyond their intervals (the prompt-level law is the prompt-weighted one; docs/theory-law.md "
+                     "section 2)")
+    else:
+        notes.append(head + f"; the prompt-weighted fit (--weight prompt: b0 = {bp[0]:.3f}, b1 = {bp[1]:.3f}) "
+                     "agrees with it within their intervals")
 
 
 def _fit_with_interval(row, curve, H, a, L, w, cl, G, bins, label, drafter, opt, notes, where, keep):

@@ -13,6 +13,8 @@ toolkit treats the *prompt* as the independent unit:
   strata, e.g. prompt buckets within tasks). Used with Student-t(G-1) critical values.
 * :func:`cr1_covariance`, :func:`cr3_covariance` - the two estimators on their own.
 * :func:`clustered_mean` - a mean with its CR1 standard error.
+* :func:`studentize_factor`, :func:`studentized_percentile` - a prompt bootstrap scaled to the CR1 t
+  interval's spread (few prompts).
 * :func:`bootstrap_counts` - multinomial cluster multiplicities for the cluster
   (prompt-level) bootstrap, generated in memory-bounded chunks.
 
@@ -274,3 +276,28 @@ def percentile_interval(draws: np.ndarray, level: float = 0.95, axis: int = 0):
     lo = np.nanquantile(draws, a, axis=axis)
     hi = np.nanquantile(draws, 1.0 - a, axis=axis)
     return lo, hi
+
+
+def studentize_factor(n_clusters: int, level: float = 0.95, strata: int = 1) -> float:
+    """``t(G - H) / z x sqrt(G / (G - H))`` at ``level`` (G clusters in H strata): the scale that gives
+    a prompt bootstrap's deviations from the point estimate the spread of the CR1 t interval. A
+    percentile bootstrap over few prompts is too narrow twice over (its variance is the plug-in
+    one, (G - H) / G of CR1's, and its quantiles are the normal's, not t(G - H)'s): with 5 prompts
+    it covered 76-82% at 95%. About 1 from 30 prompts on."""
+    G, H = int(n_clusters), max(int(strata), 1)
+    z = float(special.ndtri(0.5 + level / 2.0))
+    return t_crit(G - H + 1, level) / z * float(np.sqrt(G / max(G - H, 1)))
+
+
+def studentized_percentile(draws: np.ndarray, estimate: float, n_clusters: int, level: float = 0.95,
+                           strata: int = 1, log: bool = False):
+    """Percentile interval of prompt-bootstrap ``draws`` whose deviations from ``estimate`` are scaled
+    by :func:`studentize_factor` (on the log scale with ``log``: a positive ratio stays positive)."""
+    c = studentize_factor(n_clusters, level, strata)
+    d = np.asarray(draws, dtype=np.float64)
+    if log:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lo, hi = percentile_interval(np.log(estimate) + c * (np.log(d) - np.log(estimate)), level)
+        return float(np.exp(lo)), float(np.exp(hi))
+    lo, hi = percentile_interval(estimate + c * (d - estimate), level)
+    return float(lo), float(hi)

@@ -12,6 +12,7 @@ from .model import (
     TwoStateFit,
     bootstrap_p,
     cap,
+    design_effects,
     expected_cells,
     fit_geometric,
     fit_two_state,
@@ -49,6 +50,6 @@ from .report import (
 __all__ = ["TwoStateFit", "GeometricFit", "Invariants", "TaskTail", "TailFit", "TailModels", "TailHeldout",
            "HeldoutTest", "survival", "pmf", "mean", "variance", "hazard", "invariants", "law_supremum",
            "cap", "pi_star", "pi_needed", "geometric_variance", "fit_geometric", "fit_two_state", "loglik",
-           "pooled_chi_square", "expected_cells", "histogram_design_effect", "bootstrap_p", "lrt_test", "LRT",
+           "pooled_chi_square", "expected_cells", "histogram_design_effect", "design_effects", "bootstrap_p", "lrt_test", "LRT",
            "tail_test", "fit_tail", "cli_section", "add_cli_arguments", "PARAMS", "N_IDENTIFIED",
            "NOMINAL_LRT_DF", "TAIL_COLUMNS", "TAIL_EXTRA", "MODEL_COLUMNS", "HELDOUT_COLUMNS", "CLI_COLUMNS"]

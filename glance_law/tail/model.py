@@ -35,14 +35,13 @@ from scipy import stats
 
 from glance_law.errors import GlanceError
 from glance_law.law.model import cap, law_supremum, truncated_mean
-from glance_law.stats.cluster import clustered_mean
 
 from . import mle as _mle
 
 __all__ = ["TwoStateFit", "GeometricFit", "Invariants",
            "survival", "pmf", "mean", "variance", "hazard", "invariants", "law_supremum",
            "cap", "pi_star", "pi_needed", "geometric_variance", "fit_geometric", "fit_two_state", "loglik",
-           "pooled_chi_square", "bootstrap_p", "lrt_test", "expected_cells", "histogram_design_effect", "LRT"]
+           "pooled_chi_square", "bootstrap_p", "lrt_test", "expected_cells", "histogram_design_effect", "design_effects", "LRT"]
 
 PARAMS = ("pi", "rho_d", "rho_u", "t_dd", "t_uu")
 #: identifiable parameters of the two-state run-length law (S1, tr K, det K)
@@ -375,51 +374,55 @@ def chi2_sf(x, df):
     return float(stats.chi2.sf(x, df)) if df >= 1 and np.isfinite(x) else float("nan")
 
 
-def _simulate_geometric(p: float, L: np.ndarray, n_boot: int, rng):
+def _geometric_draws(p: float, L: np.ndarray, n_boot: int, rng):
+    """Chunks of run lengths, (b, rounds) each, drawn from the truncated geometric with the rounds' horizons."""
+    chunk = max(1, 4_000_000 // max(L.size, 1))
+    for b0 in range(0, n_boot, chunk):
+        nb = min(chunk, n_boot - b0)
+        if p <= 0 or p >= 1:
+            yield np.repeat((np.zeros_like(L) if p <= 0 else L)[None], nb, axis=0)
+        else:
+            yield np.minimum(rng.geometric(1.0 - p, size=(nb, L.size)) - 1, L[None, :])
+
+
+def _simulate_geometric(p: float, L: np.ndarray, n_boot: int, rng, clusters=None):
     """Count rows of ``n_boot`` data sets drawn from the truncated geometric with the rounds' horizons:
     dense (n_boot, 2 Lmax) for short horizons, else :class:`glance_law.tail.mle.CellCounts` over the
-    cells the draws hit (memory O(n_boot * rounds), not O(n_boot * L))."""
-    Lmax = int(L.max())
-    if 2 * Lmax > _mle.DENSE_CELLS:
-        return _simulate_geometric_cells(p, L, n_boot, rng)
-    out = np.zeros((n_boot, 2 * Lmax))
-    if p <= 0 or p >= 1:
-        a = np.zeros_like(L) if p <= 0 else L.copy()
-        out[:] = _mle.counts(a, L, Lmax)
-        return out
-    chunk = max(1, 4_000_000 // max(L.size, 1))
-    for b0 in range(0, n_boot, chunk):
-        nb = min(chunk, n_boot - b0)
-        a = np.minimum(rng.geometric(1.0 - p, size=(nb, L.size)) - 1, L[None, :])
-        full = a >= L[None, :]
-        ex = np.where(full, 2 * Lmax, a)                              # a < L -> exact cell a
-        ce = np.where(full, Lmax + L[None, :] - 1, 2 * Lmax)         # a = L -> capped cell
-        rows = np.arange(nb)[:, None] * (2 * Lmax + 1)
-        flat = np.bincount((rows + ex).ravel(), minlength=nb * (2 * Lmax + 1)) + \
-            np.bincount((rows + ce).ravel(), minlength=nb * (2 * Lmax + 1))
-        out[b0:b0 + nb] = flat.reshape(nb, 2 * Lmax + 1)[:, :2 * Lmax]
-    return out
-
-
-def _simulate_geometric_cells(p: float, L: np.ndarray, n_boot: int, rng):
-    """:func:`_simulate_geometric` as CellCounts (the same draws from ``rng``)."""
+    cells the draws hit (memory O(n_boot * rounds), not O(n_boot * L)). With ``clusters`` (the prompt
+    code of each round), also the design effect of each data set (:func:`design_effects`): (counts,
+    deffs)."""
     Lmax = int(L.max())
     L = L.astype(np.int64)
-    if p <= 0 or p >= 1:
-        a = np.zeros_like(L) if p <= 0 else L.copy()
-        return _mle.CellCounts.of(np.repeat(_mle.counts(a, L, Lmax)[None], n_boot, axis=0))
-    chunk = max(1, 4_000_000 // max(L.size, 1))
-    idx = []
-    for b0 in range(0, n_boot, chunk):
-        nb = min(chunk, n_boot - b0)
-        a = np.minimum(rng.geometric(1.0 - p, size=(nb, L.size)) - 1, L[None, :])
-        idx.append(np.where(a >= L[None, :], Lmax + L[None, :] - 1, a))   # the cell of every round
-    cell = np.concatenate(idx, axis=0) if idx else np.zeros((0, L.size), dtype=np.int64)
-    cells, inv = np.unique(cell, return_inverse=True)
-    inv = inv.reshape(cell.shape)
-    rows = np.arange(cell.shape[0])[:, None] * cells.size
-    W = np.bincount((rows + inv).ravel(), minlength=cell.shape[0] * cells.size).reshape(cell.shape[0], cells.size)
-    return _mle.CellCounts(cells, W.astype(np.float64), Lmax)
+    deffs, parts = [], []
+    for a in _geometric_draws(p, L, int(n_boot), rng):
+        if clusters is not None:
+            deffs.append(design_effects(a, clusters))
+        parts.append(_cell_counts(a, L, Lmax) if 2 * Lmax <= _mle.DENSE_CELLS else
+                     np.where(a >= L[None, :], Lmax + L[None, :] - 1, a))   # the cell of every round
+    if 2 * Lmax <= _mle.DENSE_CELLS:
+        out = np.concatenate(parts, axis=0) if parts else np.zeros((0, 2 * Lmax))
+    else:
+        cell = np.concatenate(parts, axis=0) if parts else np.zeros((0, L.size), dtype=np.int64)
+        cells, inv = np.unique(cell, return_inverse=True)
+        inv = inv.reshape(cell.shape)
+        rows = np.arange(cell.shape[0])[:, None] * cells.size
+        W = np.bincount((rows + inv).ravel(), minlength=cell.shape[0] * cells.size)
+        out = _mle.CellCounts(cells, W.reshape(cell.shape[0], cells.size).astype(np.float64), Lmax)
+    if clusters is None:
+        return out
+    return out, (np.concatenate(deffs) if deffs else np.zeros(0))
+
+
+def _cell_counts(a: np.ndarray, L: np.ndarray, Lmax: int) -> np.ndarray:
+    """Dense count rows (b, 2 Lmax) of run lengths ``a`` (b, rounds) with horizons ``L``."""
+    nb = a.shape[0]
+    full = a >= L[None, :]
+    ex = np.where(full, 2 * Lmax, a)                              # a < L -> exact cell a
+    ce = np.where(full, Lmax + L[None, :] - 1, 2 * Lmax)         # a = L -> capped cell
+    rows = np.arange(nb)[:, None] * (2 * Lmax + 1)
+    flat = np.bincount((rows + ex).ravel(), minlength=nb * (2 * Lmax + 1)) + \
+        np.bincount((rows + ce).ravel(), minlength=nb * (2 * Lmax + 1))
+    return flat.reshape(nb, 2 * Lmax + 1)[:, :2 * Lmax].astype(np.float64)
 
 
 class LRT(NamedTuple):
@@ -429,6 +432,7 @@ class LRT(NamedTuple):
     n_boot: int
     null_draws: np.ndarray
     deff: float = 1.0
+    null_deff: np.ndarray | None = None     # the design effect of each null draw (1 without clusters)
 
 
 def histogram_design_effect(accepted, clusters) -> float:
@@ -439,18 +443,35 @@ def histogram_design_effect(accepted, clusters) -> float:
     proportion: 1 when rounds are independent, above 1 when rounds of a prompt share
     their luck (which inflates any statistic built on the histogram, the LRT included).
     """
-    a = np.asarray(accepted)
-    cl = np.unique(np.asarray(clusters), return_inverse=True)[1].ravel()
-    n, G = a.size, int(cl.max()) + 1 if a.size else 0
+    codes = np.unique(np.asarray(accepted), return_inverse=True)[1].ravel()
+    return float(design_effects(codes[None], clusters)[0])
+
+
+def design_effects(accepted: np.ndarray, clusters) -> np.ndarray:
+    """:func:`histogram_design_effect` of each row of ``accepted`` (b, rounds), the rounds' prompts
+    ``clusters`` shared by every row (a parametric bootstrap's data sets: the requests' sizes kept).
+
+    With ``n_ck`` the rounds of prompt c in cell k, ``n_c`` its rounds and ``pi_k`` the cell's share,
+    ``deff = G / (G - 1) x sum_ck (n_ck - pi_k n_c)^2 / (n (1 - sum_k pi_k^2))`` (the same number)."""
+    a = np.atleast_2d(np.asarray(accepted, dtype=np.int64))
+    b, n = a.shape
+    cl = np.unique(np.asarray(clusters), return_inverse=True)[1].ravel().astype(np.int64)
+    G = int(cl.max()) + 1 if n else 0
     if n < 2 or G < 2:
-        return 1.0
-    v_cl = v_iid = 0.0
-    for k in np.unique(a):
-        y = (a == k).astype(np.float64)
-        m, se, _ = clustered_mean(y, cl, G)
-        v_cl += se ** 2
-        v_iid += m * (1.0 - m) / n
-    return float(v_cl / v_iid) if v_iid > 0 else 1.0
+        return np.ones(b)
+    K = int(a.max()) + 1
+    pi = np.bincount((np.arange(b)[:, None] * K + a).ravel(), minlength=b * K).reshape(b, K) / n
+    s_pi2 = (pi ** 2).sum(axis=1)
+    n_c = np.bincount(cl, minlength=G).astype(np.float64)
+    cross = (np.take_along_axis(pi, a, axis=1) * n_c[cl][None, :]).sum(axis=1)       # sum_c n_c sum_k pi_k n_ck
+    key = (np.arange(b)[:, None] * G + cl[None, :]) * K + a                           # (draw, prompt, cell)
+    uk, cnt = np.unique(key.ravel(), return_counts=True)
+    sq = np.bincount(uk // (G * K), weights=cnt.astype(np.float64) ** 2, minlength=b)   # sum_ck n_ck^2
+    num = sq - 2.0 * cross + s_pi2 * float((n_c ** 2).sum())
+    den = n * (1.0 - s_pi2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d = G / (G - 1.0) * num / den
+    return np.where(den > 1e-12, d, 1.0)
 
 
 def bootstrap_p(stat: float, draws: np.ndarray) -> float:
@@ -475,21 +496,29 @@ def lrt_test(accepted, horizon, n_boot: int = 199, seed=0, n_local: int = 4, clu
     the parametric bootstrap draws rounds independently, while rounds of one prompt
     are correlated and inflate the LRT, so the observed statistic is first divided by
     the Rao-Scott first-order design effect of the run-length histogram
-    (:func:`histogram_design_effect`, reported as ``deff``). On simulated
-    geometric logs with within-prompt correlation this brings the size at 0.05 from
-    about 7-8% back to about 4-5%, and leaves it at 5% when rounds are independent.
+    (:func:`histogram_design_effect`, reported as ``deff``), and every bootstrap draw
+    by its own design effect, computed with the same prompts (each prompt keeps its
+    rounds and horizons; ``null_deff``): the statistic compared is ``LRT / deff`` on
+    both sides. With few prompts the estimated design effect is noisy (sd 0.3 with 8
+    requests), and dividing the observed LRT alone rejected 7% of true nulls at 0.05;
+    dividing both keeps the size at 4-6% from 8 to 100 requests
+    (``benchmarks/bench_tail.py --section requests``, docs/theory-tail.md section 3).
     """
     a, L = check_rounds(accepted, horizon)
     W = _mle.counts(a, L)[None]
     _, _, _, ll2, p, ll1 = fit_W(W, n_local)
     lrt = max(0.0, 2.0 * float(ll2[0] - ll1[0]))
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    draws = np.zeros(0)
+    draws, deffs = np.zeros(0), np.ones(0)
     if n_boot > 0:
-        Wb = _simulate_geometric(float(p[0]), L, int(n_boot), rng)
+        if clusters is None:
+            Wb = _simulate_geometric(float(p[0]), L, int(n_boot), rng)
+            deffs = np.ones(int(n_boot))
+        else:
+            Wb, deffs = _simulate_geometric(float(p[0]), L, int(n_boot), rng, clusters=clusters)
         _, _, _, llb2, _, llb1 = fit_W(Wb, n_local)
         draws = np.maximum(0.0, 2.0 * (llb2 - llb1))
     deff = 1.0 if clusters is None else histogram_design_effect(a, clusters)
-    p_boot = bootstrap_p(lrt / deff, draws)
-    return LRT(lrt, p_boot, float(stats.chi2.sf(lrt, NOMINAL_LRT_DF)), int(n_boot), draws, deff)
+    p_boot = bootstrap_p(lrt / deff, draws / deffs)
+    return LRT(lrt, p_boot, float(stats.chi2.sf(lrt, NOMINAL_LRT_DF)), int(n_boot), draws, deff, deffs)
 

@@ -89,6 +89,7 @@ class TaskTail:
     drafter: str = ""
     lrt_null: np.ndarray = field(default_factory=lambda: np.zeros(0))
     lrt_deff: float = 1.0
+    lrt_null_deff: np.ndarray = field(default_factory=lambda: np.zeros(0))   # each null draw's design effect
     sup_horizon: int = 0
 
     # ---- derived -----------------------------------------------------------
@@ -304,6 +305,7 @@ def tail_test(accepted, horizon, clusters=None, *, b0: float = float("nan"), tas
                   observed=W, expected_geometric=Eg, expected_two_state=E2, groups=groups,
                   chi2_geometric=float(chi2[0]), chi2_two_state=float(chi2[1]), cells=int(n_groups),
                   heldout=ho, drafter=drafter, lrt_null=test.null_draws, lrt_deff=test.deff,
+                  lrt_null_deff=np.ones(0) if test.null_deff is None else test.null_deff,
                   sup_horizon=int(sup_horizon))
     return tt, notes
 
@@ -556,8 +558,9 @@ def fit_tail(rounds, *, by: str = "task", quantile: float = 0.1, threshold: floa
         "task's largest horizon L; floor_mean interval: prompt-clustered CR1, t(G-1)",
         f"lrt = 2 (ll_two_state - ll_geometric); lrt_p_bootstrap: parametric bootstrap under the fitted "
         f"geometric ({n_boot} replicates, seed {seed}, same horizons, both models refitted; rounds drawn "
-        "independently), made prompt-aware by dividing the observed lrt by lrt_deff, the Rao-Scott design "
-        "effect of the run-length histogram under prompt clustering (lrt_p_bootstrap_rounds: the same bootstrap without "
+        "independently, each prompt keeping its rounds), made prompt-aware by dividing the observed lrt by lrt_deff, "
+        "the Rao-Scott design effect of the run-length histogram under prompt clustering, and each draw by its own "
+        "(lrt_p_bootstrap_rounds: the same bootstrap without "
         "that correction, rounds treated as independent); lrt_p_nominal: the paper's chi-square(4) reference, conservative because Wilks "
         "does not apply (3 identified parameters, one unidentified under the null)",
         "chi2: Pearson on the run-length histogram, adjacent cells pooled left to right until the expected "
