@@ -18,7 +18,9 @@ from glance_law.scale.engines import reduce_logs
 from glance_law.simulate import simulate_rounds
 
 ENGINES = ["arrow", "duckdb", "spark"]
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "realdata" / "spec-bench"
+#: ../shared/realdata beside the checkout (or beside the folder of worktrees holding it)
+REAL = next((p / "shared" / "realdata" / "spec-bench" for p in Path(__file__).resolve().parents[2:4]
+             if (p / "shared" / "realdata" / "spec-bench").is_dir()), Path("../shared/realdata/spec-bench"))
 #: Imported Spec-Bench answers: a tree drafter whose turns end in zero-accept rounds (Medusa), a chain
 #: drafter of varying depth (sps-68m) and EAGLE.
 SPEC = [REAL / "vase" / "vicuna-7b-v1.3-medusa.jsonl.gz",

@@ -25,7 +25,9 @@ from glance_law.scale.engines import spark as SP
 from glance_law.scale.reduce import read_reduced
 from glance_law.simulate import simulate_rounds
 
-REAL = Path(__file__).resolve().parent.parent.parent / "shared" / "realdata" / "spec-bench"
+#: ../shared/realdata beside the checkout (or beside the folder of worktrees holding it)
+REAL = next((p / "shared" / "realdata" / "spec-bench" for p in Path(__file__).resolve().parents[2:4]
+             if (p / "shared" / "realdata" / "spec-bench").is_dir()), Path("../shared/realdata/spec-bench"))
 SPEC = [REAL / "vase" / "vicuna-7b-v1.3-medusa.jsonl.gz",
         REAL / "bnukh" / "test_bench__vicuna-7b-v1.3-sps-68m-float16-temp-0.0.jsonl.gz"]
 COLS = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon", "condition", "drafter"]
@@ -83,7 +85,7 @@ def test_fit_and_reduce_on_a_two_worker_standalone_cluster(logs, tmp_path):
         mine = tmp_path / "real-arrow.parquet"
         assert RC.main([*map(str, reals), "--out", str(mine), "--engine", "arrow"]) == 0
         a, b = _sorted_cells(tmp_path / "real-spark.parquet"), _sorted_cells(mine)
-        assert len(a) > 0 and set(a["drafter"]) == {"medusa", "sps-68m"}
+        assert len(a) > 0 and a["drafter"].nunique() == 2
         assert a[["task", "drafter", "bucket", "hbin", "horizon", "accepted", "n"]].equals(
             b[["task", "drafter", "bucket", "hbin", "horizon", "accepted", "n"]])
         ra, rb = read_reduced([str(tmp_path / "real-spark.parquet")]), read_reduced([str(mine)])
@@ -103,6 +105,9 @@ def test_master_precedence_and_refusals(logs, capsys, monkeypatch):
         assert F.main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--engine spark" in err
+    assert F.main([str(logs / "sim"), "--engine", "spark", "--spark-master", "nonsense://x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "could not start Spark on nonsense://x" in err, err
     monkeypatch.setenv(SP.MASTER_ENV, "local[2]")
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     spark = SP.session()
