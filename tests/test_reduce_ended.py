@@ -151,7 +151,7 @@ def test_the_three_engines_read_imported_spec_bench_files_alike(imported):
     try:
         for folder in imported:
             logs = read_logs(folder)
-            frame = logs.rounds
+            frame = logs.frame
             ref = R.reduce_frame(logs)
             zero = (frame["horizon"] == 0) & frame["drafted_horizon"].notna() & (frame["drafted_horizon"] > 0)
             seen_ended += int(zero.sum())
