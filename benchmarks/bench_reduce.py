@@ -4,6 +4,7 @@ and 10^8 rounds, and the binning error of the reduced fit.
     nice -n 15 python benchmarks/bench_reduce.py --small 1e6            # side by side at 10^6 rounds
     nice -n 15 python benchmarks/bench_reduce.py --big 1e8              # 10^8 rounds, arrow and duckdb
     nice -n 15 python benchmarks/bench_reduce.py --binning               # binning error of the reduced fit
+    nice -n 15 python benchmarks/bench_reduce.py --cluster 1e8          # arrow beside spark on a 2-worker cluster
     nice -n 15 python benchmarks/bench_reduce.py --big 1e8 --generate-only --keep   # just write the logs
     nice -n 15 python benchmarks/bench_reduce.py --big 1e8 --exact-files 2 --keep  # + exact vs reduced at 10^7
 
@@ -21,6 +22,10 @@ Measured (nothing is asserted; the figures go in docs/scale.md and the report):
   is duckdb without the page-checksum pass (``page_check=False``), ``verify`` that pass alone, and
   the ratio with / without is printed. The logs are
   deleted afterwards unless ``--keep``.
+* ``--cluster N``: N simulated rounds (as ``--big``) reduced and fitted by arrow and by spark on a
+  standalone cluster of ``--workers`` one-core workers started on 127.0.0.1 with pyspark's
+  ``spark-class`` (``tests/_spark_cluster.py``), each in a fresh driver process: wall, CPU of the
+  driver's process tree and of the executors, peak memory of each (sampled from /proc every 0.25 s).
 * ``--binning``: the reduced fit against the exact fit on simulated logs for several grids,
   with and without the two-point quadrature: |delta b0|, |delta b1| and the other statistics.
 """
@@ -136,9 +141,12 @@ elif what == "verify":
     bad = verify_pages(rounds)
     res = {"rounds": sum(s.rows for s in rounds), "bad": len(bad)}
 else:
+    import os
     from glance_law.scale.engines import reduce_logs
     from glance_law.scale.law_reduced import fit_reduced
-    red = reduce_logs(files, engine=what.removesuffix("-nocheck"), page_check=not what.endswith("-nocheck"))
+    engine = what.removesuffix("-nocheck")
+    extra = {"master": os.environ["GLANCE_BENCH_MASTER"]} if engine == "spark" and "GLANCE_BENCH_MASTER" in os.environ else {}
+    red = reduce_logs(files, engine=engine, page_check=not what.endswith("-nocheck"), **extra)
     t_red = time.perf_counter() - w
     fit = fit_reduced(red)
     r = fit.row()
@@ -158,6 +166,106 @@ def child(what: str, folder: Path, files: int = 10 ** 9) -> dict:
     out = json.loads(p.stdout.strip().splitlines()[-1])
     out["process_wall"] = time.perf_counter() - w
     return out
+
+
+def _proc_table() -> dict:
+    """pid -> (parent pid, RSS bytes, CPU seconds) of every process readable in /proc."""
+    tick, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as fh:
+                f = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(d)] = (int(f[1]), int(f[21]) * page, (int(f[11]) + int(f[12])) / tick)
+    return out
+
+
+def _tree(table: dict, roots) -> set:
+    """``roots`` and all their descendants in ``table``."""
+    kids: dict = {}
+    for pid, (ppid, _, _) in table.items():
+        kids.setdefault(ppid, []).append(pid)
+    seen, todo = set(), [r for r in roots if r in table]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo += kids.get(p, [])
+    return seen
+
+
+def tracked_child(what: str, folder: Path, env: dict, workers=(), interval: float = 0.25) -> dict:
+    """:func:`child` with its process tree (the driver: Python and, for spark, its JVM) and the executors
+    (every descendant of the ``workers`` daemons) sampled from /proc every ``interval`` s: peak RSS of each
+    group (summed over its processes at one moment) and CPU seconds (the last reading of every process)."""
+    w = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, what, str(folder), str(10 ** 9)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    peak = {"driver": 0, "executors": 0}
+    cpu: dict = {"driver": {}, "executors": {}}
+    import threading
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            t = _proc_table()
+            groups = {"driver": _tree(t, [proc.pid]),
+                      "executors": _tree(t, list(workers)) - set(workers)}
+            for g, pids in groups.items():
+                peak[g] = max(peak[g], sum(t[p][1] for p in pids))
+                for p in pids:
+                    cpu[g][p] = t[p][2]
+            done.wait(interval)
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out_s, err_s = proc.communicate()
+    done.set()
+    th.join()
+    if proc.returncode != 0:
+        return {"error": err_s.strip().splitlines()[-1] if err_s.strip() else f"exit {proc.returncode}"}
+    out = json.loads(out_s.strip().splitlines()[-1])
+    out["process_wall"] = time.perf_counter() - w
+    out.update(driver_peak_mb=peak["driver"] / 2 ** 20, executor_peak_mb=peak["executors"] / 2 ** 20,
+               driver_cpu=sum(cpu["driver"].values()), executor_cpu=sum(cpu["executors"].values()))
+    return out
+
+
+def bench_cluster(n: int, folder: Path, keep: bool, workers: int, worker_memory: str, executor_memory: str) -> None:
+    """N rounds reduced and fitted by the arrow engine and by the spark engine on a standalone cluster of
+    ``workers`` one-core workers on 127.0.0.1 (tests/_spark_cluster.py), one after the other, each in a fresh
+    driver process: wall, CPU (driver tree, executors) and peak memory (driver tree, executors)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from _spark_cluster import standalone
+    t0 = time.time()
+    print(f"\n== {n:,} rounds in {folder} (generating if needed), arrow and spark on a {workers}-worker cluster")
+    paths = generate(folder, n)
+    size = sum(p.stat().st_size for p in paths) / 1e9
+    print(f"  {len(paths)} files, {size:.2f} GB, ready after {time.time() - t0:.0f} s", flush=True)
+    try:
+        with standalone(folder.parent / "spark-cluster", workers=workers, cores=1, memory=worker_memory,
+                        executor_memory=executor_memory, driver_memory="1g") as cluster:
+            env = cluster.client_env(GLANCE_BENCH_MASTER=cluster.url)
+            print(f"  cluster {cluster.url}: {workers} workers x 1 core, worker memory {worker_memory}, executor "
+                  f"memory {executor_memory}", flush=True)
+            for what in ("arrow", "spark"):
+                print(f"  [{load_note()}]")
+                r = tracked_child(what, folder, env, workers=cluster.pids()[1:])
+                if "error" in r:
+                    print(f"  {what:6s} failed: {r['error']}", flush=True)
+                    continue
+                print(f"  {what:6s} wall {r['wall']:7.1f} s (process {r['process_wall']:.1f} s, reduce "
+                      f"{r['reduce_s']:.1f} s), CPU driver {r['driver_cpu']:.1f} s + executors "
+                      f"{r['executor_cpu']:.1f} s, peak memory driver {r['driver_peak_mb']:.0f} MB, executors "
+                      f"{r['executor_peak_mb']:.0f} MB; {r['rounds']:,} rounds, {r['cells']:,} cells, b0 "
+                      f"{r['b0']:.6f}, b1 {r['b1']:.6f} [{r['b1_lo']:.6f}, {r['b1_hi']:.6f}]", flush=True)
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"  deleted {folder}")
 
 
 def load_note() -> str:
@@ -286,13 +394,18 @@ def main(argv=None) -> int:
     p.add_argument("--engines", default="arrow,duckdb,duckdb-nocheck,verify",
                    help="engines for --big (comma separated; ENGINE-nocheck: without the page-checksum pass of "
                         "reduce_logs(page_check=False); verify: that pass alone)")
+    p.add_argument("--cluster", type=float, default=None, metavar="N",
+                   help="N rounds: arrow beside spark on a standalone cluster started on 127.0.0.1 (e.g. 1e8)")
+    p.add_argument("--workers", type=int, default=2, help="workers of --cluster (one core each)")
+    p.add_argument("--worker-memory", default="3g", help="memory of each --cluster worker")
+    p.add_argument("--executor-memory", default="2g", help="memory of each --cluster executor")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--keep", action="store_true", help="keep the generated logs")
     p.add_argument("--generate-only", action="store_true")
     p.add_argument("--exact-files", type=int, default=0, metavar="K",
                    help="with --big: also run the exact path and the reductions on the first K files (K x 5e6 rounds)")
     args = p.parse_args(argv)
-    if args.small is None and args.big is None and not args.binning:
+    if args.small is None and args.big is None and not args.binning and args.cluster is None:
         args.small, args.binning = 1e6, True
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, {load_note()}")
     if args.small:
@@ -308,6 +421,9 @@ def main(argv=None) -> int:
             generate(folder, int(args.big))
             bench_exact(folder, args.exact_files)
         bench_big(int(args.big), folder, args.keep, args.generate_only, [e for e in args.engines.split(",") if e])
+    if args.cluster:
+        bench_cluster(int(args.cluster), Path(args.dir) / f"big-{int(args.cluster)}", args.keep, args.workers,
+                      args.worker_memory, args.executor_memory)
     if args.binning:
         bench_binning(args.binning_prompts)
     print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

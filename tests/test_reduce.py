@@ -29,7 +29,6 @@ from glance_law.simulate import TaskSpec, simulate_rounds
 
 COLS = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon", "condition", "drafter"]
 HAS_DUCKDB = importlib.util.find_spec("duckdb") is not None
-HAS_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
 ENGINES = ["arrow"] + (["duckdb"] if HAS_DUCKDB else [])
 
 
@@ -540,7 +539,6 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.skipif(not HAS_SPARK, reason="pyspark (or java) not installed")
 def test_spark_reduction_equals_arrow_and_brute_force(mixed):
     folder, frame = mixed
     from glance_law.scale.engines.spark import session

@@ -5,22 +5,27 @@ the streaming pyarrow engine, DuckDB and Spark agree on the cells and on every c
 brute-force count over the rows says what those counts must be."""
 from __future__ import annotations
 
-import importlib.util
-import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from glance_law.io import write_table
+from glance_law.cli import ingest
+from glance_law.io import read_logs, write_table
 from glance_law.scale import reduce as R
 from glance_law.scale.engines import reduce_logs
 from glance_law.simulate import simulate_rounds
 
-HAS_DUCKDB = importlib.util.find_spec("duckdb") is not None
-HAS_SPARK = importlib.util.find_spec("pyspark") is not None and shutil.which("java") is not None
-ENGINES = ["arrow", pytest.param("duckdb", marks=pytest.mark.skipif(not HAS_DUCKDB, reason="duckdb not installed")),
-           pytest.param("spark", marks=pytest.mark.skipif(not HAS_SPARK, reason="pyspark or java not installed"))]
+ENGINES = ["arrow", "duckdb", "spark"]
+#: ../shared/realdata beside the checkout (or beside the folder of worktrees holding it)
+REAL = next((p / "shared" / "realdata" / "spec-bench" for p in Path(__file__).resolve().parents[2:4]
+             if (p / "shared" / "realdata" / "spec-bench").is_dir()), Path("../shared/realdata/spec-bench"))
+#: Imported Spec-Bench answers: a tree drafter whose turns end in zero-accept rounds (Medusa), a chain
+#: drafter of varying depth (sps-68m) and EAGLE.
+SPEC = [REAL / "vase" / "vicuna-7b-v1.3-medusa.jsonl.gz",
+        REAL / "bnukh" / "mt_bench__vicuna-7b-v1.3-sps-68m-float16-temp-0.0.jsonl.gz",
+        REAL / "bnukh" / "test_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz"]
 COLS = ["run_id", "task", "prompt_id", "round", "root_entropy", "accepted", "horizon", "condition", "drafter",
         "drafted_horizon"]
 
@@ -120,3 +125,46 @@ def test_the_reduced_tau_counts_output_ending_rounds_at_their_drafted_depth(ende
     red = reduce_logs(folder)
     in_cells = red.cells.groupby("drafter", observed=True)["n"].sum()
     assert int(f.loc["block", "rounds"].sum()) == int(in_cells["block"]) + int(zero.sum())   # none in a cell
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """The :data:`SPEC` files imported as a user does (``python -m glance_law.ingest auto FILE --out D``)."""
+    if not REAL.exists():
+        pytest.skip("../shared/realdata not present")
+    root = tmp_path_factory.mktemp("spec")
+    out = []
+    for src in SPEC:
+        d = root / src.name.split(".")[0]
+        assert ingest.main(["auto", str(src), "--out", str(d)]) == 0
+        out.append(d)
+    return out
+
+
+def test_the_three_engines_read_imported_spec_bench_files_alike(imported):
+    """On real imported answers, arrow, duckdb and spark give the in-memory reduction's cells and counts,
+    turn-final zero-accept rounds counted at their drafted depth in every engine."""
+    from glance_law.scale.engines.spark import session
+    spark = session("local[1]")
+    spark.sparkContext.setLogLevel("ERROR")
+    seen_ended = 0
+    try:
+        for folder in imported:
+            logs = read_logs(folder)
+            frame = logs.frame
+            ref = R.reduce_frame(logs)
+            zero = (frame["horizon"] == 0) & frame["drafted_horizon"].notna() & (frame["drafted_horizon"] > 0)
+            seen_ended += int(zero.sum())
+            total = sum(int(k) for per in ref.info.get(R.ENDED_AT_ZERO, {}).values() for k in per.values())
+            assert total == int(zero.sum()), folder.name
+            for engine in ENGINES:
+                red = reduce_logs(folder, engine=engine, **({"spark": spark} if engine == "spark" else {}))
+                for key in ("rounds_read", "excluded_horizon0", "excluded_conditions", R.ENDED_AT_ZERO, "prompts"):
+                    assert red.info.get(key) == ref.info.get(key), (folder.name, engine, key)
+                a, b = cells(ref), cells(red)
+                assert set(a) == set(b), (folder.name, engine)
+                assert all(a[k][0] == b[k][0] for k in a), (folder.name, engine)
+                pd.testing.assert_frame_equal(red.to_frame(), ref.to_frame())
+    finally:
+        spark.stop()
+    assert seen_ended > 0          # the files hold the rounds this is about

@@ -500,6 +500,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> None:
         args, mods = parse_args(argv)
+        _reduce.check_spark_master(args)
         for flag in ("out", "width_plot"):     # checked before any work: never a link, never an input
             if getattr(args, flag, None):
                 check_output(getattr(args, flag), args.paths, what="--" + flag.replace("_", "-"))

@@ -31,8 +31,14 @@ def add_reduce_arguments(p: argparse.ArgumentParser, engine_default: str | None 
     g = p.add_argument_group("reduction")
     g.add_argument("--engine", choices=ENGINES, default=engine_default,
                    help="the engine that reduces round logs: arrow (streaming pyarrow, bounded memory), duckdb "
-                        "(SQL) or spark (pyspark; local mode unless a session is active)"
+                        "(SQL) or spark (pyspark: local[*] unless --spark-master, spark-submit or $SPARK_MASTER names a "
+                        "cluster)"
                    + ("" if engine_default else "; without it the rounds are fitted exactly in memory"))
+    g.add_argument("--spark-master", default=None, metavar="URL",
+                   help="with --engine spark: the cluster to run on (local[*], spark://HOST:7077, yarn, "
+                        "k8s://https://HOST:443, ...; default: spark-submit's master, else $SPARK_MASTER, else "
+                        "spark.master of Spark's configuration, else local[*]); the executors read the inputs, "
+                        "see docs/scale.md")
     g.add_argument("--buckets", type=int, default=DEFAULT_BUCKETS, metavar="B",
                    help=f"prompt buckets per task (default {DEFAULT_BUCKETS})")
     g.add_argument("--per-octave", type=int, default=Grid().per_octave, metavar="S",
@@ -58,13 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_spark_master(args) -> str | None:
+    """``--spark-master``'s URL (None when not given), refused without ``--engine spark``."""
+    master = getattr(args, "spark_master", None)
+    if master is not None and args.engine != "spark":
+        raise UsageError("--spark-master names the cluster of the spark engine: add --engine spark")
+    if master is not None and not master.strip():
+        raise UsageError("--spark-master needs a master URL (local[*], spark://HOST:7077, yarn, k8s://...)")
+    return master
+
+
 def options(args) -> dict:
     """Keyword arguments of :func:`glance_law.scale.engines.reduce_logs` from parsed options."""
     from glance_law.scale.reduce import Grid
     cond = str(getattr(args, "condition", "matched"))
-    return dict(engine=args.engine or "arrow", buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
+    engine = args.engine or "arrow"
+    master = check_spark_master(args)
+    extra = {"master": master} if engine == "spark" else {}
+    return dict(engine=engine, buckets=args.buckets, grid=Grid(per_octave=args.per_octave),
                 condition=None if cond.lower() == "all" else cond, skip_bad=bool(getattr(args, "skip_bad", False)),
-                check_keys=not args.no_key_check, horizon=horizon_of(args), chain=chain_of(args))
+                check_keys=not args.no_key_check, horizon=horizon_of(args), chain=chain_of(args), **extra)
 
 
 def inputs_reduced(paths) -> bool:

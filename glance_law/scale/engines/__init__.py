@@ -73,7 +73,8 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     """Reduce the round logs among ``paths`` (files, folders, globs) with ``engine`` and merge any
     reduced files among them. ``condition``: the conditions kept (None pools all).
     ``engine_options`` go to the engine (arrow: ``batch_rows``, ``workers``; duckdb: ``threads``,
-    ``memory_limit``, ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``).
+    ``memory_limit``, ``temp_directory``; spark: ``spark`` (a SparkSession), ``master`` (a master
+    URL: :mod:`.spark`)).
 
     Parameters
     ----------
@@ -99,12 +100,13 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
         recorded in ``info["declared"]`` and the notes (a reduction keeps no per-round shape).
     page_check : bool, default True
         With an engine whose reader does not verify Parquet page checksums (duckdb, spark), verify
-        them first in a streamed pyarrow pass over the columns the reduction reads
-        (:func:`.sources.verify_pages`); a file that fails is refused (or, with ``skip_bad``, left
-        out and listed). The arrow engine verifies them as it reads, whatever this says.
+        them first in a pyarrow pass over the columns the reduction reads: duckdb's streamed on
+        this machine (:func:`.sources.verify_pages`), spark's on the executors
+        (:func:`.spark.bad_pages`); a file that fails is refused (or, with ``skip_bad``, left out
+        and listed). The arrow engine verifies them as it reads, whatever this says.
     **engine_options
         arrow: ``batch_rows``, ``workers``; duckdb: ``threads``, ``memory_limit``,
-        ``temp_directory``; spark: ``spark`` (a SparkSession), ``master``.
+        ``temp_directory``; spark: ``spark`` (a SparkSession), ``master`` (a master URL).
 
     Returns
     -------
@@ -146,10 +148,13 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
     rounds, reduced, _, skipped = scan(files, skip_bad)
     refuse_mixing(rounds, reduced)      # a reduction beside the rounds it came from: counted twice
     skipped = list(found) + list(skipped)
-    if rounds and page_check and engine != "arrow":
+    own_check = getattr(mod, "OWN_PAGE_CHECK", False)      # spark: on the executors, never on the driver
+    if own_check:
+        engine_options = {**engine_options, "page_check": page_check}
+    elif rounds and page_check and engine != "arrow":
         rounds = _verified(rounds, skip_bad, skipped)
     if rounds:
-        names = _one_target(rounds)
+        names = _one_target(rounds, read_columns=not own_check)
         while True:
             try:
                 cells, info = mod.reduce(rounds, grid=grid, buckets=B, condition=cond, check_keys=check_keys,
@@ -166,6 +171,9 @@ def reduce_logs(paths, engine: str = "arrow", *, buckets: int = DEFAULT_BUCKETS,
                     raise LogError(None, f"every rounds file was bad ({len(skipped)} skipped); first: "
                                          f"{skipped[0][1]}", "fix the files or point at other logs") from None
         bad_here = [tuple(b) for b in info.pop("bad_files", [])]
+        if "column_targets" in info:    # the target column, read by the engine's executors
+            names = _one_target([s for s in rounds if s.path not in {p for p, _ in bad_here}],
+                                read_columns=False, column_targets=info.pop("column_targets"))
         skipped += bad_here
         if info.get("rounds_read", 0) == 0 and not reduced:
             raise LogError(None, f"every rounds file was bad ({len(skipped)} skipped); first: {skipped[0][1]}",
@@ -227,19 +235,20 @@ def _declare(red: Reduced, chain) -> Reduced:
     return Reduced(red.cells, red.grid, red.buckets, {**red.info, DECLARED: list(red.info.get(DECLARED, [])) + [note]})
 
 
-def _one_target(sources) -> list[str]:
+def _one_target(sources, read_columns: bool = True, column_targets=()) -> list[str]:
     """Refuse rounds files of several target models: the engines' cells are keyed by (task,
     drafter), so they would pool one method's rounds across targets (the in-memory path keeps
     them apart, glance_law.data.arms). Targets come from each file's ``glance.run`` and, where a
-    file has one, its ``target`` column."""
+    file has one, its ``target`` column (read here when ``read_columns``, else given as
+    ``column_targets`` by an engine that read it where the data lie)."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     from glance_law.data import uri
     from glance_law.data.arms import run_targets, target_name
-    names = {t for t in run_targets([s.run for s in sources]) if t is not None}
+    names = {t for t in run_targets([s.run for s in sources]) if t is not None} | {str(t) for t in column_targets}
     for s in sources:
-        if "target" in s.columns and not uri.is_uri(str(s.path)):
+        if read_columns and "target" in s.columns and not uri.is_uri(str(s.path)):
             col = pq.read_table(str(s.path), columns=["target"]).column("target")
             names |= {str(x) for x in pc.unique(col).to_pylist() if x is not None}
     names = {target_name(t) for t in names if t != ""}    # as arm labels name them (a target 'unknown' quoted)

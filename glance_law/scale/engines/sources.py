@@ -15,7 +15,8 @@ from glance_law.data import schema as S
 from glance_law.errors import GlanceError
 
 __all__ = ["Source", "BadFiles", "scan", "READ_COLUMNS", "KEY_FIX", "suspect_streams", "blame", "default_workers",
-           "verify_pages", "VERIFIED_COLUMNS"]
+           "verify_pages", "VERIFIED_COLUMNS",
+           "page_failure"]
 
 #: Round columns a reduction reads (condition and drafter when present).
 READ_COLUMNS = ("run_id", "task", "prompt_id", "condition", "drafter", "round", "root_entropy", "accepted", "horizon")
@@ -191,6 +192,14 @@ CHECKSUM_FIX = ("the file is corrupt (a byte changed on disk or in transfer); re
                 "or pass --skip-bad to leave it out")
 
 
+def page_failure(path, what: str) -> str:
+    """The one-line refusal of a file whose pages did not verify; ``what``: the reader's error."""
+    from glance_law.data.io import LogError
+    problem = ("a page fails its checksum" if "crc" in what.lower() or "checksum" in what.lower()
+               else "could not be read")
+    return str(LogError(path, f"{problem} ({what})", CHECKSUM_FIX))
+
+
 def _verify_file(src: Source, columns, batch_rows: int) -> tuple[str, str] | None:
     """(path, one-line message) when a page of ``columns`` in ``src`` fails its CRC32 (or does not
     decode), None when every page is sound. Streams one record batch at a time."""
@@ -208,10 +217,7 @@ def _verify_file(src: Source, columns, batch_rows: int) -> tuple[str, str] | Non
     except uri.StoreError as exc:
         return src.path, str(LogError(src.path, exc.problem, exc.fix))
     except Exception as exc:  # noqa: BLE001 - pyarrow raises OSError, ArrowInvalid, ...
-        what = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        problem = ("a page fails its checksum" if "crc" in what.lower() or "checksum" in what.lower()
-                   else "could not be read")
-        return src.path, str(LogError(src.path, f"{problem} ({what})", CHECKSUM_FIX))
+        return src.path, page_failure(src.path, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__)
     finally:
         if source is not None and source is not src.path:
             source.close()
