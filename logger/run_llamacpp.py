@@ -246,7 +246,7 @@ def _log_arm(cfg, llm, drafter, name, prompter, items, out, conversations) -> di
 
     key = _key(cfg, name, drafter, prompter.n_ctx, llm)
     rid = R.run_id_of(key)
-    meta = run_metadata(run_id=rid, target=model_source(cfg.model), engine="llama.cpp", drafter=key["drafter_config"],
+    meta = run_metadata(run_id=rid, target=model_source(cfg.model), drafter=key["drafter_config"],
                         dtype="gguf", device="cpu", temperature=0.0, seed=cfg.seed, max_new_tokens=cfg.max_new_tokens,
                         task=cfg.task, data=cfg.data or "embedded-suite", command=cfg.command,
                         prompt_format=Q.prompt_format(prompter) if conversations else None,

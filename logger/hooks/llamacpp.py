@@ -31,7 +31,7 @@ from glance_law.errors import GlanceError
 from glance_law.replay.tree import chain_tree
 
 from ..decode import PromptEvent, RoundEvent, Timer
-from .common import Attachments, stop_reason
+from .common import Attachments
 
 __all__ = ["llamacpp_hook", "LlamaCppRecorder", "RowStats", "logits_bytes", "memory_available",
            "check_llama", "engine_info", "drafter_of", "TESTED_VERSION"]
@@ -178,9 +178,10 @@ class _Round:
 class _Prompt:
     """One ``generate`` call: its prompt, the prefill, the rounds so far, the yielded tokens."""
 
-    def __init__(self, prompt_id, tokens, kwargs):
+    def __init__(self, prompt_id, tokens, args, kwargs):
         self.prompt_id = prompt_id
         self.tokens = tokens
+        self.args = args
         self.kwargs = kwargs
         self.prefill = None             # (start, end) marks
         self.prompt_len = None
@@ -292,7 +293,7 @@ class LlamaCppRecorder:
         if self.auditing:
             yield from self._orig_generate(tokens, *args, **kwargs)
             return
-        p = self._begin(tokens, kwargs)
+        p = self._begin(tokens, args, kwargs)
         inner = self._orig_generate(tokens, *args, **kwargs)
         finished = False
         try:
@@ -318,7 +319,7 @@ class LlamaCppRecorder:
                 self.current = None
 
     # -- rounds and prompts -------------------------------------------------------------------------
-    def _begin(self, tokens, kwargs) -> _Prompt:
+    def _begin(self, tokens, args, kwargs) -> _Prompt:
         if self.current is not None and not self.current.done:
             self._end(self.current)
         try:
@@ -327,9 +328,10 @@ class LlamaCppRecorder:
             raise GlanceError("llamacpp_hook: more generate calls than prompt ids; pass one prompt id per "
                               "generate/create_completion call (a list)" if self.single else
                               "llamacpp_hook: the prompt ids ran out; pass one per generate call") from None
-        if self.audit and float(kwargs.get("temp", 0.8)) != 0.0:
+        temp = kwargs.get("temp", args[3] if len(args) > 3 else 0.8)     # generate(tokens, top_k, top_p, min_p, typical_p, temp)
+        if self.audit and float(temp) != 0.0:
             raise GlanceError("llamacpp_hook: audit=True compares with greedy decoding; call with temperature=0")
-        p = _Prompt(str(pid), [int(t) for t in tokens], dict(kwargs))
+        p = _Prompt(str(pid), [int(t) for t in tokens], tuple(args), dict(kwargs))
         self.logger.begin_prompt(p.prompt_id, self.reference, task=self.task)
         self.current = p
         return p
@@ -351,6 +353,7 @@ class LlamaCppRecorder:
         minm = margin
         for j in range(1, n_rows):
             minm = min(minm, self.stats.margin(self._row(j)))
+        pred = p.pred_h                                   # the entropy of the row that chose this root
         if n_rows == 1:
             p.pred_h, p.pred_known = h, True              # it chose the next root: no second pass
         else:
@@ -363,7 +366,7 @@ class LlamaCppRecorder:
                         draft_passes=0 if self.model_free else horizon, point_mass=self.model_free,
                         verify_logits=None, path_rows=None, row_tokens=None, full_logp=None,
                         marks=(c.m0, c.m1, c.m2, m3), drafter=self.drafter,
-                        root_stats=(h, margin, pmax, minm, p.pred_h))
+                        root_stats=(h, margin, pmax, minm, pred))
         p.rounds += 1
         self.logger.on_round(ev)
 
@@ -381,7 +384,7 @@ class LlamaCppRecorder:
             if p.cur is not None:
                 self._finish_round(p, t_end, last=True)
             out = list(p.outputs)
-            reason = stop_reason(out, [out[-1]] if out and self._is_eog(out[-1]) else [])
+            reason = "eos" if out and self._is_eog(out[-1]) else "max_new_tokens"
             if self.audit:
                 self._audit(p, out)
             self.logger.on_prompt_end(PromptEvent(prompt_tokens=p.prompt_len, tokens=out, resolve_stream=out,
@@ -392,7 +395,7 @@ class LlamaCppRecorder:
             self.error = self.error or exc
 
     def _audit(self, p: _Prompt, out: list) -> None:
-        ref, margins = self.greedy_reference(p.tokens, len(out), p.kwargs)
+        ref, margins = self.greedy_reference(p.tokens, len(out), p.kwargs, p.args)
         first = next((i for i, (x, y) in enumerate(zip(out, ref)) if x != y), None)
         if first is None and len(out) != len(ref):
             first = min(len(out), len(ref))
@@ -406,13 +409,15 @@ class LlamaCppRecorder:
                               "divergence_margin": margins[first] if first is not None and first < len(margins)
                               else None, **fields})
 
-    def greedy_reference(self, tokens, n: int, kwargs=None) -> tuple[list, list]:
+    def greedy_reference(self, tokens, n: int, kwargs=None, args=()) -> tuple[list, list]:
         """The engine's own plain greedy decode of ``tokens``: ``n`` tokens (fewer when it samples a
         stop token first) with the top-1 minus top-2 margin of the row that chose each. The draft
         model is set aside and the context reset first, so the prompt is evaluated as in a fresh
         run; afterwards the Llama's cache holds this decode."""
         llm = self.llm
         kw = dict(kwargs or {})
+        names = ("top_k", "top_p", "min_p", "typical_p", "temp")       # generate's first positional parameters
+        kw.update({k: v for k, v in zip(names, args) if k not in kw})
         kw["temp"] = 0.0
         held = llm.__dict__.get("draft_model")
         self.auditing = True
