@@ -150,7 +150,11 @@ def test_ar_arm_and_the_audit(gemma, tmp_path):
     assert bool(prompts["greedy_match"].iloc[0]) and prompts["first_divergence"].iloc[0] == -1   # plain vs plain
     rec2, _ = _run_hooked(_llama(path), tok, tmp_path / "pld", ids, run_id="pld", audit=True)
     _, p2 = _logged(tmp_path / "pld")
-    drafted, greedy = rec2.outputs[0], out
+    # the audit's reference: the same settings (every row's logits kept) without the draft model, fresh
+    from llama_cpp import Llama
+    plain = Llama(model_path=str(path), n_ctx=512, n_threads=1, n_threads_batch=1, logits_all=True, verbose=False)
+    drafted = rec2.outputs[0]
+    greedy = _tokens(plain, ids, n=len(drafted))
     first = next((i for i, (a, b) in enumerate(zip(drafted, greedy)) if a != b), -1)
     assert int(p2["first_divergence"].iloc[0]) == first and bool(p2["greedy_match"].iloc[0]) == (first == -1)
     if first >= 0:
