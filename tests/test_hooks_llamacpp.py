@@ -239,6 +239,7 @@ def test_refusals_are_one_line(gemma, tmp_path, monkeypatch, capsys):
         with llamacpp_hook(llm, lg, "p"):
             pass
     assert "\n" not in str(e.value) and "lower n_ctx" in str(e.value)
+    capsys.readouterr()                 # llama.cpp's own log lines of the Llamas made above
     for argv, want in ((["--engine", "llamacpp", "--task", "docvqa"], "needs --model"),
                        (["--engine", "llamacpp", "--model", str(path), "--task", "docvqa", "--drafter", "block"],
                         "--drafter block"),
