@@ -28,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True,
                    help=f"task family: {', '.join(TASKS)}; with a question file as --data, one of its categories "
                         "or 'all'")
+    p.add_argument("--engine", default="tree", choices=("tree", "llamacpp"),
+                   help="tree: the reference tree-verify decoder (default); llamacpp: llama.cpp through "
+                        "llama-cpp-python (the [llamacpp] extra) with --model FILE.gguf or gemma-3-270m, --drafter "
+                        "pld|ar, --draft-len (docs/logger.md)")
+    p.add_argument("--n-ctx", type=int, default=None,
+                   help="--engine llamacpp: the context size (default 2048; pld keeps every row's logits: n_ctx x "
+                        "vocabulary x 4 bytes)")
     p.add_argument("--model", default=None,
                    help="target model: a Hugging Face model folder, a .gguf file (converted once into the user's "
                         "cache) or gemma-3-270m (the [gemma] extra); default: the embedded target shipped in the "
@@ -117,7 +124,7 @@ def _main(argv: list) -> int:
                     data=args.data, out=args.out, dtype=args.dtype, device=args.device,
                     temperature=args.temperature, baseline=args.baseline, audit=args.audit, probe=args.probe,
                     seed=args.seed, draft_len=args.draft_len, exit_layer=args.exit_layer, turns=args.turns, label=args.label, policy=args.policy,
-                    dense=args.dense,
+                    dense=args.dense, engine=args.engine, n_ctx=args.n_ctx, threads=args.threads,
                     command=scrub("glance-log " + shlex.join(argv)),
                     progress=not args.quiet, trust_remote_code=args.trust_remote_code)
     try:
@@ -142,6 +149,9 @@ def _main(argv: list) -> int:
                f"{arm['context_limit']} positions, e.g. {arm['context_skipped_ids'][0]})" if arm.get("context_skipped") else "")
         print(f"{arm['run_id']}: {arm['prompts']} prompts logged ({arm['skipped']} already there), "
               f"{arm['rounds']} rounds{tau}{audit}{probe}{ctx}", file=sys.stderr)
+    for arm in summary["arms"]:
+        if arm.get("verdict"):
+            print(f"glance-log: {arm['verdict']}", file=sys.stderr)
     print(f"logs in {summary['out']}/ - next: python -m glance_law.fit {summary['out']}/*.parquet", file=sys.stderr)
     return 0
 

