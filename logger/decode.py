@@ -40,6 +40,7 @@ from glance_law.policy.policies import RootStats, apply_policy
 from glance_law.replay.tree import Tree, build_tree
 
 from .drafters import Drafter, DraftState, Proposal
+from .record import softmax_entropy
 
 __all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference", "policy_shape"]
 
@@ -207,16 +208,12 @@ def policy_shape(policy, lq: np.ndarray, root_stats: np.ndarray, position: int, 
 
 def _policy_root_stats(row: torch.Tensor) -> torch.Tensor:
     """(2,) fp32 on the device: the entropy (nats) and top-2 margin of the row that predicted the
-    root - what a live policy reads. The same formulas as the logger's ``device_root_stats``
-    (which the logged ``pred_entropy`` comes from), for one row without its batch bookkeeping
-    (index_select, scatter_reduce, the maximum probability): about a fifth of its host time on the
-    embedded default's rows."""
-    row = row.float()
-    top = torch.topk(row, 2).values
-    logp = row - torch.logsumexp(row, dim=-1)
-    p = torch.exp(logp)
-    ent = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum()
-    return torch.stack([ent.clamp_min(0.0), top[0] - top[1]])
+    root - what a live policy reads. The logger's formula (``softmax_entropy``, which the logged
+    ``pred_entropy`` comes from), for one row without the batch bookkeeping of its
+    ``device_root_stats`` (index_select, scatter_reduce, the maximum probability)."""
+    top = torch.topk(row.float(), 2).values
+    ent, _ = softmax_entropy(row[None], top[:1])
+    return torch.stack([ent[0], top[0] - top[1]])
 
 
 def _prefill(target, drafter: Drafter, prompt, cache, forced: Forced | None, temperature: float, generator):

@@ -38,28 +38,49 @@ import torch
 from glance_law import schema as S
 from glance_law.io import LogWriter
 
-__all__ = ["RoundLogger", "resolve_offsets", "copy_len", "device_root_stats", "audit_fields", "encode_reference"]
+__all__ = ["RoundLogger", "resolve_offsets", "copy_len", "device_root_stats", "softmax_entropy", "audit_fields",
+           "encode_reference"]
 
 
-def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tensor) -> torch.Tensor:
+def softmax_entropy(rows: torch.Tensor, rowmax: torch.Tensor | None = None):
+    """(entropy in nats, largest probability) of the softmax of each row of ``rows`` (n, V), fp32,
+    on the device, without synchronising; ``rowmax``: each row's largest logit when the caller
+    has it (a top-k), else computed.
+
+    With ``y = x - max`` and ``e = exp(y)``: ``z = sum(e)``, ``H = log z - sum(e * y) / z`` and the
+    largest probability ``1 / z``; one exponential per token and no logarithm (the
+    ``p * log p`` form takes a second transcendental pass), two (n, V) temporaries, no
+    log-probability row and no float64. Tokens a model masks with ``-inf`` count as probability
+    zero (``y`` is clamped to -1e30, so ``e * y`` is 0, not NaN). The normaliser is a cascade-summed
+    ``sum``: fp32 ``softmax`` over 262,144 rows sums to 1 + 3e-5, which moved the entropy by as
+    much (tests/test_logger.py)."""
+    rows = rows.float()
+    m = rows.amax(dim=-1, keepdim=True) if rowmax is None else rowmax.float().reshape(-1, 1)
+    y = (rows - m).clamp_min_(-1e30)
+    e = torch.exp(y)
+    z = e.sum(dim=-1)
+    ent = torch.log(z) - torch.linalg.vecdot(e, y) / z
+    return ent.clamp_min(0.0), 1.0 / z
+
+
+def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tensor,
+                      roots: torch.Tensor | None = None) -> torch.Tensor:
     """(n, 4) fp32 on the device, one row per round: root entropy (nats), root top-2 margin,
     root max probability, min top-2 margin over the round's rows.
 
     ``rows`` (S, V): the raw logits of n rounds' root + accepted rows stacked; ``starts``
-    (n,): each round's root row; ``seg`` (S,): each row's round. Tokens a model masks with
-    ``-inf`` count as probability zero (no NaN)."""
+    (n,): each round's root row; ``seg`` (S,): each row's round; ``roots``: ``rows[starts]``
+    when the caller has them without a copy (every row a root: ``rows`` itself). Tokens a
+    model masks with ``-inf`` count as probability zero (no NaN). One top-2 over the rows,
+    then over the roots :func:`softmax_entropy` (their maxima from the top-2)."""
     rows = rows.float()
-    top = torch.topk(rows, 2, dim=-1).values
-    gap = top[:, 0] - top[:, 1]
-    roots = rows.index_select(0, starts)
-    lse = torch.logsumexp(roots, dim=-1, keepdim=True)
-    logp = roots - lse
-    p = torch.exp(logp)
-    ent = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(dim=-1)
-    pmax = torch.exp(top.index_select(0, starts)[:, 0] - lse[:, 0])
+    top = torch.topk(rows, 2, dim=-1)
+    gap = top.values[:, 0] - top.values[:, 1]
+    roots = rows.index_select(0, starts) if roots is None else roots.float()
+    ent, pmax = softmax_entropy(roots, top.values.index_select(0, starts)[:, 0])
     n = starts.shape[0]
     minm = torch.full((n,), float("inf"), device=rows.device).scatter_reduce(0, seg, gap, "amin")
-    return torch.stack([ent.clamp_min(0.0), gap.index_select(0, starts), pmax, minm], dim=1)
+    return torch.stack([ent, gap.index_select(0, starts), pmax, minm], dim=1)
 
 
 def resolve_offsets(ids: np.ndarray, logq: np.ndarray, tokens: Sequence[int | None], *,
@@ -207,6 +228,19 @@ class _Round(NamedTuple):
     full: bool
 
 
+def _is_row0(row, logits) -> bool:
+    """Is ``row`` (a view) row 0 of ``logits`` (the same storage and offset)? Host metadata only."""
+    return (torch.is_tensor(row) and torch.is_tensor(logits) and row.dim() == 1 and logits.dim() == 2
+            and row.shape[0] == logits.shape[1] and row.dtype == logits.dtype and row.device == logits.device
+            and row.untyped_storage().data_ptr() == logits.untyped_storage().data_ptr()
+            and row.storage_offset() == logits.storage_offset() and row.stride(0) == logits.stride(1))
+
+
+#: a round whose predicting row is the previous round's root row (its ``pred_entropy`` is that
+#: round's ``root_entropy``, not computed twice)
+_PREV_ROOT = "prev-root"
+
+
 def _device_index(values, device) -> torch.Tensor:
     """A long index tensor on ``device`` without a synchronising copy (pinned, non-blocking)."""
     t = torch.as_tensor(np.asarray(values, dtype=np.int64))
@@ -245,8 +279,10 @@ class RoundLogger:
         self._lp: list = []
         self._toks: list = []
         self._stats: list = []
-        self._pred: list = []           # per buffered round: the (V,) row that predicted its root, or None
+        self._pred: list = []           # per buffered round: a copy of the row that predicted its root, _PREV_ROOT or None
         self._pred_h: list = []
+        self._pred_prev: list = []      # per round of the prompt: its predicting row is the previous root row
+        self._prev_logits = None        # the previous round's verify logits (held until the next round)
         self._tl: list = []
         self._rk: list = []
         self._rows_bytes = 0
@@ -283,6 +319,7 @@ class RoundLogger:
         self._pending, self._rows, self._pred, self._lp, self._toks = [], [], [], [], []
         self._stats, self._pred_h, self._tl, self._rk = [], [], [], []
         self._rows_bytes = 0
+        self._prev_logits = None
 
     def audit_against(self, tokens, margins=()) -> None:
         """The greedy reference the current prompt's output is compared with (the prompt row's
@@ -316,10 +353,17 @@ class RoundLogger:
             return
         n_rows = max(min(n_commit, ev.accepted + 1), 1)
         self._rows.append(ev.verify_logits.index_select(0, ev.path_rows[:n_rows]))
+        # the row that predicted the root: in live decoding the previous round's last path row; when
+        # that is its root row (it accepted nothing: every ar round), the entropy is already that
+        # round's root entropy. Any other row is copied (a view would keep the whole verify pass)
         pred = getattr(ev, "root_logits", None)
-        self._pred.append(pred)
-        if pred is not None:
+        prev, self._prev_logits = self._prev_logits, ev.verify_logits
+        if pred is not None and _is_row0(pred, prev):
+            pred = _PREV_ROOT
+        elif pred is not None:
+            pred = pred.detach().clone()
             self._rows_bytes += pred.shape[-1] * 4
+        self._pred.append(pred)
         self._rows_bytes += n_rows * ev.verify_logits.shape[-1] * 4
         full = False
         if ev.full_logp is not None and ev.horizon > 0:
@@ -345,16 +389,18 @@ class RoundLogger:
             dev = rows.device
             starts = _device_index(np.cumsum([0] + counts[:-1]), dev)
             seg = _device_index(np.repeat(np.arange(len(counts)), counts), dev)
-            self._stats.append(device_root_stats(rows, starts, seg))
+            every_row_a_root = len(counts) == rows.shape[0]
+            self._stats.append(device_root_stats(rows, starts, seg, roots=rows if every_row_a_root else None))
             self._rows = []
-            # the entropy of each round's predicting row (NaN where the decoder did not pass it)
-            have = [i for i, r in enumerate(self._pred) if r is not None]
+            # the entropy of each round's predicting row (NaN where the decoder did not pass it; a
+            # previous root row's is filled in at prompt end)
+            have = [i for i, r in enumerate(self._pred) if torch.is_tensor(r)]
             ph = torch.full((len(self._pred),), float("nan"), device=dev)
             if have:
-                pr = torch.stack([self._pred[i] for i in have]).float()
-                idx = _device_index(np.arange(len(have)), dev)
-                ph = ph.index_copy(0, _device_index(np.asarray(have), dev), device_root_stats(pr, idx, idx)[:, 0])
+                ent, _ = softmax_entropy(torch.stack([self._pred[i] for i in have]))
+                ph = ph.index_copy(0, _device_index(np.asarray(have), dev), ent)
             self._pred_h.append(ph)
+            self._pred_prev.extend(r is _PREV_ROOT for r in self._pred)
             self._pred = []
         if self._lp:
             lp = torch.cat(self._lp).float()
@@ -377,7 +423,10 @@ class RoundLogger:
             if self._tl:
                 tl_all = torch.cat(self._tl).cpu().numpy()
                 rk_all = torch.cat(self._rk).cpu().numpy()
-        self._stats, self._tl, self._rk, self._pred_h = [], [], [], []
+            for i in np.flatnonzero(self._pred_prev):         # the previous round's root row
+                stats[i, 4] = stats[i - 1, 0]
+        self._stats, self._tl, self._rk, self._pred_h, self._pred_prev = [], [], [], [], []
+        self._prev_logits = None
         timer = pev.timer
         stream = pev.resolve_stream
         rows = []

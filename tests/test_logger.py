@@ -35,6 +35,7 @@ from glance_log.record import (  # noqa: E402
     device_root_stats,
     encode_reference,
     resolve_offsets,
+    softmax_entropy,
 )
 
 torch.set_num_threads(1)
@@ -176,6 +177,67 @@ def test_root_statistics_match_an_independent_forward(env, tmp_path, dmkey, max_
         t2 = torch.topk(path, 2, dim=-1).values
         assert row["min_path_margin"] == pytest.approx(float((t2[:, 0] - t2[:, 1]).min()), abs=1e-4)
         assert row["draft_passes"] == 5 and row["round_ms"] >= row["verify_ms"] >= 0
+
+
+class _RowRecorder:
+    """A second callback: float64 copies of each round's root row and predicting row."""
+
+    def __init__(self):
+        self.root, self.pred = [], []
+
+    def on_round(self, ev):
+        self.root.append(ev.verify_logits[0].double().clone())
+        self.pred.append(None if ev.root_logits is None else ev.root_logits.double().clone())
+
+    def on_prompt_end(self, pev):
+        pass
+
+
+def _h64(row):
+    lp = torch.log_softmax(row, -1)
+    p = lp.exp()
+    return float(-torch.where(p > 0, p * lp, 0.0).sum()), float(p.max())
+
+
+@pytest.mark.parametrize("drafter,dmkey", [("ar", None), ("pld", None), ("two_model", "draft")])
+def test_logged_entropies_equal_float64_sums_of_the_rows(env, tmp_path, drafter, dmkey):
+    """Every round's root_entropy, root_pmax and pred_entropy (the row that predicted the root:
+    after a round that accepted nothing the previous root row, whose entropy is reused; a copied
+    row otherwise; the prefill's last row in round 0) against float64 sums over the very rows the
+    decoder handed the logger, to float tolerance: the one-exponential fp32 pass logs what the
+    log-softmax formula gives in float64 (fp32 softmax's own normaliser was 3e-5 off on a
+    262k-row vocabulary; tests below check that size)."""
+    t = env["t"]
+    dr = make_drafter(drafter, t, draft_model=env[dmkey] if dmkey else None, branch_k=4)
+    lg = RoundLogger(tmp_path, run_id="r", task="docvqa", tokenizer=t.tokenizer, drafter=drafter, reduce_rounds=3)
+    rec = _RowRecorder()
+    lg.begin_prompt("p0", [PROMPTS[0]])
+    decode(t, dr, t.encode(PROMPTS[0]), budget=15, branch_k=4, max_new_tokens=MAX_NEW, callbacks=[lg, rec])
+    lg.close()
+    rounds = gio.read_logs(tmp_path).frame.sort_values("round")
+    acc = rounds["accepted"].to_numpy()
+    assert len(rounds) == len(rec.root) > 3
+    if drafter != "ar":                                   # both pred paths are exercised
+        assert (acc[:-1] == 0).any() and (acc[:-1] > 0).any()
+    for r, (_, row) in enumerate(rounds.iterrows()):
+        h, pmax = _h64(rec.root[r])
+        assert row["root_entropy"] == pytest.approx(h, rel=2e-6, abs=1e-7)
+        assert row["root_pmax"] == pytest.approx(pmax, rel=2e-6, abs=1e-8)
+        assert row["pred_entropy"] == pytest.approx(_h64(rec.pred[r])[0], rel=2e-6, abs=1e-7)
+
+
+def test_softmax_entropy_on_a_gemma_sized_row():
+    """A 262,144-token row (Gemma 3's vocabulary), with masked tokens: entropy and the largest
+    probability within 1e-6 of float64 (fp32 softmax's normaliser is about 3e-5 off here)."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 262_144, generator=g) * 3
+    x[1, :1000] = float("-inf")
+    x[2] *= 6                                              # a peaked row
+    ent, pmax = softmax_entropy(x)
+    for i in range(3):
+        h, pm = _h64(x[i].double())
+        assert float(ent[i]) == pytest.approx(h, rel=1e-6)
+        assert float(pmax[i]) == pytest.approx(pm, rel=1e-6)
 
 
 def test_min_path_margin_golden_for_a_round_that_ends_the_output(tmp_path):
@@ -499,3 +561,7 @@ def test_device_root_stats_by_brute_force_with_masked_tokens():
         assert out[r, 1] == pytest.approx(srt[0] - srt[1], rel=1e-5)
         assert out[r, 2] == pytest.approx(p.max(), rel=1e-5)
         assert out[r, 3] == pytest.approx(min(a - b for a, b in gaps), rel=1e-5)
+    # every row a root: the rows themselves as the roots (no copy) give the same statistics
+    one = device_root_stats(rows, torch.arange(3), torch.arange(3))
+    assert torch.equal(device_root_stats(rows, torch.arange(3), torch.arange(3), roots=rows), one)
+    assert torch.isfinite(one).all() and (one[:, 0] >= 0).all()
