@@ -243,7 +243,8 @@ def test_refusals_are_one_line(gemma, tmp_path, monkeypatch, capsys):
     for argv, want in ((["--engine", "llamacpp", "--task", "docvqa"], "needs --model"),
                        (["--engine", "llamacpp", "--model", str(path), "--task", "docvqa", "--drafter", "block"],
                         "--drafter block"),
-                       (["--engine", "llamacpp", "--model", str(path), "--task", "docvqa", "--dense"], "--dense")):
+                       (["--engine", "llamacpp", "--model", str(path), "--task", "docvqa", "--drafter", "pld", "--dense"],
+                        "--dense")):
         assert main(argv + ["--out", str(tmp_path / "o")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and want in err and "Traceback" not in err
