@@ -60,6 +60,7 @@ from glance_law import schema as S
 from glance_law.data.outputs import check_output, make_folder
 from glance_law.errors import GlanceError
 from glance_law.io import LogWriter, run_metadata
+from glance_law.scrub import command_line
 
 from . import questions as Q
 from .drafters import PLDDrafter
@@ -647,7 +648,7 @@ def main(argv=None) -> int:
                       max_new_tokens=args.max_new_tokens, stop=stop, pld_len=args.pld_len or None,
                       exit_layers=layers, exit_len=args.exit_len, block_head=args.block_head, k=args.k,
                       batch=args.batch, out=args.out, progress=not args.quiet,
-                      command="python -m glance_log.dense " + " ".join(sys.argv[1:] if argv is None else argv))
+                      command=command_line("python -m glance_log.dense", argv))
     try:
         st = run_dense(cfg)
     except GlanceError as exc:

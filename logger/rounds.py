@@ -38,6 +38,7 @@ from glance_law.data.outputs import check_output, make_folder
 from glance_law.errors import GlanceError
 from glance_law.io import LogWriter
 from glance_law.replay.tree import build_tree
+from glance_law.scrub import command_line, scrub
 
 __all__ = ["DenseRun", "read_dense", "live_rounds", "convert", "main"]
 
@@ -272,7 +273,7 @@ def convert(dense, drafter: str, out, *, draft_len=None, budget: int = 63, branc
         dcfg["branch_k"] = shape["k"]
     meta = {k: v for k, v in d.meta.items() if k not in ("dense",)}
     meta.update(run_id=rid, condition=S.CONDITIONS_DEFAULT, drafter=dcfg, budget=shape["budget"],
-                branch_k=shape["k"], command=command,
+                branch_k=shape["k"], command=scrub(command or ""),
                 from_dense={"dense_run": d.run_id, "tool": "python -m glance_log.rounds",
                             "rule": "greedy rounds walked from the dense proposals; timings not measured"})
     out = make_folder(check_output(out, [dense], folder=True))
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
     try:
         res = convert(args.dense, args.drafter, args.out, draft_len=args.draft_len, budget=args.budget,
                       branch_k=args.branch_k, label=args.label,
-                      command="python -m glance_log.rounds " + " ".join(sys.argv[1:] if argv is None else argv))
+                      command=command_line("python -m glance_log.rounds", argv))
     except GlanceError as exc:
         print(f"glance_log.rounds: {exc}", file=sys.stderr)
         return 2

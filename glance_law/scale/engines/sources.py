@@ -59,10 +59,19 @@ def footer_fingerprint(md) -> str:
             st = c.statistics if c.is_stats_set else None
             stats = None
             if st is not None:
-                stats = [st.null_count, *((st.min, st.max) if st.has_min_max else ())]
+                stats = [st.null_count, *(_min_max(st) if st.has_min_max else ())]
             parts.append([c.path_in_schema, c.num_values, c.total_compressed_size, c.total_uncompressed_size,
                           c.data_page_offset, stats])
     return hashlib.sha256(json.dumps(parts, default=repr).encode()).hexdigest()[:24]
+
+
+def _min_max(st) -> tuple:
+    """A column chunk's min and max statistics; a string column whose bytes are not UTF-8 gives them
+    as its raw values (pyarrow's ``min`` decodes them and raises)."""
+    try:
+        return st.min, st.max
+    except UnicodeDecodeError:
+        return st.min_raw, st.max_raw
 
 
 def _name(path) -> str:
