@@ -282,7 +282,7 @@ def _topk_rows(logits: torch.Tensor, targets: torch.Tensor, k: int):
     logp = torch.log_softmax(logits, dim=-1)
     val = torch.topk(logp, k, dim=-1).values
     tl = logp.gather(1, targets.clamp_min(0)[:, None])[:, 0]
-    rank = (logp > tl[:, None]).sum(-1)
+    rank = torch.count_nonzero(logp > tl[:, None], dim=-1)   # a bool .sum() converts to int64 first
     return val.cpu().numpy(), rank.cpu().numpy(), tl.cpu().numpy()
 
 
@@ -475,7 +475,7 @@ class _Arm:
 
 def _done_outputs(out, arms) -> dict:
     """Prompt id -> tokens of the prompts every arm has logged (a resumed run skips them)."""
-    from .run import logged_outputs, logged_prompts
+    from .runstate import logged_outputs, logged_prompts
 
     done = None
     for a in arms:

@@ -23,6 +23,7 @@ from glance_law.errors import GlanceError
 from glance_law.io import run_metadata
 
 from . import questions as Q
+from . import runstate as R
 from . import tasks as T
 from .hooks.llamacpp import TESTED_VERSION, llamacpp_hook, logits_bytes, memory_available
 from .models import PromptInputs
@@ -242,8 +243,6 @@ def run_llamacpp(cfg) -> dict:
 
 
 def _log_arm(cfg, llm, drafter, name, prompter, items, out, conversations) -> dict:
-    from . import run as R
-
     key = _key(cfg, name, drafter, prompter.n_ctx, llm)
     rid = R.run_id_of(key)
     meta = run_metadata(run_id=rid, target=model_source(cfg.model), drafter=key["drafter_config"],

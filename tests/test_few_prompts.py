@@ -238,3 +238,91 @@ def test_cost_ms_per_token_coverage(prompts):
     print(f"\nms per token, {prompts} prompts, 300 replicates, shapes 0-3: " + ", ".join(_mc(*v) for v in c))
     for h, n in c:
         assert 0.92 <= h / n <= (0.99 if prompts == 6 else 0.98), c
+
+
+# --------------------------------------------------------------------------- the policy search under an exact null
+
+def zero_gain_rounds(seed: int, n_prompts: int = 10, horizon: int = 15):
+    """Rounds on which EVERY policy's true gain is exactly zero: each round accepts its whole draft
+    (probability c, drawn per prompt from U(0.2, 0.8)) or nothing, so the expected tokens of a round
+    at depth s are 1 + c s, linear in s; and every key a policy reads (root statistics, the drafter's
+    rows) is shuffled across all rounds, so it is independent of the prompt and of acceptance. Any
+    depth rule at a mean depth m then gains exactly 0 over the fixed depth at m (interpolated)."""
+    from test_policy_noise import noise_rounds
+
+    f = noise_rounds(seed, n_prompts=n_prompts, b0=1.0)
+    rng = np.random.default_rng(seed + 10**6)
+    for c in ("root_entropy", "root_margin", "root_pmax", "min_path_margin"):
+        f[c] = f[c].to_numpy()[rng.permutation(len(f))]
+    codes = f["prompt_id"].astype("category").cat.codes.to_numpy()
+    full = rng.random(len(f)) < rng.uniform(0.2, 0.8, codes.max() + 1)[codes]
+    H = horizon
+    miss = np.r_[0, np.ones(H - 1)].astype(np.int8)
+    return f.assign(horizon=H, accepted=np.where(full, H, 0),
+                    match=[np.ones(H, np.int8) if x else miss for x in full],
+                    target_rank=[np.zeros(H, np.int32) if x else np.r_[3, np.zeros(H - 1)].astype(np.int32) for x in full],
+                    target_logq=[np.full(H, -0.1, np.float32) if x else np.r_[-5.0, np.full(H - 1, -0.1)].astype(np.float32)
+                                 for x in full],
+                    topk_logq=[np.resize(np.asarray(t, np.float32), H * 8) for t in f["topk_logq"]])
+
+
+def policy_null(prompts: int, R: int, seed: int = 20000, n_boot: int = 100) -> dict:
+    """Over R exact-null replicates: each depth family's held-out 95% interval covering 0 (hits,
+    evaluated), and the search's export of a keyed family (the CLI's rule, ``cli._best``) by the
+    number of families evaluated (keyed-depth is only evaluated when the chain law's slope is
+    positive, so a replicate has two or three)."""
+    from glance_law.policy import cli as pcli
+    from glance_law.policy import evaluate_policies
+
+    cover: dict = {}
+    export: dict = {}
+    for r in range(R):
+        res = evaluate_policies(zero_gain_rounds(seed + r, prompts), 3, shape="depth", folds=5, n_boot=n_boot,
+                                in_sample=False, seed=r)
+        h = res.heldout()
+        for _, row in h.iterrows():
+            c = cover.setdefault(str(row["family"]), [0, 0])
+            c[0] += bool(row["gain_lo"] <= 0.0 <= row["gain_hi"])
+            c[1] += 1
+        e = export.setdefault(len(h), [0, 0])
+        e[0] += pcli._best(res.table)[0] != "fixed"
+        e[1] += 1
+    return {"cover": cover, "export": export}
+
+
+def test_zero_gain_is_exact_in_the_design():
+    """The design's premise, checked on a large sample: the tokens per round at depth s are linear
+    in s (1 + c s), so the fixed depth at any mean equals every rule with that mean."""
+    from glance_law.policy import prepare
+
+    d = prepare(zero_gain_rounds(1, 400), shape="depth")
+    tok = d.curve[:, :9].mean(0)
+    slope = np.diff(tok)
+    assert np.allclose(slope, slope.mean(), atol=0.03), tok
+
+
+def test_policy_search_under_an_exact_null_quick():
+    """A few dozen null replicates with 10 prompts: the keyed families' held-out intervals cover 0
+    and the search exports a keyed family rarely (the rule 'export a positive point gain' would
+    export about half the time)."""
+    c = policy_null(10, 30, seed=30000, n_boot=60)
+    hits = sum(v[0] for v in c["cover"].values())
+    n = sum(v[1] for v in c["cover"].values())
+    exported = sum(v[0] for v in c["export"].values())
+    assert hits / n >= 0.88, c
+    assert exported <= 3, c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompts", [10])
+def test_policy_search_under_an_exact_null(prompts):
+    R = 400
+    c = policy_null(prompts, R)
+    print(f"\npolicy search, exact null, {prompts} prompts, {R} replicates: coverage of 0 "
+          + ", ".join(f"{k} {_mc(*v)}" for k, v in sorted(c["cover"].items()))
+          + "; export of a keyed family " + ", ".join(f"with {k} families {_mc(*v)}" for k, v in sorted(c["export"].items())))
+    for h, n in c["cover"].values():
+        if n >= 100:
+            assert 0.93 <= h / n <= 0.98, c
+    exported = sum(v[0] for v in c["export"].values())
+    assert exported / R <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / R), c
