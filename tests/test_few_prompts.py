@@ -326,3 +326,44 @@ def test_policy_search_under_an_exact_null(prompts):
             assert 0.93 <= h / n <= 0.98, c
     exported = sum(v[0] for v in c["export"].values())
     assert exported / R <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / R), c
+
+
+def noise_exported_coverage(prompts: int, R: int, seed: int = 7000) -> tuple[int, int, int, int]:
+    """tests/test_policy_noise.py's noise key with ``prompts`` prompts, the truth being the gain of
+    the policy the search would export (gated-cumprob fitted on all the replicate's prompts) on
+    1,500 other prompts: (covered, truth below the interval, truth above, R)."""
+    from test_policy_noise import noise_rounds
+
+    from glance_law.policy import (
+        CostModel,
+        apply_policy,
+        evaluate_policies,
+        fit_family,
+        prepare,
+        score_policy,
+    )
+
+    big = prepare(noise_rounds(1, 1500, b0=1.0), shape="depth")
+    big = big.take(np.flatnonzero(~big.cut))
+    hit = below = above = 0
+    for s in range(R):
+        f = noise_rounds(seed + s, prompts, b0=1.0)
+        h = evaluate_policies(f, 3, shape="depth", families=["gated-cumprob"], folds=5, n_boot=100,
+                              in_sample=False, seed=s).heldout().iloc[0]
+        d = prepare(f, shape="depth")
+        d = d.take(np.flatnonzero(~d.cut))
+        pol, why = fit_family("gated-cumprob", d, 3, max_size=d.n_max)
+        assert pol is not None, why
+        truth = score_policy(big, apply_policy(pol, big.stats), CostModel(), n_boot=0)["gain"]
+        hit += bool(h["gain_lo"] <= truth <= h["gain_hi"])
+        below += bool(truth < h["gain_lo"])
+        above += bool(truth > h["gain_hi"])
+    return hit, below, above, R
+
+
+@pytest.mark.slow
+def test_noise_key_covers_the_exported_policys_gain_with_ten_prompts():
+    hit, below, above, R = noise_exported_coverage(10, 200)
+    print(f"\nnoise key, 10 prompts, {R} replicates: covers the exported policy's gain {_mc(hit, R)} "
+          f"(truth below {below}, above {above})")
+    assert 0.92 <= hit / R <= 0.98
