@@ -471,7 +471,9 @@ def design_effects(accepted: np.ndarray, clusters) -> np.ndarray:
     den = n * (1.0 - s_pi2)
     with np.errstate(invalid="ignore", divide="ignore"):
         d = G / (G - 1.0) * num / den
-    return np.where(den > 1e-12, d, 1.0)
+    # a draw whose prompts hold identical histograms has no between-prompt variance (num = 0): floored, so
+    # that LRT / deff stays defined (an infinite draw, or 0/0 for an observed LRT of 0, is not a p-value)
+    return np.where(den > 1e-12, np.maximum(d, 1e-6), 1.0)
 
 
 def bootstrap_p(stat: float, draws: np.ndarray) -> float:
