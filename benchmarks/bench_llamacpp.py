@@ -37,6 +37,50 @@ def _boot_ratio(on, off, rng, B=2000):
     return float(on.sum() / off.sum()), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
+class _HFArms:
+    """glance-log's tree decoder over transformers on the same prompts (ar: one token a round; pld: a
+    10-token chain), no logger: wall and CPU seconds and tokens per arm."""
+
+    def __init__(self, threads: int):
+        import torch
+
+        from glance_log.drafters import make_drafter
+        from glance_log.models import load_target
+
+        torch.set_num_threads(threads)
+        self.t = load_target("gemma-3-270m", device="cpu")
+        self.drafters = {"ar": (make_drafter("ar", self.t), 0), "pld": (make_drafter("pld", self.t), 10)}
+        self.stats = {d: {"wall": 0.0, "cpu": 0.0, "tokens": 0} for d in self.drafters}
+
+    def decode(self, ids, new: int) -> None:
+        from glance_log.decode import decode
+
+        prompt = _prompt(ids)
+        for d, (dr, budget) in self.drafters.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            r = decode(self.t, dr, prompt, budget=budget, branch_k=1, max_new_tokens=new)
+            st = self.stats[d]
+            st["wall"] += time.perf_counter() - w0
+            st["cpu"] += time.process_time() - c0
+            st["tokens"] += len(r.tokens)
+
+    def figures(self) -> dict:
+        return {d: {"tokens": s["tokens"], "wall_s": s["wall"], "cpu_s": s["cpu"],
+                    "tokens_per_s": s["tokens"] / s["wall"]} for d, s in self.stats.items()}
+
+
+def _hf_arms(threads: int) -> _HFArms:
+    return _HFArms(threads)
+
+
+def _prompt(ids):
+    import torch
+
+    from glance_log.models import PromptInputs
+
+    return PromptInputs({"input_ids": torch.tensor([list(ids)], dtype=torch.long)}, [int(x) for x in ids])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", default=str(QUESTIONS))
@@ -45,6 +89,10 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="3 questions, 32 tokens")
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--transformers", action="store_true",
+                    help="also decode every prompt with glance-log's tree decoder over transformers (fp32, the same "
+                         "model de-quantised; ar and pld, no logger), interleaved with the llama.cpp arms: the "
+                         "row beside the transformers path")
     a = ap.parse_args(argv)
     from transformers import AutoTokenizer
 
@@ -69,6 +117,7 @@ def main(argv=None) -> int:
     loggers = {d: RoundLogger(tmp / d, run_id=d, task="bench", tokenizer=tok, drafter=d) for d in llms}
     wall = {(d, h): [] for d in llms for h in ("off", "on")}
     toks = {d: [] for d in llms}
+    hf = _hf_arms(a.threads) if a.transformers else None
 
     def decode(d, ids, pid, hooked):
         llm = llms[d]
@@ -89,6 +138,8 @@ def main(argv=None) -> int:
             wall[(d, "on" if h else "off")].append(dt)
             if not h:
                 toks[d].append(n)
+        if hf is not None:
+            hf.decode(ids, new)
         print(f"{i + 1}/{len(prompts)} {pid} ({cat}): " + ", ".join(f"{d} {h} {wall[(d, h)][-1]:.2f}s"
                                                                    for d in llms for h in ("off", "on")),
               file=sys.stderr, flush=True)
@@ -109,6 +160,10 @@ def main(argv=None) -> int:
                           "tokens": int(np.sum(toks[d])), "wall_off_s": float(np.sum(wall[(d, "off")])),
                           "hook_on_off": ratio}
     res["pld_vs_ar_tokens_per_s"] = res["arms"]["pld"]["tokens_per_s"] / res["arms"]["ar"]["tokens_per_s"]
+    if hf is not None:
+        res["transformers"] = hf.figures()
+        for d in ("ar", "pld"):
+            res["transformers"][d]["llamacpp_x"] = res["arms"][d]["tokens_per_s"] / res["transformers"][d]["tokens_per_s"]
     rounds = gio.read_logs(tmp / "pld").frame
     one = gio.read_logs(tmp / "ar").frame["verify_ms"].median()
     by = rounds.assign(rows=rounds["horizon"] + 1).groupby("rows")["verify_ms"].agg(["median", "size"])

@@ -5,6 +5,7 @@ side by side in one run.
     .venv/bin/python benchmarks/bench_real_model.py --model PATH.gguf --json figures.json
     .venv/bin/python benchmarks/bench_real_model.py --skip-load --prompts 4 --max-new-tokens 64
     .venv/bin/python benchmarks/bench_real_model.py --skip-load --drafters ar,pld --prompts 13   # the logger's cost
+    .venv/bin/python benchmarks/bench_real_model.py --dense-vs-live --prompts 3 --max-new-tokens 64 --block-head HEAD
 
 Decoding (after the loads; ``--skip-decode`` leaves it out): first-turn Spec-Bench questions
 (one per category, the first ``--prompts``), every drafter (ar, pld, early_exit-6 chain and a
@@ -160,6 +161,95 @@ def print_decode(res: dict) -> dict:
     return out
 
 
+#: the dense-vs-live arms: (label, glance_log.rounds options, glance-log options); one dense pass serves all
+COST_ARMS = (
+    ("pld", ["--drafter", "pld", "--draft-len", "10", "--budget", "10", "--branch-k", "1"],
+     ["--drafter", "pld", "--draft-len", "10", "--budget", "10", "--branch-k", "1"]),
+    ("early_exit-6", ["--drafter", "early_exit-6", "--draft-len", "5", "--budget", "5", "--branch-k", "1"],
+     ["--drafter", "early_exit", "--exit-layer", "6", "--draft-len", "5", "--budget", "5", "--branch-k", "1",
+      "--label", "early_exit-6"]),
+    ("early_exit-12", ["--drafter", "early_exit-12", "--draft-len", "5", "--budget", "5", "--branch-k", "1"],
+     ["--drafter", "early_exit", "--exit-layer", "12", "--draft-len", "5", "--budget", "5", "--branch-k", "1",
+      "--label", "early_exit-12"]),
+    ("block-tree16", ["--drafter", "block", "--budget", "16", "--branch-k", "4", "--label", "block-tree16"],
+     ["--drafter", "block", "--budget", "16", "--branch-k", "4", "--label", "block-tree16"]),
+)
+
+
+def _child(cmd: list) -> tuple[float, float]:
+    """Run ``python cmd`` to its end; (wall s, CPU s of that process and its children)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    w0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, *cmd], capture_output=True, text=True)
+    wall = time.perf_counter() - w0
+    if proc.returncode != 0:
+        sys.exit(f"bench_real_model: {' '.join(cmd[:3])} failed:\n{proc.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cost_figures(args) -> dict:
+    """Rounds logged per CPU second, the dense path (one greedy pass + glance_log.rounds per arm) against
+    live glance-log runs of each arm, on the same first-turn questions (``--prompts`` categories, one
+    each), ``--max-new-tokens``, one thread, no stop rule; every process timed whole (its model load
+    included, as a user runs it)."""
+    import glance_law as gl
+
+    n_cat = max(1, args.prompts)
+    cats = ["writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities", "translation",
+            "summarization", "qa", "math_reasoning", "rag"][:n_cat]
+    res: dict = {"prompts": n_cat, "max_new_tokens": args.max_new_tokens, "arms": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        qfile = tmp / "q.jsonl"
+        import gzip
+        with gzip.open(args.questions, "rt") as f:
+            rows = [json.loads(x) for x in f]
+        keep = []
+        for c in cats:
+            keep += [r for r in rows if r["category"] == c][:1]
+        qfile.write_text("".join(json.dumps(r) + "\n" for r in keep))
+        common = ["--data", str(qfile), "--task", "all", "--turns", "1", "--max-new-tokens", str(args.max_new_tokens)]
+        dense_cmd = ["-m", "glance_log.dense", *common, "--exit-layers", "6,12", "--exit-len", "5", "--k", "4",
+                     "--batch", "8", "--threads", "1", "--quiet", "--out", str(tmp / "dense")]
+        if args.block_head:
+            dense_cmd += ["--block-head", str(args.block_head)]
+        res["dense_wall_s"], res["dense_cpu_s"] = _child(dense_cmd)
+        total_rounds_cpu = 0.0
+        for label, ropts, lopts in COST_ARMS:
+            if label.startswith("block") and not args.block_head:
+                continue
+            w, c = _child(["-m", "glance_log.rounds", str(tmp / "dense"), *ropts, "--out", str(tmp / "r" / label)])
+            total_rounds_cpu += c
+            live = ["-m", "glance_log.cli", "--model", "gemma-3-270m", *common, "--threads", "1", "--quiet",
+                    "--out", str(tmp / "live" / label), *lopts]
+            if label.startswith("block"):
+                live += ["--draft-model", str(args.block_head)]
+            lw, lc = _child(live)
+            n_live = len(gl.read_rounds([str(tmp / "live" / label)]))
+            n_dense = len(gl.read_rounds([str(tmp / "r" / label)]))
+            res["arms"][label] = {"rounds_dense": n_dense, "rounds_live": n_live, "rounds_cpu_s": c,
+                                  "live_wall_s": lw, "live_cpu_s": lc}
+        res["rounds_cpu_s"] = total_rounds_cpu
+    dense_cpu = res["dense_cpu_s"] + res["rounds_cpu_s"]
+    print(f"\nrounds per CPU second, dense path vs live ({n_cat} first-turn questions, {args.max_new_tokens} tokens, "
+          f"one thread; the dense pass {res['dense_cpu_s']:.1f} CPU s + rounds {res['rounds_cpu_s']:.1f} CPU s "
+          f"serve every arm)")
+    print(f"{'arm':<16}{'rounds':>8}{'live CPU s':>12}{'live r/CPU s':>14}{'dense r/CPU s':>15}{'dense/live':>12}")
+    live_total = 0.0
+    for label, a in res["arms"].items():
+        live_total += a["live_cpu_s"]
+        lr, dr = a["rounds_live"] / a["live_cpu_s"], a["rounds_dense"] / dense_cpu
+        a["ratio"] = dr / lr
+        print(f"{label:<16}{a['rounds_live']:>8}{a['live_cpu_s']:>12.1f}{lr:>14.2f}{dr:>15.2f}{a['ratio']:>12.2f}")
+    all_rounds = sum(a["rounds_dense"] for a in res["arms"].values())
+    res["ratio_all_arms"] = (all_rounds / dense_cpu) / (sum(a["rounds_live"] for a in res["arms"].values()) / live_total)
+    print(f"{'every arm':<16}{all_rounds:>8}{live_total:>12.1f}{'':>14}{'':>15}{res['ratio_all_arms']:>12.2f}")
+    return res
+
+
 def _size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
@@ -176,7 +266,16 @@ def main(argv=None) -> int:
                     help="Spec-Bench's question.jsonl.gz (default: ../shared/realdata beside the checkout)")
     ap.add_argument("--drafters", default=None,
                     help=f"comma-separated arms to decode (default all: {','.join(a[0] for a in ARMS)})")
+    ap.add_argument("--dense-vs-live", action="store_true",
+                    help="only the cost section: rounds per CPU second, the dense path against live glance-log runs")
+    ap.add_argument("--block-head", type=Path, default=None, help="--dense-vs-live: a trained block head folder "
+                    "(glance_log.train.block_real) for the block arm; without it the block arm is left out")
     args = ap.parse_args(argv)
+    if args.dense_vs_live:
+        figures = {"cost": cost_figures(args)}
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1))
+        return 0
     figures = {} if args.skip_load else load_figures(args)
     if not args.skip_decode:
         drafters = None if args.drafters is None else [d.strip() for d in args.drafters.split(",") if d.strip()]

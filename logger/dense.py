@@ -50,6 +50,7 @@ import json
 import math
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -492,7 +493,8 @@ def _say(cfg, msg):
 
 
 def _round_robin(todo: list) -> list:
-    """Categories interleaved (a study stopped part-way covers every category)."""
+    """Categories interleaved (a study stopped part-way covers every category); items are tuples whose
+    first element is the question."""
     by: dict = {}
     for item in todo:
         by.setdefault(item[0].category, []).append(item)
@@ -548,10 +550,16 @@ def run_dense(cfg: DenseConfig) -> dict:
              "redecodes": 0, "skipped_context": [], "resumed": 0, "decode_s": 0.0, "forced_s": 0.0}
     answers = {q.question_id: [] for q in items}
     alive = {q.question_id: True for q in items}
-    for t in range(max((len(q.turns) for q in items), default=0)):
-        wave = [q for q in items if len(q.turns) > t and alive[q.question_id]]
+    # a question's next turn is queued first as soon as its turn is answered (its prompt holds the answer),
+    # so a study stopped part-way holds whole conversations of every category
+    queue = deque(_round_robin([(q, 0) for q in items]))
+    step = cfg.batch * 4
+    while queue:
         todo = []
-        for q in wave:
+        while queue and len(todo) < step:
+            q, t = queue.popleft()
+            if len(q.turns) <= t or not alive[q.question_id]:
+                continue
             pid = q.prompt_id(t)
             prompt = Q.encode_conversation(target, q.turns[:t + 1], answers[q.question_id])
             if not Q.fits_context(prompt.n_tokens, cfg.max_new_tokens, limit):
@@ -561,27 +569,29 @@ def run_dense(cfg: DenseConfig) -> dict:
             if pid in done:
                 answers[q.question_id].append(Q.answer_text(target.tokenizer, done[pid]))
                 stats["resumed"] += 1
+                queue.appendleft((q, t + 1))
                 continue
-            todo.append((q, prompt))
-        todo = _round_robin(todo)
-        for s in range(0, len(todo), cfg.batch * 4):
-            _do_batch(cfg, target, head, arms, stop, todo[s:s + cfg.batch * 4], t, answers, stats,
-                      copy_runs, encode_reference)
-            _say(cfg, f"dense: turn {t + 1}: {min(s + cfg.batch * 4, len(todo))}/{len(todo)} prompts  "
-                      f"{stats['tokens']} tokens  decode {stats['decode_s']:.0f}s  forced {stats['forced_s']:.0f}s")
+            todo.append((q, prompt, t))
+        if not todo:
+            continue
+        _do_batch(cfg, target, head, arms, stop, todo, answers, stats, copy_runs, encode_reference)
+        queue.extendleft((q, t + 1) for q, _, t in reversed(todo) if len(q.turns) > t + 1)
+        _say(cfg, f"dense: {stats['prompts']} prompts ({stats['resumed']} resumed, {len(queue)} queued)  "
+                  f"{stats['tokens']} tokens  decode {stats['decode_s']:.0f}s  forced {stats['forced_s']:.0f}s")
     stats["wall_s"] = time.perf_counter() - wall0
     stats["cpu_s"] = time.process_time() - cpu0
     target.close()
     return stats
 
 
-def _do_batch(cfg, target, head, arms, stop, batch, t, answers, stats, copy_runs, encode_reference):
+def _do_batch(cfg, target, head, arms, stop, batch, answers, stats, copy_runs, encode_reference):
+    """Decode ``batch`` ((question, prompt, turn) triples) greedily and write every drafter's dense rows."""
     t0 = time.perf_counter()
-    raw = greedy_outputs(target, [p.prompt_ids for _, p in batch], cfg.max_new_tokens, stop, cfg.batch)
+    raw = greedy_outputs(target, [p.prompt_ids for _, p, _ in batch], cfg.max_new_tokens, stop, cfg.batch)
     stats["decode_s"] += time.perf_counter() - t0
     t1 = time.perf_counter()
     eos = set(target.eos_ids)
-    for (q, prompt), output in zip(batch, raw):
+    for (q, prompt, t), output in zip(batch, raw):
         output, fp, redo = consistent_output(target, prompt.prompt_ids, output, cfg.max_new_tokens, stop,
                                              cfg.exit_layers)
         stats["redecodes"] += redo

@@ -50,29 +50,33 @@ class RowStats:
     def __init__(self, vocab: int):
         self.d = torch.empty(vocab, dtype=torch.float32)
         self.e = torch.empty(vocab, dtype=torch.float32)
+        self._d, self._e = self.d.numpy(), self.e.numpy()       # the same buffers, as numpy arrays
 
     @staticmethod
-    def _top2(row: torch.Tensor) -> tuple[float, float]:
-        i = int(torch.argmax(row))
-        m = float(row[i])
-        left = float(row[:i].max()) if i > 0 else -math.inf
-        right = float(row[i + 1:].max()) if i + 1 < row.shape[0] else -math.inf
+    def _top2(x: np.ndarray) -> tuple[float, float]:
+        # numpy's argmax/max: torch.argmax on one 262k-float row took 1.3 ms here, np.argmax 0.08 ms
+        i = int(np.argmax(x))
+        m = float(x[i])
+        left = float(x[:i].max()) if i > 0 else -math.inf
+        right = float(x[i + 1:].max()) if i + 1 < x.shape[0] else -math.inf
         return m, max(left, right)
 
     def margin(self, row: torch.Tensor) -> float:
-        m, second = self._top2(row)
+        m, second = self._top2(row.numpy())
         return m - second
 
     def full(self, row: torch.Tensor) -> tuple[float, float, float]:
-        m, second = self._top2(row)
-        d, e = self.d, self.e
-        torch.sub(row, m, out=d)
-        torch.exp(d, out=e)
-        s = float(e.sum())
-        de = float(torch.dot(e, d))
+        x = row.numpy()
+        m, second = self._top2(x)
+        d, e = self._d, self._e
+        np.subtract(x, np.float32(m), out=d)
+        torch.exp(self.d, out=self.e)                # torch's exp: 0.7 ms against numpy's 1.0 on one row
+        s = float(e.sum(dtype=np.float32))
+        with np.errstate(invalid="ignore"):
+            de = float(np.dot(e, d))
         if math.isnan(de):                       # -inf logits: e = 0 there, d = -inf; their term is 0
-            torch.nan_to_num(d, neginf=0.0, out=d)
-            de = float(torch.dot(e, d))
+            np.nan_to_num(d, copy=False, neginf=0.0)
+            de = float(np.dot(e, d))
         return max(math.log(s) - de / s, 0.0), m - second, 1.0 / s
 
 
