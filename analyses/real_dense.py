@@ -49,10 +49,10 @@ ARMS = (
 
 
 def _rel(path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    """``path`` relative to the checkout (``../shared/...`` for the question file beside it)."""
+    import os
+
+    return os.path.relpath(Path(path).resolve(), ROOT)
 
 
 def _run(cmd: list) -> str:
@@ -89,12 +89,11 @@ def identification(rounds) -> str:
     """Per category: the slope's interval, whether it excludes 0, and the prompts a t interval
     would need to exclude 0 at the point estimate (the half-width shrinks as 1/sqrt(prompts))."""
     law = gl.fit_law(rounds, by="task").to_frame()
-    prompts = rounds.groupby(rounds["task"].astype(str))["prompt_id"].nunique()
     rows = ["| category | prompts | rounds | b1 [95%] | identified | prompts to exclude 0 at this b1 |",
             "|---|---:|---:|---|---|---:|"]
     for _, r in law.iterrows():
         t = str(r["task"])
-        G = int(prompts.get(t, 0)) if t in prompts else int(rounds["prompt_id"].nunique())
+        G = int(r["prompts"])          # the prompts with drafted rounds (the fit's clusters)
         b1, lo, hi = float(r["b1"]), float(r["b1_lo"]), float(r["b1_hi"])
         ok = np.isfinite(lo) and lo > 0
         half = (hi - lo) / 2
@@ -134,10 +133,6 @@ LIVE = (
     ("pld", ["--drafter", "pld", "--draft-len", "10", "--budget", "10", "--branch-k", "1"], 5),
     ("block-tree16", ["--drafter", "block", "--draft-model", "HEAD", "--budget", "16", "--branch-k", "4",
                       "--label", "block-tree16"], 5),
-    ("early_exit-12", ["--drafter", "early_exit", "--exit-layer", "12", "--draft-len", "5", "--budget", "5",
-                       "--branch-k", "1", "--label", "early_exit-12"], 1),
-    ("early_exit-6", ["--drafter", "early_exit", "--exit-layer", "6", "--draft-len", "5", "--budget", "5",
-                      "--branch-k", "1", "--label", "early_exit-6"], 1),
 )
 
 
@@ -155,9 +150,9 @@ def live_vs_dense(args) -> str:
     lengths, L the larger of the two horizons) is compared field by field."""
     live_p = gl.read_prompts([str(args.live)])
     live_r = gl.read_rounds([str(args.live)])
-    rows = ["| arm | live prompts | audited: equal to model.generate | prefix equal to the study's output | rounds "
-            "compared | accepted, horizon, committed equal | match vector equal | max abs root entropy diff | "
-            "max abs margin diff |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| arm | live prompts | audited: equal to model.generate | in the study | prefix equal to the study's "
+            "output | rounds compared | accepted, horizon, committed equal | match vector equal | max abs root entropy "
+            "diff | max abs margin diff |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for arm, _, _ in LIVE:
         lp = live_p.loc[live_p["drafter"].astype(str) == arm]
         if lp.empty or not (args.out / arm).exists():
@@ -166,12 +161,13 @@ def live_vs_dense(args) -> str:
         dr = gl.read_rounds([str(args.out / arm)])
         lr = live_r.loc[live_r["drafter"].astype(str) == arm]
         dr = dr.set_index(["prompt_id", "round"])
-        pref = n = same = msame = 0
+        pref = n = same = msame = inside = 0
         dh = dm = 0.0
         for _, pr in lp.iterrows():
             pid = pr["prompt_id"]
             if pid not in dp.index:
                 continue
+            inside += 1
             lt, dt = list(pr["tokens"]), list(dp.loc[pid, "tokens"])
             m = min(len(lt), len(dt))
             pref += lt[:m] == dt[:m]
@@ -190,7 +186,7 @@ def live_vs_dense(args) -> str:
                 dh = max(dh, abs(float(r["root_entropy"]) - float(d["root_entropy"])))
                 dm = max(dm, abs(float(r["root_margin"]) - float(d["root_margin"])))
         gm = lp["greedy_match"]
-        rows.append(f"| {arm} | {len(lp)} | {int((gm == True).sum())} of {int(gm.notna().sum())} | {pref} | {n} | "  # noqa: E712
+        rows.append(f"| {arm} | {len(lp)} | {int((gm == True).sum())} of {int(gm.notna().sum())} | {inside} | {pref} | {n} | "  # noqa: E712
                     f"{same} | {msame} | {dh:.1e} | {dm:.1e} |")
     return "\n".join(rows)
 
