@@ -76,7 +76,7 @@ def markdown(t: pd.DataFrame) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("paths", nargs="*", default=[ROOT / "data" / "real"])
+    ap.add_argument("paths", nargs="*", default=[str(ROOT / "data" / "real" / "*.parquet")])
     ap.add_argument("--format", choices=("markdown", "csv"), default="markdown")
     args = ap.parse_args(argv)
     t = table(args.paths)

@@ -117,8 +117,8 @@ def _md(result) -> str:
 
 def library_tables(args) -> list[tuple[str, str]]:
     """Tables the CLI has no flag for: open vs grounded, the round cost."""
-    rounds = gl.read_rounds([str(args.out)])
-    prompts = gl.read_prompts([str(args.out)])
+    rounds = gl.read_rounds([str(args.out / "*.parquet")])      # the study (analyses/real_dense.py) is in subfolders
+    prompts = gl.read_prompts([str(args.out / "*.parquet")])
     drafted = rounds.loc[rounds["drafter"].astype(str) != "ar"]
     g = grouped(drafted)
     out = []

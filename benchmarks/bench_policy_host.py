@@ -67,8 +67,8 @@ def _round_ms() -> dict:
     from glance_law.policy.cost import fit_cost
 
     out = {}
-    for label, path, drafter in (("Gemma 3 270M, prompt lookup", "data/real", "pld"),
-                                 ("Gemma 3 270M, early exit chain", "data/real", "early_exit-6-chain"),
+    for label, path, drafter in (("Gemma 3 270M, prompt lookup", "data/real/*.parquet", "pld"),
+                                 ("Gemma 3 270M, early exit chain", "data/real/*.parquet", "early_exit-6-chain"),
                                  ("embedded default, block head", "data/logs", "block")):
         try:
             fit = fit_cost(read_logs(str(ROOT / path)), drafter=drafter, n_boot=0)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not any(REAL.glob("prompts-*.parquet")), reason=
 
 
 def _outputs():
-    p = gl.read_prompts([str(REAL)])
+    p = gl.read_prompts([str(REAL / "*.parquet")])     # the first live runs (the study is in subfolders)
     out: dict[str, dict[str, tuple[list, str]]] = {}
     for r in p.itertuples():
         out.setdefault(str(r.drafter), {})[str(r.prompt_id)] = ([int(t) for t in r.tokens], str(r.stop_reason))
