@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 import glance_law as gl
 
@@ -269,7 +270,7 @@ def library_tables(args) -> list[tuple[str, str]]:
                     _md(gl.signal_effect(pld.dropna(subset=["copy_len"]), "copy_len"))))
     both = arms["block-chain"].assign(drafter="block-chain")
     for arm in ("pld", "early_exit-12"):
-        both = __import__("pandas").concat([both, arms[arm].assign(drafter=arm)], ignore_index=True)
+        both = pd.concat([both, arms[arm].assign(drafter=arm)], ignore_index=True)
     out.append(("Table 14 analogue: the law fitted on block-chain, frozen, scored on the other drafters",
                 _md(gl.transfer(both, ["block-chain"], ["pld", "early_exit-12"], by="drafter"))))
     tasks = sorted(set(pld["task"].astype(str)))
@@ -277,7 +278,7 @@ def library_tables(args) -> list[tuple[str, str]]:
     for t in tasks:
         res = gl.transfer(pld, [x for x in tasks if x != t], [t], by="task")
         parts.append(res.to_frame())
-    frame = __import__("pandas").concat(parts, ignore_index=True)
+    frame = pd.concat(parts, ignore_index=True)
     frame = frame[[c for c in ("task", "prompts", "rounds", "mean_accepted", "mean_predicted", "calibration",
                                "calibration_lo", "calibration_hi", "b1_train", "b1_own", "b1_shift", "b1_shift_lo",
                                "b1_shift_hi", "wald_p", "r2_curve", "r2_curve_own") if c in frame.columns]]

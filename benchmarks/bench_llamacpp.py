@@ -69,10 +69,6 @@ class _HFArms:
                     "tokens_per_s": s["tokens"] / s["wall"]} for d, s in self.stats.items()}
 
 
-def _hf_arms(threads: int) -> _HFArms:
-    return _HFArms(threads)
-
-
 def _prompt(ids):
     import torch
 
@@ -117,7 +113,7 @@ def main(argv=None) -> int:
     loggers = {d: RoundLogger(tmp / d, run_id=d, task="bench", tokenizer=tok, drafter=d) for d in llms}
     wall = {(d, h): [] for d in llms for h in ("off", "on")}
     toks = {d: [] for d in llms}
-    hf = _hf_arms(a.threads) if a.transformers else None
+    hf = _HFArms(a.threads) if a.transformers else None
 
     def decode(d, ids, pid, hooked):
         llm = llms[d]
