@@ -206,8 +206,10 @@ def test_list_names_every_section(capsys):
 
 def _scripts():
     return sorted(p for p in (ROOT / "analyses").glob("*.py")
-                  if not p.name.startswith("make_example") and p.name not in ("make_appendix.py", "real_model.py", "entropy_pred_vs_root.py"))
-    # real_model.py decodes with a real model and writes docs/real-model-tables.md, entropy_pred_vs_root.py
+                  if not p.name.startswith("make_example") and p.name not in ("make_appendix.py", "real_model.py", "real_dense.py",
+                                                                   "entropy_pred_vs_root.py"))
+    # real_model.py and real_dense.py decode with a real model and write docs/real-model-tables.md and
+    # docs/real-model-study-tables.md, entropy_pred_vs_root.py
     # compares two entropies on the real model's logs for docs/policy.md: not appendix sections
 
 
