@@ -234,7 +234,8 @@ def tracked_child(what: str, folder: Path, env: dict, workers=(), interval: floa
     return out
 
 
-def bench_cluster(n: int, folder: Path, keep: bool, workers: int, worker_memory: str, executor_memory: str) -> None:
+def bench_cluster(n: int, folder: Path, keep: bool, workers: int, worker_memory: str, executor_memory: str,
+                  driver_memory: str = "1g") -> None:
     """N rounds reduced and fitted by the arrow engine and by the spark engine on a standalone cluster of
     ``workers`` one-core workers on 127.0.0.1 (tests/_spark_cluster.py), one after the other, each in a fresh
     driver process: wall, CPU (driver tree, executors) and peak memory (driver tree, executors)."""
@@ -247,10 +248,10 @@ def bench_cluster(n: int, folder: Path, keep: bool, workers: int, worker_memory:
     print(f"  {len(paths)} files, {size:.2f} GB, ready after {time.time() - t0:.0f} s", flush=True)
     try:
         with standalone(folder.parent / "spark-cluster", workers=workers, cores=1, memory=worker_memory,
-                        executor_memory=executor_memory, driver_memory="1g") as cluster:
+                        executor_memory=executor_memory, driver_memory=driver_memory) as cluster:
             env = cluster.client_env(GLANCE_BENCH_MASTER=cluster.url)
             print(f"  cluster {cluster.url}: {workers} workers x 1 core, worker memory {worker_memory}, executor "
-                  f"memory {executor_memory}", flush=True)
+                  f"memory {executor_memory}, driver memory {driver_memory}", flush=True)
             for what in ("arrow", "spark"):
                 print(f"  [{load_note()}]")
                 r = tracked_child(what, folder, env, workers=cluster.pids()[1:])
@@ -399,6 +400,8 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=2, help="workers of --cluster (one core each)")
     p.add_argument("--worker-memory", default="3g", help="memory of each --cluster worker")
     p.add_argument("--executor-memory", default="2g", help="memory of each --cluster executor")
+    p.add_argument("--driver-memory", default="1g", help="memory of the --cluster driver's JVM (the reduction's cells "
+                   "are collected there: 4g for 1e8 rounds)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--keep", action="store_true", help="keep the generated logs")
     p.add_argument("--generate-only", action="store_true")
@@ -423,7 +426,7 @@ def main(argv=None) -> int:
         bench_big(int(args.big), folder, args.keep, args.generate_only, [e for e in args.engines.split(",") if e])
     if args.cluster:
         bench_cluster(int(args.cluster), Path(args.dir) / f"big-{int(args.cluster)}", args.keep, args.workers,
-                      args.worker_memory, args.executor_memory)
+                      args.worker_memory, args.executor_memory, args.driver_memory)
     if args.binning:
         bench_binning(args.binning_prompts)
     print(f"\nthis process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -88,6 +88,9 @@ class Inputs:
     per_turn: bool = False
     #: with ``per_turn``: per-step rows were read, none drafted (an autoregressive arm's per-step lengths)
     per_turn_steps: bool = False
+    #: a reduction (:class:`glance_law.scale.reduce.Reduced`) in place of per-round rows (``rounds`` is then
+    #: empty): only the sections marked ``reduced`` run, the law and the tail from its sufficient statistics
+    reduced: Any = None
 
     @property
     def frame(self) -> pd.DataFrame:
@@ -128,6 +131,9 @@ class Inputs:
         """The columns of ``needs`` the logs lack (absent or null in every row); list columns the
         frame was read without are looked for in :meth:`part`'s rounds."""
         from glance_law.data.needs import missing
+        if self.reduced is not None:     # a reduction keeps the counting columns, and root_entropy when logged
+            return [c for c in needs if c not in ("accepted", "horizon")
+                    and not (c in ENTROPY and self.reduced.has_entropy)]
         lacking = missing(self.frame, needs)
         late = [c for c in lacking if c in VECTORS and self.reader is not None]
         if late:
@@ -138,10 +144,13 @@ class Inputs:
 
     def law(self):
         if "law" not in self._cache:
-            self._cache["law"] = _law_fit(self.rounds, self.options)
+            self._cache["law"] = (_law_fit(self.rounds, self.options) if self.reduced is None
+                                  else _law_reduced(self.reduced, self.options))
         return self._cache["law"]
 
     def _law_if_any(self):
+        if self.reduced is not None:
+            return self.law() if self.reduced.has_entropy else None
         try:
             return None if _law_or_none(self.rounds, self.options) is None else self.law()
         except GlanceError:
@@ -153,6 +162,8 @@ class Inputs:
             pending = self._cache.pop("tail_future", None)
             if pending is not None:
                 self._cache["tail"] = pending.result()      # re-raises the worker's GlanceError
+            elif self.reduced is not None:
+                self._cache["tail"] = _tail_reduced(self.reduced, self.options, self._law_if_any())
             else:
                 self._cache["tail"] = _tail_fit(self.rounds, self.options, self._law_if_any())
         return self._cache["tail"]
@@ -177,8 +188,8 @@ class Inputs:
     def start_tail(self, executor) -> None:
         """Fit the tail (the appendix's costliest step: a parametric bootstrap per task) in a worker
         process while the other sections run. Same inputs, same seeds, so the same numbers."""
-        if "tail" in self._cache or "tail_future" in self._cache:
-            return
+        if "tail" in self._cache or "tail_future" in self._cache or self.reduced is not None:
+            return                 # a reduction's tail fits on its cells, in this process
         from glance_law.data.io import LogSet
         r = self.rounds
         cols = [c for c in ("run_id", "task", "prompt_id", "round", "condition", "drafter", "root_entropy",
@@ -206,6 +217,17 @@ def _keep_clusters(kept: pd.DataFrame):
 def _law_fit(rounds, o: Options):
     from glance_law.law.fit import fit_law
     return fit_law(rounds, by=o.by, level=o.level, seed=o.seed)
+
+
+def _law_reduced(reduced, o: Options):
+    from glance_law.scale.law_reduced import fit_reduced
+    return fit_reduced(reduced, by=o.by, level=o.level, seed=o.seed)
+
+
+def _tail_reduced(reduced, o: Options, law):
+    from glance_law.scale.law_reduced import tail_reduced
+    return tail_reduced(reduced, law=law, quantile=o.tail_quantile, threshold=o.tail_threshold, n_boot=o.tail_boot,
+                        seed=o.seed, folds=o.tail_folds, level=o.level, by=o.by)
 
 
 def _tail_fit(rounds, o: Options, law):
@@ -308,6 +330,7 @@ class Section:
     needs: tuple[str, ...] = ()      # round columns it cannot do without (checked before it runs)
     by_none: str = ""                # why it has no pooled row (then it does not run with --by none)
     sample: str | None = None        # the Options field capping its rounds (a prompt sample above it)
+    reduced: bool = False            # runs on a reduction's sufficient statistics (Inputs.reduced)
 
     def missing(self, inp: Inputs) -> list[str]:
         """The columns of ``needs`` the logs lack (absent or null in every row)."""
@@ -321,16 +344,19 @@ ENTROPY = ("root_entropy",)
 
 
 def section(name: str, paper: str, what: str, needs: Sequence[str] = ("accepted", "horizon"), by_none: str = "",
-            sample: str | None = None):
+            sample: str | None = None, reduced: bool = False):
     def deco(fn):
-        SECTIONS.append(Section(name, paper, what, fn, tuple(needs), by_none, sample))
+        SECTIONS.append(Section(name, paper, what, fn, tuple(needs), by_none, sample, reduced))
         return fn
     return deco
 
 
 @section("summary", "Section 6", "per task: rounds, prompts, horizon, mean accepted length and tau with "
-                                 "prompt-clustered intervals, P(a = L) (every log allows it)")
+                                 "prompt-clustered intervals, P(a = L) (every log allows it)", reduced=True)
 def summary_table(inp: Inputs) -> list:
+    if inp.reduced is not None:   # what a reduction keeps per group (the law table has the clustered intervals)
+        red = inp.reduced
+        return [Table("summary_reduced", red if inp.options.by is not None else red.pooled_rows())]
     if inp.per_turn:           # per-turn counts: tokens per step per turn and prompt
         from glance_law.evidence.turns import turn_tau
         return [Table("summary_turns", turn_tau(inp.prompts, "task", inp.options.level, from_steps=inp.per_turn_steps))]
@@ -354,7 +380,8 @@ LAW_TABLE_COLUMNS = ("drafter", "task", "rounds", "prompts", "b0", "b0_lo", "b0_
 
 
 @section("law", "Table 12", "the law per task: b0, b1 with intervals, curve and round R^2, the noise ceiling "
-                            "and its fraction, mean a, the floor against the cap", needs=ENTROPY)
+                            "and its fraction, mean a, the floor against the cap", needs=ENTROPY,
+         reduced=True)
 def law_table(inp: Inputs) -> list:
     law = inp.law()
     t = _task_sorted(law.to_frame())
@@ -376,7 +403,8 @@ def _task_sorted(frame: pd.DataFrame) -> pd.DataFrame:
 COMPARES_TASKS = "compares the tasks with one another"
 
 
-@section("decile-curves", "Figure 3(a)", "measured decile curves of every task", needs=ENTROPY, by_none=COMPARES_TASKS)
+@section("decile-curves", "Figure 3(a)", "measured decile curves of every task", needs=ENTROPY, by_none=COMPARES_TASKS,
+         reduced=True)
 def decile_curves(inp: Inputs) -> list:
     return [Figure(f"figure3a_{s}", plots.decile_curves(inp.law(), d),
                    f"Mean accepted length against measured root entropy by entropy decile ({d}), with "
@@ -384,7 +412,7 @@ def decile_curves(inp: Inputs) -> list:
 
 
 @section("law-fits", "Figure 8", "the law fitted per task, with decile means and the isotonic curve", needs=ENTROPY,
-         by_none=COMPARES_TASKS)
+         by_none=COMPARES_TASKS, reduced=True)
 def law_fits(inp: Inputs) -> list:
     law = inp.law()
     out = [Figure(f"figure8_{s}", plots.law_fits(law, d),
@@ -421,11 +449,13 @@ def _budget(inp: Inputs, drafter: str) -> int:
 
 
 @section("brackets", "Figure 4", "every task's law against the two brackets (AdaEDL below, 2 ln N / H above)", needs=ENTROPY,
-         by_none=COMPARES_TASKS)
+         by_none=COMPARES_TASKS, reduced=True)
 def brackets(inp: Inputs) -> list:
     from .brackets import outside_counts
     out = []
     law = inp.law()
+    unlogged = ", the default: a reduction keeps no budgets (--budget N sets it)" if (
+        inp.reduced is not None and inp.options.budget is None) else ""
     for d, s in _per_drafter(inp, "brackets"):
         N = _budget(inp, d)
         L = int(law.row("pooled", d)["horizon"])        # the horizon plots.law_brackets draws
@@ -437,7 +467,7 @@ def brackets(inp: Inputs) -> list:
         out.append(Figure(f"figure4_{s}", plots.law_brackets(law, d, budget=N, gamma=inp.options.gamma),
                           f"Task-level law fits ({d}) drawn against the AdaEDL lower bracket (a heuristic on the "
                           f"draft's entropy, evaluated here at the target's root entropy, L = {L}) and the paper's "
-                          f"2 ln N / H ceiling at N = {N} (not a bound with Shannon entropy), log scale; of {total} "
+                          f"2 ln N / H ceiling at N = {N}{unlogged} (not a bound with Shannon entropy), log scale; of {total} "
                           f"decile means, {below} lie below the lower bracket and {above} above the ceiling"))
     return out
 
@@ -520,14 +550,15 @@ def offsets(inp: Inputs) -> list:
 # ---------------------------------------------------------------------------
 
 @section("tail", "Proposition 3 (B.4)", "the floor regime: geometric vs two-state, LRT, chi-square, "
-                                        "prompt-disjoint held-out tests")
+                                        "prompt-disjoint held-out tests", reduced=True)
 def tail_tables(inp: Inputs) -> list:
     fit = inp.tail()
     return [Table("prop3_tail", fit), Table("prop3_tail_models", fit.models()),
             Table("prop3_heldout", fit.heldout_table())]
 
 
-@section("survival", "Theorem 2 (B.4)", "run-length survival at the floor: observed, geometric, two-state")
+@section("survival", "Theorem 2 (B.4)", "run-length survival at the floor: observed, geometric, two-state",
+         reduced=True)
 def survival(inp: Inputs) -> list:
     fit = inp.tail()
     parts = []

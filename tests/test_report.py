@@ -202,6 +202,61 @@ def test_list_names_every_section(capsys):
     assert [line.split()[0] for line in out.splitlines()] == A.names()
 
 
+# --------------------------------------------------------------------------- the reduced path (--engine)
+
+REDUCED_OK = ["summary", "law", "decile-curves", "law-fits", "brackets", "tail", "survival"]
+
+
+def test_engine_report_runs_the_sections_a_reduction_feeds(tmp_path, capsys):
+    """--engine reduces the logs and runs the law, curves, brackets, tail and survival from the reduction:
+    the law table is fit_reduced's, the same from a reduced file and with duckdb; the rest is skipped, saying why;
+    the manifest names each rounds file by its footer fingerprint (nothing read on the driver)."""
+    import pandas as pd
+
+    from glance_law.cli import reduce as RC
+    from glance_law.scale.engines import reduce_logs
+    from glance_law.scale.law_reduced import fit_reduced
+    from glance_law.scale.reduce import read_reduced
+    logs = ROOT / "data" / "example"
+    out = tmp_path / "arrow"
+    assert report.main([str(logs), "--out", str(out), "--engine", "arrow", "--tail-bootstrap", "19", "--quiet"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    status = {e["name"]: e for e in m["sections"]}
+    assert [n for n, e in status.items() if e["status"] == "ok"] == REDUCED_OK
+    for n, e in status.items():
+        if n not in REDUCED_OK:
+            assert e["status"] == "skipped" and "reduction does not keep" in e["reason"] and "without --engine" in \
+                e["reason"], n
+    (f,) = m["inputs"]
+    assert f["kind"] == "rounds" and f["rows"] == 4171 and "sha256" not in f and len(f["fingerprint"]) == 24
+    table = pd.read_csv(out / "tables" / "table12_law.csv")
+    want = fit_reduced(reduce_logs([str(logs)]), level=0.95).to_frame()
+    for col in ("rounds", "b0", "b1", "b1_lo", "b1_hi", "mean_accepted"):
+        assert list(table[col]) == pytest.approx(list(want.set_index("task").loc[table["task"], col]), rel=1e-9), col
+    assert "reduced to 4033 cells" in (out / "index.md").read_text()
+    assert "tau" in (out / "tables" / "summary_reduced.csv").read_text().splitlines()[0]
+    red = tmp_path / "stats.parquet"                 # a reduction made earlier gives the same tables
+    assert RC.main([str(logs), "--out", str(red)]) == 0
+    capsys.readouterr()
+    assert read_reduced([str(red)]).rounds == 4171
+    again, duck = tmp_path / "from-reduced", tmp_path / "duckdb"
+    assert report.main([str(red), "--out", str(again), "--only", "law,tail", "--tail-bootstrap", "19", "--quiet"]) == 0
+    assert report.main([str(logs), "--out", str(duck), "--engine", "duckdb", "--only", "law", "--quiet"]) == 0
+    for other in (again, duck):
+        assert (other / "tables" / "table12_law.csv").read_bytes() == (out / "tables" / "table12_law.csv").read_bytes()
+    assert (again / "tables" / "prop3_tail.csv").read_bytes() == (out / "tables" / "prop3_tail.csv").read_bytes()
+    assert json.loads((again / "manifest.json").read_text())["inputs"][0]["kind"] == "reduced"
+
+
+def test_spark_master_needs_the_spark_engine(tmp_path, capsys):
+    for extra in ([], ["--engine", "arrow"]):
+        out = tmp_path / f"x{len(extra)}"
+        assert report.main([str(ROOT / "data" / "example"), "--out", str(out), "--spark-master", "local[1]", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "add --engine spark" in err
+        assert not out.exists()
+
+
 # --------------------------------------------------------------------------- analyses/ scripts
 
 def _scripts():

@@ -2,7 +2,8 @@
 and two workers (one core each, small memory) on 127.0.0.1, started with pyspark's own
 ``bin/spark-class`` and stopped by process id (``tests/_spark_cluster.py``), run
 ``python -m glance_law.fit LOGS --engine spark --spark-master spark://127.0.0.1:PORT`` on simulated
-logs and ``python -m glance_law.reduce`` on imported real Spec-Bench files, and the fit once more through
+logs, ``python -m glance_law.report --engine spark`` on them, and ``python -m glance_law.reduce`` on imported real
+Spec-Bench files, and the fit once more through
 ``spark-submit --master spark://...`` (the session spark-submit prepares); the law tables and the
 reduced cells equal the arrow engine's, cell for cell. Also: the master URL's precedence
 (``--spark-master``, ``SPARK_MASTER``, local[*]) and its refusals, and the shuffle partitions."""
@@ -71,6 +72,10 @@ def test_fit_and_reduce_on_a_two_worker_standalone_cluster(logs, tmp_path):
             r = _cli("glance_law.reduce", [*reals, "--out", tmp_path / "real-spark.parquet", "--engine", "spark",
                                            "--spark-master", cluster.url], env=env)
             assert r.returncode == 0, r.stderr[-3000:]
+        rep = _cli("glance_law.report", [logs / "sim", "--out", tmp_path / "report-spark", "--engine", "spark",
+                                         "--spark-master", cluster.url, "--only", "law,tail", "--tail-bootstrap", "19",
+                                         "--quiet"], env=env)
+        assert rep.returncode == 0, rep.stderr[-3000:]
         apps = sorted((tmp_path / "cluster").glob("work-*/app-*"))
         assert apps, "no application ran on the cluster's workers"
         pids = cluster.pids()
@@ -81,6 +86,11 @@ def test_fit_and_reduce_on_a_two_worker_standalone_cluster(logs, tmp_path):
     assert want.returncode == 0, want.stderr
     assert got.stdout == want.stdout and "b1" in got.stdout
     assert want.stdout in submit.stdout         # spark-submit merges the Python driver's stderr into its stdout
+    arrow = tmp_path / "report-arrow"           # the report's sections from the cluster's reduction: arrow's bytes
+    assert _cli("glance_law.report", [logs / "sim", "--out", arrow, "--engine", "arrow", "--only", "law,tail",
+                                      "--tail-bootstrap", "19", "--quiet"]).returncode == 0
+    for table in ("table12_law.csv", "prop3_tail.csv", "prop3_heldout.csv"):
+        assert (tmp_path / "report-spark" / "tables" / table).read_bytes() == (arrow / "tables" / table).read_bytes()
     if reals:
         mine = tmp_path / "real-arrow.parquet"
         assert RC.main([*map(str, reals), "--out", str(mine), "--engine", "arrow"]) == 0
