@@ -225,6 +225,17 @@ def test_real_slice_corrupt_line(tmp_path):
     assert (imp.rounds["accepted"] <= 5).all() and imp.rounds["accepted"].max() == 5
 
 
+def test_a_lenient_import_is_not_reused_by_a_strict_one():
+    """The import cache: a file imported with skip_bad that skipped a line is not handed to a later strict
+    import of it (that one raises, in whatever order the imports run); a clean lenient import is reused."""
+    f = SLICES / "spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz"
+    import_logs(f, skip_bad=True)
+    with pytest.raises(LogError, match="line 4: not valid JSON"):
+        import_logs(f)
+    clean = SLICES / "multiclass_product_classification__vicuna-13b-v1.3-vanilla-float16-temp-0.0.jsonl.gz"
+    assert import_logs(clean, skip_bad=True).rounds.equals(import_logs(clean).rounds)
+
+
 def test_real_slice_empty_and_repeated():
     imp = import_logs(SLICES / "multiclass_product_classification__vicuna-13b-v1.3-vanilla-float16-temp-0.0.jsonl.gz")
     assert any("empty accept_lengths" in n and "question_id 4" in n for n in imp.notes)

@@ -173,8 +173,11 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
     hit = _CACHE.get(ck)
     if hit is None and not skip_bad:
         # the same file imported earlier in this process with skip_bad (e.g. a CLI's --skip-bad
-        # rounds read, then its prompt rows): reuse that import, whose notes list what was skipped
-        hit = _CACHE.get(ck[:3] + (True,) + ck[4:])
+        # rounds read, then its prompt rows): reuse that import only when it skipped no line (then it
+        # is the strict import); one that skipped lines must raise here, as without the cache
+        lenient = _CACHE.get(ck[:3] + (True,) + ck[4:])
+        if lenient is not None and not any(": skipped corrupt line " in n for n in lenient[0].notes):
+            hit = lenient
     if hit is not None:
         res, after = hit
         if chain is not None and after is not None:
