@@ -43,7 +43,7 @@ from glance_law.data.tables import LogError
 from glance_law.data.tasks import NO_TASK
 from glance_law.errors import GlanceError
 
-__all__ = ["import_logs", "import_file", "with_categories", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
+__all__ = ["import_logs", "import_file", "clear_cache", "with_categories", "detect_format", "Imported", "FORMATS", "FOREIGN_SUFFIXES",
            "is_foreign", "foreign_files", "parse_horizon_option", "supported_line", "METHODS", "RUNS_NOTE"]
 
 from glance_law.data.importers.spec_bench import METHODS  # noqa: E402  (the documented method table)
@@ -173,11 +173,8 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
     hit = _CACHE.get(ck)
     if hit is None and not skip_bad:
         # the same file imported earlier in this process with skip_bad (e.g. a CLI's --skip-bad
-        # rounds read, then its prompt rows): reuse that import only when it skipped no line (then it
-        # is the strict import); one that skipped lines must raise here, as without the cache
-        lenient = _CACHE.get(ck[:3] + (True,) + ck[4:])
-        if lenient is not None and not any(": skipped corrupt line " in n for n in lenient[0].notes):
-            hit = lenient
+        # rounds read, then its prompt rows): reuse that import, whose notes list what was skipped
+        hit = _CACHE.get(ck[:3] + (True,) + ck[4:])
     if hit is not None:
         res, after = hit
         if chain is not None and after is not None:
@@ -200,6 +197,13 @@ def import_file(path, *, format: str | None = None, horizon=None, skip_bad: bool
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[ck] = (res, after)
     return res
+
+
+def clear_cache() -> None:
+    """Forget every cached import (:func:`import_file` caches by path, size, mtime and options, and
+    hands a lenient ``skip_bad`` import of a file to a later strict read of it, so that a command's
+    ``--skip-bad`` covers its every read of the file). Call it to start over, as a fresh process would."""
+    _CACHE.clear()
 
 
 def _import_one(path, format, horizon, skip_bad, task, chain):
