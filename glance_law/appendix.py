@@ -226,6 +226,10 @@ def _law_reduced(reduced, o: Options):
 
 def _tail_reduced(reduced, o: Options, law):
     from glance_law.scale.law_reduced import tail_reduced
+    if not reduced.has_entropy:       # the floor is chosen by entropy; the round logs' tail runs on every round
+        raise GlanceError("the tail from a reduction needs column 'root_entropy' (its floor is the low-entropy "
+                          "rounds), which these logs do not carry: run the report on the round logs without --engine "
+                          "(there the tail runs on every round)")
     return tail_reduced(reduced, law=law, quantile=o.tail_quantile, threshold=o.tail_threshold, n_boot=o.tail_boot,
                         seed=o.seed, folds=o.tail_folds, level=o.level, by=o.by)
 

@@ -248,6 +248,23 @@ def test_engine_report_runs_the_sections_a_reduction_feeds(tmp_path, capsys):
     assert json.loads((again / "manifest.json").read_text())["inputs"][0]["kind"] == "reduced"
 
 
+def test_engine_report_on_a_foreign_log_without_entropy(tmp_path):
+    """Imported answers (no root_entropy) through --engine: the reduction's summary, the law and the tail
+    skipped naming root_entropy, the import's oddities (a corrupt line under --skip-bad) in the index."""
+    f = ROOT / "tests" / "data" / "realdata" / "spec_bench__vicuna-7b-v1.3-eagle-float16-temperature-0.0.jsonl.gz"
+    out = tmp_path / "app"
+    assert report.main([str(f), "--out", str(out), "--engine", "arrow", "--skip-bad", "--only", "summary,law,tail",
+                        "--quiet"]) == 0
+    m = json.loads((out / "manifest.json").read_text())
+    st = {e["name"]: e for e in m["sections"]}
+    assert st["summary"]["status"] == "ok"
+    assert st["law"]["status"] == st["tail"]["status"] == "skipped"
+    assert all("root_entropy" in st[n]["reason"] for n in ("law", "tail"))
+    assert m["inputs"][0]["kind"] == "foreign" and len(m["inputs"][0]["sha256"]) == 64
+    index = (out / "index.md").read_text()
+    assert "skipped corrupt line 4" in index and "1 foreign log(s)" in index
+
+
 def test_spark_master_needs_the_spark_engine(tmp_path, capsys):
     for extra in ([], ["--engine", "arrow"]):
         out = tmp_path / f"x{len(extra)}"

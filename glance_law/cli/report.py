@@ -337,18 +337,23 @@ def reduced_inputs(args, options: A.Options) -> A.Inputs:
            "from the reduced files among the inputs (rounds files among them by the arrow engine)")
     note = (f"{red.rounds} rounds reduced to {len(red.cells)} cells of sufficient statistics {how}: the law and the "
             "tail are fitted from them (docs/scale.md); the sections that need per-round columns are skipped")
-    rounds = LogSet("rounds", pd.DataFrame(), (), tuple(red.info.get("skipped", [])), (), (note,))
+    notes = (note,) + tuple(str(n) for n in red.info.get("imported", []))     # what the import did with oddities
+    rounds = LogSet("rounds", pd.DataFrame(), (), tuple(tuple(x) for x in red.info.get("skipped", [])), (), notes)
     return A.Inputs(rounds=rounds, prompts=None, options=options, reduced=red)
 
 
 def reduced_files(paths: Sequence[str], skip_bad: bool) -> list[dict]:
-    """The manifest's inputs on the reduced path, from the Parquet footers: a rounds file's
-    :func:`~glance_law.scale.engines.sources.footer_fingerprint` (no data page is read on the driver),
-    a reduced file's SHA-256 (a small file)."""
+    """The manifest's inputs on the reduced path: a rounds file's footer fingerprint
+    (:func:`~glance_law.scale.engines.sources.footer_fingerprint`: no data page is read on the driver), a
+    reduced file's SHA-256 (a small file), a foreign log's SHA-256 (imported on the driver anyway, kind
+    ``foreign``). Files a ``skip_bad`` reduction left out are not listed (the index names them)."""
+    from glance_law.data.io import expand_paths, split_foreign
     from glance_law.scale.engines.sources import scan
-    rounds, reduced, _, _ = scan(list(paths), skip_bad)
+    files, foreign = split_foreign(expand_paths(list(paths), [] if skip_bad else None))
+    rounds, reduced, _, _ = scan(files, skip_bad) if files else ([], [], [], [])
     return ([{"path": str(f.path), "kind": f.kind, "rows": int(f.rows), "fingerprint": f.fingerprint} for f in rounds]
-            + [{"path": str(f.path), "kind": f.kind, "rows": int(f.rows), "sha256": sha256(f.path)} for f in reduced])
+            + [{"path": str(f.path), "kind": f.kind, "rows": int(f.rows), "sha256": sha256(f.path)} for f in reduced]
+            + [{"path": str(f), "kind": "foreign", "rows": 0, "sha256": sha256(f)} for f in foreign])
 
 
 def input_files(inp: A.Inputs) -> list[dict]:
@@ -537,7 +542,9 @@ def render_index(entries: list[dict], inputs: list[dict], notes: Sequence[str], 
     rounds = [f for f in inputs if f["kind"] == "rounds"]
     prompts = [f for f in inputs if f["kind"] == "prompts"]
     reduced = [f for f in inputs if f["kind"] == "reduced"]
+    foreign = [f for f in inputs if f["kind"] == "foreign"]
     also = f", {len(reduced)} reduced file(s) ({sum(f['rows'] for f in reduced)} cells)" if reduced else ""
+    also += f", {len(foreign)} foreign log(s) imported" if foreign else ""
     digest = "SHA-256 (a rounds file's footer fingerprint when reduced)" if any(
         "fingerprint" in f for f in inputs) else "SHA-256"
     lines = ["# Theory appendix", "",
@@ -625,8 +632,8 @@ def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
     out = check_output(target, args.paths, folder=True)
     t0 = time.perf_counter()
     if args.engine or _reduce.inputs_reduced(args.paths):       # out of core: glance_law.scale
+        inp = reduced_inputs(args, options)       # its errors first: they name the bad file and the fix
         files = reduced_files(args.paths, args.skip_bad)
-        inp = reduced_inputs(args, options)
     else:
         inp = read_inputs(args.paths, options, args.skip_bad, horizon_of(args), chain_of(args))
         files = input_files(inp)
