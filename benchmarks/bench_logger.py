@@ -81,8 +81,29 @@ def _setup(args):
     return t, head, items, tmp, f"random llama (hidden {args.hidden}, {args.layers} layers)"
 
 
+def top2_figures(vocab: int = 262_144, rows: int = 3, repeat: int = 300) -> dict:
+    """ms per call of glance_log.record.top2 against torch.topk(rows, 2) on (rows, vocab) fp32 logits,
+    side by side in one process (one thread), and that they agree."""
+    import time
+
+    from glance_log.record import top2
+    x = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 3
+    res = {}
+    for name, fn in (("torch.topk", lambda: torch.topk(x, 2, dim=-1).values), ("record.top2", lambda: top2(x))):
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        res[name] = (time.perf_counter() - t0) / repeat * 1e3
+    assert torch.equal(top2(x), torch.topk(x, 2, dim=-1).values)
+    print(f"top-2 of {rows} rows x {vocab:,}: torch.topk {res['torch.topk']:.3f} ms, record.top2 "
+          f"{res['record.top2']:.3f} ms ({res['torch.topk'] / res['record.top2']:.1f}x)")
+    return res
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--top2", action="store_true", help="only the top-2 micro-benchmark (record.top2 vs torch.topk)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--drafter", default=None, help="default: block when a head exists, else pld")
@@ -104,6 +125,9 @@ def main(argv=None) -> int:
         args.tasks = args.tasks or ["caption", "docvqa"]
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.top2:
+        top2_figures()
+        return 0
 
     from glance_log.decode import decode
     from glance_log.drafters import make_drafter

@@ -12,7 +12,9 @@ Decoding (after the loads; ``--skip-decode`` leaves it out): first-turn Spec-Ben
 16-node tree), each decode once with the round logger attached and once without, in alternating
 order (on/off, then off/on for the next prompt; ``--drafters`` picks some of them). Reported: the
 logger's on/off ratio of decode wall time per drafter and overall with a prompt-bootstrap interval
-(goal <= 1.03), the same ratio of the process's CPU time, and each drafter's tokens/s (logger
+(goal <= 1.03), the same ratio of the process's CPU time, the logger's own CPU measured inside its
+callbacks as a share of the logged decodes' CPU (``in-logger CPU``: free of the run-to-run noise of
+two decodes, but without the decoder's event bookkeeping), and each drafter's tokens/s (logger
 off) and its ratio to ar's, wall and CPU seconds. The timed "on" decode includes the logger's
 per-round work and its prompt-end resolution (the one device-to-host copy, the per-offset vectors,
 the rows); the Parquet write, which a run does every 10 s or 4,096 rounds rather than per prompt,
@@ -87,6 +89,24 @@ def _timed(fn):
     return out, time.perf_counter() - w0, time.process_time() - c0
 
 
+class _CallbackClock:
+    """The round logger with its callbacks' CPU time summed (``cpu``): the logger's own share of a logged
+    decode, measured inside it (the on/off ratio also carries the run-to-run noise of two decodes)."""
+
+    def __init__(self, logger):
+        self.logger, self.cpu = logger, 0.0
+
+    def on_round(self, ev):
+        c0 = time.process_time()
+        self.logger.on_round(ev)
+        self.cpu += time.process_time() - c0
+
+    def on_prompt_end(self, pev):
+        c0 = time.process_time()
+        self.logger.on_prompt_end(pev)
+        self.cpu += time.process_time() - c0
+
+
 def _ratio_ci(on, off, seed: int = 0, B: int = 2000):
     """sum(on) / sum(off) with a percentile bootstrap over prompts."""
     import numpy as np
@@ -110,7 +130,8 @@ def decode_figures(model: str, n_prompts: int, max_new: int, drafters=None, ques
     qs = Q.load_questions(questions, "all", n=1, seed=0, turns=1)[:n_prompts]
     prompts = [(q.prompt_id(0), Q.encode_conversation(t, q.turns[:1], [])) for q in qs]
     arms = [a for a in ARMS if drafters is None or a[0] in drafters]
-    res = {name: {"on": [], "off": [], "tokens": [], "cpu_on": [], "cpu_off": [], "write_ms": []} for name, _, _ in arms}
+    res = {name: {"on": [], "off": [], "tokens": [], "cpu_on": [], "cpu_off": [], "write_ms": [], "cb_cpu": []}
+           for name, _, _ in arms}
     with tempfile.TemporaryDirectory() as out:
         for i, (pid, pr) in enumerate(prompts):
             for name, dkw, kw in arms:
@@ -118,10 +139,13 @@ def decode_figures(model: str, n_prompts: int, max_new: int, drafters=None, ques
                                  flush_seconds=float("inf"))        # the write is timed apart (close)
                 for on in ((True, False) if i % 2 == 0 else (False, True)):
                     dr = make_drafter(name.split("-")[0], t, **dkw)
+                    clock = _CallbackClock(lg)
                     if on:
                         lg.begin_prompt(pid)
                     r, wall, cpu = _timed(lambda: decode(t, dr, pr, max_new_tokens=max_new,
-                                                         callbacks=[lg] if on else [], **kw))
+                                                         callbacks=[clock] if on else [], **kw))
+                    if on:
+                        res[name]["cb_cpu"].append(clock.cpu)
                     res[name]["on" if on else "off"].append(wall)
                     res[name]["cpu_on" if on else "cpu_off"].append(cpu)
                     if not on:
@@ -135,7 +159,7 @@ def decode_figures(model: str, n_prompts: int, max_new: int, drafters=None, ques
 def print_decode(res: dict) -> dict:
     ar_tps = sum(res["ar"]["tokens"]) / sum(res["ar"]["off"]) if "ar" in res else float("nan")
     print(f"\n{'drafter':<22}{'prompts':>8}{'tok/s':>7}{'vs ar':>7}{'wall s':>8}{'CPU s':>8}"
-          f"{'logger on/off wall [95%]':>27}{'CPU [95%]':>25}{'write ms/prompt':>16}")
+          f"{'logger on/off wall [95%]':>27}{'CPU [95%]':>25}{'in-logger CPU':>15}{'write ms/prompt':>16}")
     out = {}
     all_on, all_off, all_con, all_coff = [], [], [], []
     for name, r in res.items():
@@ -148,11 +172,13 @@ def print_decode(res: dict) -> dict:
         all_coff += r["cpu_off"]
         wall_s, cpu_s = sum(r["on"]) + sum(r["off"]), sum(r["cpu_on"]) + sum(r["cpu_off"])
         write = sum(r["write_ms"]) / len(r["write_ms"])
+        share = sum(r["cb_cpu"]) / sum(r["cpu_on"])
         out[name] = {"prompts": len(r["on"]), "tokens_per_s": tps, "vs_ar": tps / ar_tps, "wall_s": wall_s,
                      "cpu_s": cpu_s, "logger_ratio": [ratio, lo, hi], "logger_ratio_cpu": [cratio, clo, chi],
-                     "write_ms_per_prompt": write}
+                     "write_ms_per_prompt": write, "in_logger_cpu_share": share}
         print(f"{name:<22}{len(r['on']):>8}{tps:>7.2f}{tps / ar_tps:>7.2f}{wall_s:>8.1f}{cpu_s:>8.1f}"
-              f"{f'{ratio:.3f} [{lo:.3f}, {hi:.3f}]':>27}{f'{cratio:.3f} [{clo:.3f}, {chi:.3f}]':>25}{write:>16.1f}")
+              f"{f'{ratio:.3f} [{lo:.3f}, {hi:.3f}]':>27}{f'{cratio:.3f} [{clo:.3f}, {chi:.3f}]':>25}"
+              f"{f'{100 * share:.2f}%':>15}{write:>16.1f}")
     ratio, lo, hi = _ratio_ci(all_on, all_off)
     cratio, clo, chi = _ratio_ci(all_con, all_coff)
     out["all"] = {"logger_ratio": [ratio, lo, hi], "logger_ratio_cpu": [cratio, clo, chi]}

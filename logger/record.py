@@ -38,7 +38,7 @@ import torch
 from glance_law import schema as S
 from glance_law.io import LogWriter
 
-__all__ = ["RoundLogger", "resolve_offsets", "copy_len", "device_root_stats", "softmax_entropy", "audit_fields",
+__all__ = ["RoundLogger", "resolve_offsets", "copy_len", "device_root_stats", "softmax_entropy", "top2", "audit_fields",
            "encode_reference"]
 
 
@@ -63,6 +63,31 @@ def softmax_entropy(rows: torch.Tensor, rowmax: torch.Tensor | None = None):
     return ent.clamp_min(0.0), 1.0 / z
 
 
+#: Bytes of buffered logit rows that start a batch of statistics, by device: on a GPU one batch of
+#: many rounds saves kernel launches; on the CPU batches of tens of MB leave the caches (32 rows of
+#: Gemma's 1 MB rows cost about 5.2 ms CPU a round against 3.4-4.1 ms at 2-16 rows in a quick timing).
+REDUCE_BYTES = {"cpu": 16 << 20, "other": 64 << 20}
+
+
+def top2(rows: torch.Tensor) -> torch.Tensor:
+    """(S, 2) fp32: each row's two largest values, the largest twice where it is tied; the values of
+    ``torch.topk(rows, 2).values``. On the CPU, numpy's argmax and then the max on either side of it:
+    over a 262,144-token row on one thread that is about 0.08 ms against torch.topk's 0.55-0.75 ms
+    (``python benchmarks/bench_logger.py --top2``), most of the logger's per-round cost on the real model. On other
+    devices torch.topk (no synchronisation)."""
+    rows = rows.float()
+    if rows.device.type != "cpu" or rows.requires_grad or rows.shape[-1] < 2:
+        return torch.topk(rows, 2, dim=-1).values
+    a = rows.numpy()
+    idx = a.argmax(axis=1)
+    out = np.empty((a.shape[0], 2), np.float32)
+    for k, i in enumerate(idx.tolist()):
+        row = a[k]
+        out[k, 0] = row[i]
+        out[k, 1] = max(row[:i].max(initial=-np.inf), row[i + 1:].max(initial=-np.inf))
+    return torch.from_numpy(out)
+
+
 def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tensor,
                       roots: torch.Tensor | None = None) -> torch.Tensor:
     """(n, 4) fp32 on the device, one row per round: root entropy (nats), root top-2 margin,
@@ -74,10 +99,10 @@ def device_root_stats(rows: torch.Tensor, starts: torch.Tensor, seg: torch.Tenso
     model masks with ``-inf`` count as probability zero (no NaN). One top-2 over the rows,
     then over the roots :func:`softmax_entropy` (their maxima from the top-2)."""
     rows = rows.float()
-    top = torch.topk(rows, 2, dim=-1)
-    gap = top.values[:, 0] - top.values[:, 1]
+    top = top2(rows)
+    gap = top[:, 0] - top[:, 1]
     roots = rows.index_select(0, starts) if roots is None else roots.float()
-    ent, pmax = softmax_entropy(roots, top.values.index_select(0, starts)[:, 0])
+    ent, pmax = softmax_entropy(roots, top.index_select(0, starts)[:, 0])
     n = starts.shape[0]
     minm = torch.full((n,), float("inf"), device=rows.device).scatter_reduce(0, seg, gap, "amin")
     return torch.stack([ent, gap.index_select(0, starts), pmax, minm], dim=1)
@@ -260,7 +285,7 @@ class RoundLogger:
     def __init__(self, out_dir, *, run_id: str, task: str, run: dict | None = None, tokenizer=None,
                  condition: str = S.CONDITIONS_DEFAULT, drafter: str | None = None, stem: str | None = None,
                  flush_rows: int = 4096, flush_seconds: float = 10.0, reduce_rounds: int = 32,
-                 reduce_bytes: int = 64 << 20):
+                 reduce_bytes: int | None = None):
         self.run_id = run_id
         self.task = task
         self.condition = condition
@@ -287,7 +312,8 @@ class RoundLogger:
         self._rk: list = []
         self._rows_bytes = 0
         self.reduce_rounds = int(reduce_rounds)
-        self.reduce_bytes = int(reduce_bytes)
+        #: rows buffered before a batch of statistics: None is :data:`REDUCE_BYTES` by the logits' device
+        self.reduce_bytes = None if reduce_bytes is None else int(reduce_bytes)
         self._prompt_id: str | None = None
         self._task = task
         self._reference = ""
@@ -376,7 +402,10 @@ class RoundLogger:
         self._pending.append(_Round(ev.round, ev.position, ev.position_offset, ev.accepted, ev.horizon,
                                     ev.budget, 0 if ev.tree is None else min(int(ev.tree.max_depth), ev.horizon), ev.logq, ev.ids, ev.committed, ev.draft_passes, ev.point_mass,
                                     ev.marks, ev.drafter, ev.own_tokens, full))
-        if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= self.reduce_bytes:
+        cap = self.reduce_bytes
+        if cap is None:
+            cap = REDUCE_BYTES["cpu" if ev.verify_logits.device.type == "cpu" else "other"]
+        if len(self._rows) >= self.reduce_rounds or self._rows_bytes >= cap:
             self._reduce()
 
     def _reduce(self) -> None:

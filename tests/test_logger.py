@@ -36,6 +36,7 @@ from glance_log.record import (  # noqa: E402
     encode_reference,
     resolve_offsets,
     softmax_entropy,
+    top2,
 )
 
 torch.set_num_threads(1)
@@ -373,6 +374,21 @@ def test_per_round_hook_adds_no_host_device_sync(env, tmp_path, monkeypatch):
             calls["inside"] = False
 
     monkeypatch.setattr(RoundLogger, "on_round", wrapped)
+    import glance_log.record as R
+    orig_top2 = R.top2
+
+    def top2_uncounted(rows):
+        """record.top2 reads CPU rows through numpy (no device to wait for); on an accelerator it is
+        torch.topk and every call inside it still counts."""
+        if rows.device.type != "cpu":
+            return orig_top2(rows)
+        was, calls["inside"] = calls["inside"], False
+        try:
+            return orig_top2(rows)
+        finally:
+            calls["inside"] = was
+
+    monkeypatch.setattr(R, "top2", top2_uncounted)
     # the counter can fail: a sync inside the flag is seen
     calls["inside"] = True
     torch.ones(1, device=env["t"].device).item()
@@ -543,6 +559,22 @@ def test_cli_vlm_probe_swaps_images(tmp_path, capsys):
     p = gio.read_logs(tmp_path / "logs", kind="prompts").frame
     assert p.loc[p["condition"] == "matched", "greedy_match"].astype(bool).all()
     assert (p.loc[p["condition"] == "mismatched", "stop_reason"] == "forced").all()
+
+
+def test_top2_equals_torch_topk():
+    """record.top2 (numpy on the CPU) gives torch.topk's two values exactly: ties (the largest twice),
+    masked tokens, the largest first or last in its row, a non-contiguous view, bf16 rows."""
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randn(6, 257, generator=g) * 4
+    rows[1, 7] = rows[1, 200] = rows[1].max() + 1          # a tie at the top: margin 0
+    rows[2, 0] = rows[2].max() + 1                          # the largest first ...
+    rows[3, -1] = rows[3].max() + 1                         # ... and last
+    rows[4, ::2] = float("-inf")
+    rows[5, 1:] = float("-inf")                             # one finite token: the second is -inf
+    for x in (rows, rows[:, ::3], rows.to(torch.bfloat16)):
+        want = torch.topk(x.float(), 2, dim=-1).values
+        assert torch.equal(top2(x), want)
+    assert (top2(rows)[1, 0] == top2(rows)[1, 1]).item()
 
 
 def test_device_root_stats_by_brute_force_with_masked_tokens():
