@@ -40,7 +40,7 @@ from glance_law.policy.policies import RootStats, apply_policy
 from glance_law.replay.tree import Tree, build_tree
 
 from .drafters import Drafter, DraftState, Proposal
-from .record import softmax_entropy, top2
+from .record import softmax_entropy
 
 __all__ = ["decode", "DecodeResult", "RoundEvent", "PromptEvent", "Timer", "Forced", "greedy_reference", "policy_shape"]
 
@@ -211,7 +211,7 @@ def _policy_root_stats(row: torch.Tensor) -> torch.Tensor:
     root - what a live policy reads. The logger's formula (``softmax_entropy``, which the logged
     ``pred_entropy`` comes from), for one row without the batch bookkeeping of its
     ``device_root_stats`` (index_select, scatter_reduce, the maximum probability)."""
-    top = top2(row.float()[None])[0]
+    top = torch.topk(row.float(), 2).values    # (not record.top2: its CPU path reads the row through numpy)
     ent, _ = softmax_entropy(row[None], top[:1])
     return torch.stack([ent[0], top[0] - top[1]])
 
