@@ -78,6 +78,7 @@ from pathlib import Path
 
 from glance_law import appendix as A
 from glance_law._version import __version__
+from glance_law.cli import reduce as _reduce
 from glance_law.cli import workers
 from glance_law.cli.common import (
     Parser,
@@ -176,7 +177,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     deprecated_alias(g, "--bootstrap", "probe_bootstrap", "order_bootstrap", type=int)
     for module, dests in SECTION_OPTIONS:
         add_section_options(p, importlib.import_module(module), only=dests)
-    from glance_law.cli import reduce as _reduce
     _reduce.add_reduce_arguments(p, engine_default=None)
     return p
 
@@ -326,7 +326,6 @@ def reduced_inputs(args, options: A.Options) -> A.Inputs:
     an empty rounds set whose notes say which engine reduced how many rounds."""
     import pandas as pd
 
-    from glance_law.cli import reduce as _reduce
     from glance_law.data.io import LogSet
     from glance_law.scale.engines import reduce_logs
     opts = _reduce.options(args)
@@ -614,7 +613,6 @@ def _command(prog: str, argv: Sequence[str]) -> str:
 # ---------------------------------------------------------------------------
 
 def run(args, argv: Sequence[str], prog: str = PROG, log=print) -> int:
-    from glance_law.cli import reduce as _reduce
     options = options_from(args)
     sections = A.select(args.only, args.skip)
     _reduce.check_spark_master(args)          # --spark-master without --engine spark: one line, nothing written
